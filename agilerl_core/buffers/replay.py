@@ -1,0 +1,176 @@
+"""Preallocated ring replay buffer shared by a population.
+
+Shared-experience semantics (see DESIGN.md): during a generation, member i samples from the buffer as
+committed at the end of the previous generation plus its *own* fresh transitions, which it writes to
+its own staging slot. At the commit, the shards are appended to the ring in member order. Slots are
+disjoint, so members can train in threads without ever seeing each other's fresh data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+from agilerl_core.envs.spaces import Obs, ObsSpec
+
+
+class Transition(NamedTuple):
+    """A batch of transitions (leading batch dim on every tensor)."""
+
+    obs: Obs
+    action: torch.Tensor
+    reward: torch.Tensor
+    next_obs: Obs
+    terminated: torch.Tensor
+    next_action_mask: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """Shape (of one transition) and dtype of a stored field."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+Shard = dict[str, torch.Tensor]
+
+
+def transition_fields(obs_spec: ObsSpec, action_mask_dim: int | None = None) -> dict[str, FieldSpec]:
+    """Stored fields for a discrete-action transition over `obs_spec`."""
+    fields = {}
+    for prefix in ("obs", "next_obs"):
+        for p in obs_spec.parts:
+            fields[f"{prefix}.{p.key}"] = FieldSpec(tuple(p.shape), p.dtype)
+    fields["action"] = FieldSpec((), torch.int64)
+    fields["reward"] = FieldSpec((), torch.float32)
+    fields["terminated"] = FieldSpec((), torch.float32)
+    if action_mask_dim is not None:
+        fields["next_action_mask"] = FieldSpec((action_mask_dim,), torch.bool)
+    return fields
+
+
+class ReplayBuffer:
+    """Ring buffer of `capacity` committed transitions plus `slots` staging areas for fresh ones."""
+
+    def __init__(self, fields: dict[str, FieldSpec], capacity: int, device: torch.device | str = "cpu") -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be >= 1")
+        self.fields = dict(fields)
+        self.capacity = int(capacity)
+        self.device = torch.device(device)
+        self.size = 0  # committed transitions held
+        self.pos = 0  # next ring index to write
+        self.slot_capacity = 0
+        self._staged: list[int] = []
+        self._storage = self._alloc(self.capacity)
+        self._obs_keys = [k.split(".", 1)[1] for k in fields if k.startswith("obs.")]
+
+    def _alloc(self, rows: int) -> dict[str, torch.Tensor]:
+        return {k: torch.zeros((rows, *f.shape), dtype=f.dtype, device=self.device) for k, f in self.fields.items()}
+
+    # ---- staging -------------------------------------------------------------------------------------
+    def reserve_staging(self, slots: int, slot_capacity: int) -> None:
+        """Make room for `slots` members' fresh data of up to `slot_capacity` transitions each."""
+        if slots == len(self._staged) and slot_capacity <= self.slot_capacity:
+            self._staged = [0] * slots
+            return
+        rows = self.capacity + slots * slot_capacity
+        new = self._alloc(rows)
+        for k, t in self._storage.items():
+            new[k][: self.capacity] = t[: self.capacity]
+        self._storage = new
+        self.slot_capacity = slot_capacity
+        self._staged = [0] * slots
+
+    def staged_count(self, slot: int) -> int:
+        return self._staged[slot]
+
+    def add(self, slot: int, data: dict[str, torch.Tensor]) -> None:
+        """Append a whole vectorised step (leading dim = num_envs) to member `slot`'s staging area."""
+        n = next(iter(data.values())).shape[0]
+        start = self._staged[slot]
+        if start + n > self.slot_capacity:
+            raise RuntimeError(f"staging slot {slot} is full ({self.slot_capacity} transitions); "
+                               f"reserve_staging with a larger slot_capacity")
+        base = self.capacity + slot * self.slot_capacity + start
+        for k, t in self._storage.items():
+            t[base: base + n] = data[k]
+        self._staged[slot] = start + n
+
+    def shard(self, slot: int) -> Shard:
+        """A copy of member `slot`'s fresh transitions (what a process runner ships to storage)."""
+        base = self.capacity + slot * self.slot_capacity
+        n = self._staged[slot]
+        return {k: t[base: base + n].clone() for k, t in self._storage.items()}
+
+    def commit(self, shards: list[Shard]) -> None:
+        """Append shards to the ring in order, then empty every staging slot."""
+        for shard in shards:
+            self.extend(shard)
+        self._staged = [0] * len(self._staged)
+
+    def extend(self, shard: Shard) -> None:
+        """Append transitions to the committed ring, overwriting the oldest when full."""
+        n = next(iter(shard.values())).shape[0]
+        if n == 0:
+            return
+        if n > self.capacity:  # only the newest `capacity` can survive
+            shard = {k: t[n - self.capacity:] for k, t in shard.items()}
+            n = self.capacity
+        first = min(n, self.capacity - self.pos)
+        for k, t in self._storage.items():
+            src = shard[k].to(self.device)
+            t[self.pos: self.pos + first] = src[:first]
+            if first < n:
+                t[: n - first] = src[first:]
+        self.pos = (self.pos + n) % self.capacity
+        self.size = min(self.size + n, self.capacity)
+
+    # ---- sampling ------------------------------------------------------------------------------------
+    def available(self, slot: int | None = None) -> int:
+        """Transitions member `slot` may sample: committed plus its own staged ones."""
+        return self.size + (self._staged[slot] if slot is not None and self._staged else 0)
+
+    def sample(self, batch_size: int, slot: int | None = None, generator: torch.Generator | None = None) -> Transition:
+        """Uniform sample (with replacement) from the committed ring plus `slot`'s staged data."""
+        staged = self._staged[slot] if slot is not None and self._staged else 0
+        n = self.size + staged
+        if n == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer")
+        idx = torch.randint(0, n, (batch_size,), generator=generator, device=self.device)
+        if staged:
+            offset = self.capacity + slot * self.slot_capacity - self.size
+            idx = idx + (idx >= self.size) * offset
+        return self._gather(idx)
+
+    def _gather(self, idx: torch.Tensor) -> Transition:
+        s = self._storage
+        obs = {k: s[f"obs.{k}"].index_select(0, idx) for k in self._obs_keys}
+        next_obs = {k: s[f"next_obs.{k}"].index_select(0, idx) for k in self._obs_keys}
+        mask = s["next_action_mask"].index_select(0, idx) if "next_action_mask" in s else None
+        return Transition(obs, s["action"].index_select(0, idx), s["reward"].index_select(0, idx), next_obs,
+                          s["terminated"].index_select(0, idx), mask)
+
+    # ---- introspection / persistence -----------------------------------------------------------------
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes held by the preallocated storage (committed ring and staging)."""
+        return sum(t.numel() * t.element_size() for t in self._storage.values())
+
+    def committed(self) -> Shard:
+        """The committed transitions, oldest first (for checkpoints)."""
+        if self.size < self.capacity:
+            return {k: t[: self.size].clone() for k, t in self._storage.items()}
+        return {k: torch.cat([t[self.pos: self.capacity], t[: self.pos]]) for k, t in self._storage.items()}
+
+    def load_committed(self, shard: Shard) -> None:
+        """Replace the committed contents with `shard` (oldest first)."""
+        missing = set(self.fields) - set(shard)
+        if missing:
+            raise ValueError(f"buffer data lacks fields {sorted(missing)}")
+        self.size = 0
+        self.pos = 0
+        self.extend({k: shard[k] for k in self.fields})

@@ -1,0 +1,241 @@
+"""The experiment config: one pydantic model, loaded from YAML, validated before any work starts.
+
+The same object is the CLI's YAML, the flow parameter of the pipeline and what tracking logs. Every
+field carries a one-line description; errors name the field (dotted path) and the allowed values.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from agilerl_core.errors import ConfigError
+from agilerl_core.hpo.space import HyperparameterSpec
+
+ACTIVATIONS = ("relu", "leaky_relu", "elu", "tanh")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class CNNConfig(_Strict):
+    """Convolutional encoder for image observations (used only when the observation has images)."""
+
+    channels: list[int] = Field([32, 64, 64], min_length=1, description="Output channels per conv layer.")
+    kernel_sizes: list[int] = Field([8, 4, 3], min_length=1, description="Kernel size per conv layer.")
+    strides: list[int] = Field([4, 2, 1], min_length=1, description="Stride per conv layer.")
+    latent_dim: int = Field(128, ge=1, description="Width of the linear projection after the convs.")
+    min_layers: int = Field(1, ge=1, description="Fewest conv layers a mutation may leave.")
+    max_layers: int = Field(4, ge=1, description="Most conv layers a mutation may create.")
+    min_channels: int = Field(8, ge=1, description="Fewest channels a conv layer may have.")
+    max_channels: int = Field(256, ge=1, description="Most channels a conv layer may have.")
+    kernel_choices: list[int] = Field([3, 4, 5, 8], min_length=1, description="Kernel sizes a mutation may pick.")
+    channel_changes: list[int] = Field([8, 16, 32], min_length=1, description="Channel counts a mutation adds/removes.")
+    channels_last: bool | None = Field(None, description="Image layout; None detects HWC vs CHW from the shape.")
+
+    @model_validator(mode="after")
+    def _lengths(self) -> CNNConfig:
+        if not (len(self.channels) == len(self.kernel_sizes) == len(self.strides)):
+            raise ValueError("channels, kernel_sizes and strides must have the same length")
+        if not self.min_layers <= len(self.channels) <= self.max_layers:
+            raise ValueError(f"the number of conv layers must lie in [min_layers, max_layers] = "
+                             f"[{self.min_layers}, {self.max_layers}]")
+        return self
+
+
+class NetworkConfig(_Strict):
+    """Architecture of every network and the bounds its mutations respect."""
+
+    hidden_sizes: list[int] = Field([64, 64], min_length=1, description="Width of each hidden MLP layer.")
+    activation: Literal[ACTIVATIONS] = Field("relu", description="Hidden activation.")
+    min_hidden_layers: int = Field(1, ge=1, description="Fewest hidden layers a mutation may leave.")
+    max_hidden_layers: int = Field(4, ge=1, description="Most hidden layers a mutation may create.")
+    min_nodes: int = Field(16, ge=1, description="Fewest units a hidden layer may have.")
+    max_nodes: int = Field(512, ge=1, description="Most units a hidden layer may have.")
+    node_changes: list[int] = Field([16, 32, 64], min_length=1, description="Unit counts a node mutation adds/removes.")
+    activation_choices: list[Literal[ACTIVATIONS]] = Field(list(ACTIVATIONS), min_length=1,
+                                                           description="Activations a mutation may pick.")
+    cnn: CNNConfig = Field(default_factory=CNNConfig, description="Conv encoder for image observations.")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> NetworkConfig:
+        if not self.min_hidden_layers <= len(self.hidden_sizes) <= self.max_hidden_layers:
+            raise ValueError(f"len(hidden_sizes) = {len(self.hidden_sizes)} must lie in [min_hidden_layers, "
+                             f"max_hidden_layers] = [{self.min_hidden_layers}, {self.max_hidden_layers}]")
+        bad = [h for h in self.hidden_sizes if not self.min_nodes <= h <= self.max_nodes]
+        if bad:
+            raise ValueError(f"hidden_sizes {bad} outside [min_nodes, max_nodes] = "
+                             f"[{self.min_nodes}, {self.max_nodes}]")
+        return self
+
+
+class DQNHyperparameters(_Strict):
+    """DQN hyperparameters (Mnih et al. 2015; double Q from van Hasselt et al. 2016)."""
+
+    lr: float = Field(1e-3, gt=0, description="Adam learning rate.")
+    batch_size: int = Field(128, ge=1, description="Transitions per gradient step.")
+    learn_step: int = Field(1, ge=1, description="Env steps (transitions) per gradient step.")
+    gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
+    tau: float = Field(0.005, gt=0, le=1, description="Soft target update rate (when hard_update_every is unset).")
+    hard_update_every: int | None = Field(None, ge=1, description="Copy online -> target every N gradient steps.")
+    double: bool = Field(True, description="Double Q-learning target.")
+    loss: Literal["mse", "huber"] = Field("mse", description="TD loss.")
+    max_grad_norm: float | None = Field(None, gt=0, description="Clip the gradient's global norm (None: off).")
+    eps_start: float = Field(1.0, ge=0, le=1, description="Initial exploration rate.")
+    eps_end: float = Field(0.05, ge=0, le=1, description="Final exploration rate.")
+    eps_decay_steps: int = Field(10_000, ge=1, description="Member env steps over which epsilon decays linearly.")
+    learning_delay: int = Field(1_000, ge=0, description="Member env steps before the first gradient step.")
+    buffer_size: int = Field(100_000, ge=1, description="Capacity of the shared replay buffer (transitions).")
+
+
+class MutationConfig(_Strict):
+    """Relative weights of the mutation kinds (normalised) and their strengths."""
+
+    no_mutation: float = Field(0.4, ge=0, description="Weight of leaving a member unchanged.")
+    architecture: float = Field(0.2, ge=0, description="Weight of an architecture mutation.")
+    new_layer_share: float = Field(0.2, ge=0, le=1, description="Share of architecture mutations that change layers.")
+    parameters: float = Field(0.2, ge=0, description="Weight of Gaussian parameter noise.")
+    parameter_strength: float = Field(0.1, ge=0, description="Noise std relative to each tensor's std.")
+    activation: float = Field(0.0, ge=0, description="Weight of an activation change.")
+    rl_hp: float = Field(0.2, ge=0, description="Weight of an RL hyperparameter mutation.")
+
+    @model_validator(mode="after")
+    def _some(self) -> MutationConfig:
+        if self.no_mutation + self.architecture + self.parameters + self.activation + self.rl_hp <= 0:
+            raise ValueError("at least one mutation weight must be positive")
+        return self
+
+
+class TournamentConfig(_Strict):
+    """Tournament selection."""
+
+    size: int = Field(2, ge=1, description="Members drawn per tournament.")
+    elitism: bool = Field(True, description="Keep the best member unmutated in slot 0.")
+
+
+class ExperimentConfig(_Strict):
+    """One evolution run: env, algorithm, population, evolution and budget."""
+
+    name: str = Field("experiment", min_length=1, description="Experiment name (tracking groups runs by it).")
+    env_id: str = Field(description="Gymnasium env id, e.g. CartPole-v1.")
+    env_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for gymnasium.make.")
+    num_envs: int = Field(8, ge=1, description="Vectorised envs per member.")
+    algorithm: Literal["dqn"] = Field("dqn", description="RL algorithm.")
+    hyperparameters: DQNHyperparameters = Field(default_factory=DQNHyperparameters,
+                                                description="Initial hyperparameters of every member.")
+    network: NetworkConfig = Field(default_factory=NetworkConfig, description="Network architecture.")
+    population_size: int = Field(4, ge=1, description="Members in the population.")
+    hp_space: dict[str, HyperparameterSpec | dict[str, Any] | None] = Field(
+        default_factory=dict, description="Overrides of the algorithm's mutable hyperparameters (null removes one).")
+    mutation: MutationConfig = Field(default_factory=MutationConfig, description="Mutation probabilities.")
+    tournament: TournamentConfig = Field(default_factory=TournamentConfig, description="Selection.")
+    evo_steps: int = Field(10_000, ge=1, description="Env steps per member per generation.")
+    eval_episodes: int = Field(10, ge=1, description="Greedy episodes per member evaluation (fitness = mean).")
+    eval_max_steps: int | None = Field(None, ge=1, description="Cap on steps per evaluation episode.")
+    max_env_steps: int = Field(150_000, ge=1, description="Global training env-step budget (whole population).")
+    target_fitness: float | None = Field(None, description="Stop once the best fitness reaches this.")
+    seed: int = Field(0, ge=0, description="Master seed: same config + seed gives the same result on CPU.")
+    output_dir: str = Field("runs", min_length=1, description="Where checkpoints are written.")
+    device: Literal["cpu", "cuda", "auto"] = Field("cpu", description="Torch device.")
+    torch_threads: int = Field(1, ge=1, description="Torch intra-op threads (small nets run fastest on 1).")
+
+    @field_validator("hp_space")
+    @classmethod
+    def _space_names(cls, v: dict) -> dict:
+        from agilerl_core.algorithms.registry import ALGORITHM_HP_SPACES
+
+        known = ALGORITHM_HP_SPACES["dqn"]
+        allowed = set(DQNHyperparameters.model_fields)
+        out = {}
+        for name, spec in v.items():
+            if name not in allowed:
+                raise ValueError(f"unknown hyperparameter {name!r}; mutable ones are {sorted(allowed)}")
+            if spec is None or isinstance(spec, HyperparameterSpec):
+                out[name] = spec
+            else:
+                base = known[name].model_dump() if name in known else {}
+                out[name] = HyperparameterSpec(**{**base, **spec})
+        return out
+
+
+def _format_validation_error(err: ValidationError, source: str) -> str:
+    lines = [f"invalid config ({source}):"]
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "<root>"
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            parent = e["loc"][:-1]
+            model: Any = ExperimentConfig
+            for part in parent:
+                field = model.model_fields.get(str(part)) if hasattr(model, "model_fields") else None
+                ann = getattr(field, "annotation", None)
+                model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+                if model is None:
+                    break
+            if model is not None:
+                names = list(model.model_fields)
+                close = difflib.get_close_matches(str(e["loc"][-1]), names, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                msg = f"unknown field{hint}; allowed fields: {', '.join(names)}"
+        elif "input" in e and e["type"] not in ("missing",):
+            msg = f"{msg} (got {e['input']!r})"
+        lines.append(f"  - {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def _set_dotted(data: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = data
+    for part in parts[:-1]:
+        nxt = node.get(part)
+        if nxt is None:
+            nxt = node[part] = {}
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"--set {key}: {part!r} is not a section, cannot set a field inside it")
+        node = nxt
+    node[parts[-1]] = value
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """Parse CLI `key=value` pairs; values are read as YAML scalars (`lr=3e-4`, `double=false`)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ConfigError(f"--set {pair!r}: expected KEY=VALUE, e.g. --set hyperparameters.lr=3e-4")
+        key, raw = pair.split("=", 1)
+        if not key:
+            raise ConfigError(f"--set {pair!r}: empty key")
+        out[key.strip()] = yaml.safe_load(raw) if raw != "" else ""
+    return out
+
+
+def validate_config(data: dict[str, Any], source: str = "config") -> ExperimentConfig:
+    """Build an ExperimentConfig from plain data, raising ConfigError that names each bad field."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"invalid config ({source}): expected a mapping of fields, got {type(data).__name__}")
+    try:
+        return ExperimentConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_validation_error(err, source)) from None
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> ExperimentConfig:
+    """Load a YAML config file and apply dotted overrides (`hyperparameters.lr`: 3e-4)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist; pass the path of a YAML config "
+                          f"such as deployments/configs/cartpole_dqn.yaml")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping of fields at the top level")
+    for key, value in (overrides or {}).items():
+        _set_dotted(data, key, value)
+    return validate_config(data, source=str(path))

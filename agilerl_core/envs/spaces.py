@@ -1,0 +1,135 @@
+"""Observation and action space handling: what is stored, and how it becomes network input.
+
+Supported observations: Box (flat vectors; 3-d images, channels first or last), Discrete (one-hot),
+and a Dict of those. Supported actions (for now): Discrete. Observations travel through the engine
+as ``dict[str, Tensor]`` keyed by the Dict key (``"obs"`` for a non-Dict space), in their stored
+dtype (images stay uint8); :meth:`ObsSpec.preprocess` turns them into network inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from agilerl_core.errors import ConfigError
+
+Obs = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class ObsPart:
+    """One leaf of the observation: how it is stored and encoded."""
+
+    key: str
+    kind: Literal["vector", "discrete", "image"]
+    shape: tuple[int, ...]  # stored shape of one observation
+    dtype: torch.dtype  # stored dtype
+    n: int = 0  # number of categories (discrete)
+    channels_last: bool = False  # image layout as stored
+
+    @property
+    def features(self) -> int:
+        """Width this part adds to the flat vector input (0 for images)."""
+        if self.kind == "discrete":
+            return self.n
+        if self.kind == "vector":
+            return int(np.prod(self.shape)) if self.shape else 1
+        return 0
+
+    @property
+    def image_chw(self) -> tuple[int, int, int]:
+        """(C, H, W) of an image part."""
+        if self.channels_last:
+            h, w, c = self.shape
+            return c, h, w
+        return self.shape  # type: ignore[return-value]
+
+
+_TORCH_DTYPES = {np.dtype(np.uint8): torch.uint8, np.dtype(np.float32): torch.float32,
+                 np.dtype(np.float64): torch.float32, np.dtype(np.int64): torch.float32,
+                 np.dtype(np.int32): torch.float32, np.dtype(np.int8): torch.float32,
+                 np.dtype(np.bool_): torch.float32, np.dtype(np.float16): torch.float32}
+
+
+def _part(key: str, space: spaces.Space, channels_last: bool | None, where: str) -> ObsPart:
+    if isinstance(space, spaces.Discrete):
+        return ObsPart(key, "discrete", (), torch.int64, n=int(space.n))
+    if isinstance(space, spaces.Box):
+        shape = tuple(space.shape)
+        if len(shape) == 3:
+            last = channels_last if channels_last is not None else (shape[-1] in (1, 3, 4) and shape[0] not in (1, 3, 4))
+            dtype = torch.uint8 if space.dtype == np.uint8 else torch.float32
+            return ObsPart(key, "image", shape, dtype, channels_last=bool(last))
+        if len(shape) > 3:
+            raise ConfigError(f"env_id: observation {where} is a Box of shape {shape}; supported are flat "
+                              f"vectors and 3-d images (HWC or CHW)")
+        return ObsPart(key, "vector", shape, _TORCH_DTYPES.get(np.dtype(space.dtype), torch.float32))
+    raise ConfigError(f"env_id: observation {where} is {type(space).__name__}, which is not supported; "
+                      f"supported observation spaces are Box, Discrete and Dict of those")
+
+
+class ObsSpec:
+    """How one observation space is stored and turned into network inputs."""
+
+    def __init__(self, space: spaces.Space, channels_last: bool | None = None) -> None:
+        self.space = space
+        if isinstance(space, spaces.Dict):
+            if not space.spaces:
+                raise ConfigError("env_id: the observation space is an empty Dict")
+            self.parts = [_part(str(k), s, channels_last, f"key {k!r}") for k, s in space.spaces.items()]
+            self.is_dict = True
+        else:
+            self.parts = [_part("obs", space, channels_last, "space")]
+            self.is_dict = False
+        self.vector_parts = [p for p in self.parts if p.kind != "image"]
+        self.image_parts = [p for p in self.parts if p.kind == "image"]
+        self.vector_dim = sum(p.features for p in self.vector_parts)
+        # The common case (one float Box vector) skips all conversion work.
+        only = self.parts[0]
+        self.plain_vector = (len(self.parts) == 1 and only.kind == "vector" and len(only.shape) == 1
+                             and only.dtype == torch.float32)
+
+    @property
+    def has_images(self) -> bool:
+        return bool(self.image_parts)
+
+    def to_tensors(self, obs: np.ndarray | dict, device: torch.device | str = "cpu") -> Obs:
+        """Batch of raw env observations (leading batch dim) -> stored-dtype tensors."""
+        if not self.is_dict:
+            obs = {"obs": obs}
+        return {p.key: torch.as_tensor(np.asarray(obs[p.key]), device=device).to(p.dtype) for p in self.parts}
+
+    def preprocess(self, obs: Obs) -> tuple[torch.Tensor | None, list[torch.Tensor]]:
+        """Stored tensors -> (flat float vector [B, vector_dim] or None, images as float [B, C, H, W])."""
+        if self.plain_vector:
+            return obs["obs"], []
+        vecs = []
+        for p in self.vector_parts:
+            x = obs[p.key]
+            if p.kind == "discrete":
+                vecs.append(torch.nn.functional.one_hot(x.long().reshape(-1), p.n).to(torch.float32))
+            else:
+                vecs.append(x.reshape(x.shape[0], -1).to(torch.float32))
+        vector = None if not vecs else (vecs[0] if len(vecs) == 1 else torch.cat(vecs, dim=1))
+        images = []
+        for p in self.image_parts:
+            x = obs[p.key].to(torch.float32)
+            if p.dtype == torch.uint8:
+                x = x / 255.0
+            if p.channels_last:
+                x = x.permute(0, 3, 1, 2)
+            images.append(x)
+        return vector, images
+
+
+def action_dim(space: spaces.Space) -> int:
+    """Number of discrete actions; raise a ConfigError naming the space otherwise."""
+    if isinstance(space, spaces.Discrete):
+        if int(space.start) != 0:
+            raise ConfigError(f"env_id: Discrete action space starts at {space.start}; only start=0 is supported")
+        return int(space.n)
+    raise ConfigError(f"env_id: action space {space} is not supported by DQN; supported action spaces: Discrete")

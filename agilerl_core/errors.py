@@ -1,0 +1,13 @@
+"""Errors raised for bad user input. Each message names the offending field or file and the fix."""
+
+
+class AgileRLError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class ConfigError(AgileRLError):
+    """An experiment config (or an env it names) is invalid; raised before any work starts."""
+
+
+class CheckpointError(AgileRLError):
+    """A checkpoint file is missing, truncated, tampered with or not one of ours."""

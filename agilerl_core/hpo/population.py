@@ -1,0 +1,102 @@
+"""The population and its lineage."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from agilerl_core.hpo.mutation import Mutations
+from agilerl_core.hpo.tournament import TournamentSelection, elite_index
+
+if TYPE_CHECKING:
+    from agilerl_core.algorithms.base import RLAlgorithm
+
+
+@dataclass
+class LineageEvent:
+    """How one member came to be: created at `generation` in `slot`, cloned from `parent_id`."""
+
+    generation: int
+    slot: int
+    member_id: int
+    parent_id: int | None
+    mutation: str
+    hyperparameters: dict
+    architecture: str
+    fitness: float | None = None  # filled in once the member is evaluated
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Member:
+    """One population slot: an agent and its record."""
+
+    member_id: int
+    agent: RLAlgorithm
+    parent_id: int | None = None
+    mutation: str = "init"
+    born: int = 0  # generation it was created in
+    fitness_history: list[float] = field(default_factory=list)  # its line's evaluations, oldest first
+
+    @property
+    def fitness(self) -> float | None:
+        return self.fitness_history[-1] if self.fitness_history else None
+
+
+def _event(member: Member, slot: int, generation: int) -> LineageEvent:
+    return LineageEvent(generation, slot, member.member_id, member.parent_id, member.mutation,
+                        member.agent.hp.model_dump(), member.agent.arch.describe())
+
+
+@dataclass
+class Population:
+    """Members plus the evolution state: generation, id counter, lineage and the evolution RNG."""
+
+    members: list[Member]
+    rng: np.random.Generator
+    generation: int = 0
+    next_id: int = 0
+    lineage: list[LineageEvent] = field(default_factory=list)
+
+    @classmethod
+    def create(cls, agents: list[RLAlgorithm], seed: int) -> Population:
+        members = [Member(i, a) for i, a in enumerate(agents)]
+        pop = cls(members, np.random.default_rng(np.random.SeedSequence([seed, 0xE70])), 0, len(members))
+        pop.lineage = [_event(m, i, 0) for i, m in enumerate(members)]
+        return pop
+
+    def record_fitness(self, fitnesses: list[float]) -> None:
+        """Store this generation's evaluations on members and their lineage events."""
+        for slot, (m, f) in enumerate(zip(self.members, fitnesses, strict=True)):
+            m.fitness_history.append(float(f))
+            for ev in reversed(self.lineage):
+                if ev.member_id == m.member_id and ev.generation == self.generation and ev.slot == slot:
+                    ev.fitness = float(f)
+                    break
+
+    def elite(self) -> Member:
+        return self.members[elite_index([m.fitness if m.fitness is not None else float("nan")
+                                         for m in self.members])]
+
+    def evolve(self, tournament: TournamentSelection, mutations: Mutations) -> None:
+        """Select parents by tournament, clone and mutate them: the next generation (in place)."""
+        fitnesses = [m.fitness if m.fitness is not None else float("nan") for m in self.members]
+        parents = tournament.select(fitnesses, self.rng)
+        new_members = []
+        for slot, p in enumerate(parents):
+            parent = self.members[p]
+            agent = parent.agent.clone()
+            if slot == 0 and tournament.elitism:
+                mutation = "elite"
+            else:
+                mutation = mutations.mutate(agent, self.rng)
+            new_members.append(Member(self.next_id, agent, parent.member_id, mutation, self.generation + 1,
+                                      list(parent.fitness_history)))
+            self.next_id += 1
+        self.members = new_members
+        self.generation += 1
+        self.lineage += [_event(m, i, self.generation) for i, m in enumerate(new_members)]

@@ -1,0 +1,32 @@
+"""Tournament selection with elitism."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def elite_index(fitnesses: list[float]) -> int:
+    """Index of the fittest member (the first one on ties; NaN counts as worst)."""
+    f = np.nan_to_num(np.asarray(fitnesses, dtype=np.float64), nan=-np.inf)
+    return int(np.argmax(f))
+
+
+class TournamentSelection:
+    """Pick parents by tournaments of `size` members; with elitism the best is always slot 0."""
+
+    def __init__(self, size: int = 2, elitism: bool = True) -> None:
+        if size < 1:
+            raise ValueError("tournament size must be >= 1")
+        self.size = size
+        self.elitism = elitism
+
+    def select(self, fitnesses: list[float], rng: np.random.Generator) -> list[int]:
+        """Parent index for every slot of the next population (same size as `fitnesses`)."""
+        n = len(fitnesses)
+        f = np.nan_to_num(np.asarray(fitnesses, dtype=np.float64), nan=-np.inf)
+        parents = [elite_index(fitnesses)] if self.elitism else []
+        k = min(self.size, n)
+        while len(parents) < n:
+            entrants = rng.choice(n, size=k, replace=False)
+            parents.append(int(entrants[np.argmax(f[entrants])]))
+        return parents

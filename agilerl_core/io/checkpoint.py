@@ -1,0 +1,205 @@
+"""Safe checkpoints: tensors as safetensors, everything else as JSON. Loading never unpickles.
+
+Layout of a member directory::
+
+    member.json          format tag, env, agent metadata (arch, hyperparameters, optimiser scalars,
+                         RNG state, counters), record (id, parent, mutation, fitness history), and the
+                         SHA-256 of every tensor file
+    weights.safetensors  network weights, optimiser moments, torch RNG state
+
+A population directory holds ``population.json`` (generation, evolution RNG, lineage, history,
+config) and ``members/<slot>/``, plus ``buffer.safetensors`` when the replay buffer is saved. Every
+file is verified (format tag, version, checksum) before use; a truncated, tampered or foreign file
+raises :class:`CheckpointError` naming it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from agilerl_core.algorithms.registry import get_algorithm
+from agilerl_core.buffers.replay import ReplayBuffer
+from agilerl_core.envs.spaces import ObsSpec
+from agilerl_core.errors import CheckpointError
+from agilerl_core.hpo.population import LineageEvent, Member, Population
+
+MEMBER_FORMAT = "agilerl-flow/member"
+POPULATION_FORMAT = "agilerl-flow/population"
+VERSION = 1
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=1, sort_keys=True, allow_nan=True))
+
+
+def _read_json(path: Path, fmt: str) -> dict:
+    if not path.is_file():
+        raise CheckpointError(f"{path}: file not found; is this a {fmt} checkpoint directory?")
+    try:
+        data = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{path}: not valid JSON ({err}); the file is truncated or not a checkpoint") from None
+    if not isinstance(data, dict) or data.get("format") != fmt:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise CheckpointError(f"{path}: not a {fmt} file (format {found!r})")
+    if data.get("version") != VERSION:
+        raise CheckpointError(f"{path}: format version {data.get('version')!r} is not supported (expected {VERSION})")
+    return data
+
+
+def _save_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> str:
+    save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(path))
+    return _sha256(path)
+
+
+def _load_tensors(path: Path, expected_sha: str | None) -> dict[str, torch.Tensor]:
+    if not path.is_file():
+        raise CheckpointError(f"{path}: file not found")
+    if expected_sha is None:
+        raise CheckpointError(f"{path}: no checksum recorded for this file; refusing to load it")
+    if _sha256(path) != expected_sha:
+        raise CheckpointError(f"{path}: checksum mismatch; the file was truncated or modified after saving")
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({err})") from None
+
+
+def _atomic_dir(target: Path):
+    """A temp dir next to `target`; call the returned commit() to move it into place."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+
+    def commit() -> None:
+        if target.exists():
+            old = target.with_name(f".{target.name}.old")
+            if old.exists():
+                shutil.rmtree(old)
+            os.replace(target, old)
+            os.replace(tmp, target)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, target)
+
+    return tmp, commit
+
+
+# ---- members ---------------------------------------------------------------------------------------------
+def _write_member(path: Path, member: Member, env: dict[str, Any]) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    tensors, meta = member.agent.state()
+    sha = _save_tensors(path / "weights.safetensors", tensors)
+    _write_json(path / "member.json", {
+        "format": MEMBER_FORMAT, "version": VERSION, "env": env, "agent": meta,
+        "record": {"member_id": member.member_id, "parent_id": member.parent_id, "mutation": member.mutation,
+                   "born": member.born, "fitness_history": member.fitness_history},
+        "files": {"weights.safetensors": sha},
+    })
+
+
+def save_member(path: str | Path, member: Member, env: dict[str, Any]) -> Path:
+    """Save one member (atomically) to directory `path`. `env` holds env_id, env_kwargs, channels_last."""
+    path = Path(path)
+    tmp, commit = _atomic_dir(path)
+    _write_member(tmp, member, env)
+    commit()
+    return path
+
+
+def load_member(path: str | Path, obs_spec: ObsSpec | None = None, device: str = "cpu") -> tuple[Member, dict]:
+    """Load a member directory; returns (member, env description). Builds the obs spec from the env
+    recorded in the checkpoint when none is given."""
+    path = Path(path)
+    meta = _read_json(path / "member.json", MEMBER_FORMAT)
+    try:
+        env, agent_meta, record = meta["env"], meta["agent"], meta["record"]
+        files = meta["files"]
+    except KeyError as err:
+        raise CheckpointError(f"{path / 'member.json'}: missing field {err}") from None
+    tensors = _load_tensors(path / "weights.safetensors", files.get("weights.safetensors"))
+    if obs_spec is None:
+        from agilerl_core.envs.make import probe_spaces
+
+        obs_space, _ = probe_spaces(env["env_id"], env.get("env_kwargs"))
+        obs_spec = ObsSpec(obs_space, env.get("channels_last"))
+    try:
+        algo = get_algorithm(agent_meta["algorithm"])
+        agent = algo.from_state(obs_spec, tensors, agent_meta, device)
+    except (KeyError, ValueError, RuntimeError, TypeError) as err:
+        raise CheckpointError(f"{path / 'weights.safetensors'}: does not match {path / 'member.json'} ({err})") from None
+    member = Member(int(record["member_id"]), agent, record["parent_id"], str(record["mutation"]),
+                    int(record["born"]), [float(f) for f in record["fitness_history"]])
+    return member, env
+
+
+# ---- populations -----------------------------------------------------------------------------------------
+def save_population(path: str | Path, population: Population, env: dict[str, Any],
+                    buffer: ReplayBuffer | None = None, extra: dict[str, Any] | None = None) -> Path:
+    """Save a whole population atomically: members, evolution state, lineage, optionally the buffer."""
+    path = Path(path)
+    tmp, commit = _atomic_dir(path)
+    files = {}
+    for slot, m in enumerate(population.members):
+        _write_member(tmp / "members" / str(slot), m, env)
+    if buffer is not None:
+        data = buffer.committed()
+        files["buffer.safetensors"] = _save_tensors(tmp / "buffer.safetensors", data)
+    _write_json(tmp / "population.json", {
+        "format": POPULATION_FORMAT, "version": VERSION, "env": env,
+        "generation": population.generation, "next_id": population.next_id,
+        "rng": population.rng.bit_generator.state,
+        "members": [str(i) for i in range(len(population.members))],
+        "lineage": [e.to_dict() for e in population.lineage],
+        "files": files, "extra": extra or {},
+    })
+    commit()
+    return path
+
+
+def load_population(path: str | Path, obs_spec: ObsSpec | None = None, buffer: ReplayBuffer | None = None,
+                    device: str = "cpu") -> tuple[Population, dict]:
+    """Load a population directory (and the buffer contents into `buffer`, when given)."""
+    path = Path(path)
+    meta = _read_json(path / "population.json", POPULATION_FORMAT)
+    members = []
+    env = meta.get("env", {})
+    for name in meta.get("members", []):
+        member, env = load_member(path / "members" / name, obs_spec, device)
+        if obs_spec is None:
+            obs_spec = member.agent.obs_spec
+        members.append(member)
+    if not members:
+        raise CheckpointError(f"{path / 'population.json'}: lists no members")
+    rng = np.random.default_rng()
+    try:
+        rng.bit_generator.state = meta["rng"]
+        lineage = [LineageEvent(**e) for e in meta["lineage"]]
+    except (KeyError, TypeError, ValueError) as err:
+        raise CheckpointError(f"{path / 'population.json'}: bad evolution state ({err})") from None
+    pop = Population(members, rng, int(meta["generation"]), int(meta["next_id"]), lineage)
+    if buffer is not None:
+        data = _load_tensors(path / "buffer.safetensors", meta.get("files", {}).get("buffer.safetensors"))
+        try:
+            buffer.load_committed(data)
+        except (ValueError, RuntimeError) as err:
+            raise CheckpointError(f"{path / 'buffer.safetensors'}: does not fit this buffer ({err})") from None
+    return pop, meta

@@ -1,0 +1,202 @@
+"""The network every algorithm builds on: per-image conv encoders, then an MLP to the outputs.
+
+Architecture mutations act on the :class:`ArchSpec` (pure data); :meth:`EvolvableNetwork.rebuilt`
+turns a new spec into a network that keeps every weight that still exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+from torch import nn
+
+from agilerl_core.envs.spaces import Obs, ObsSpec
+from agilerl_core.networks.cnn import CNNSpec, EvolvableCNN
+from agilerl_core.networks.mlp import EvolvableMLP, MLPSpec
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    """Architecture of an EvolvableNetwork: the MLP and one conv encoder per image key."""
+
+    mlp: MLPSpec
+    cnns: tuple[tuple[str, CNNSpec], ...] = ()
+
+    @property
+    def activation(self) -> str:
+        return self.mlp.activation
+
+    def to_dict(self) -> dict:
+        return {"mlp": self.mlp.to_dict(), "cnns": [[k, s.to_dict()] for k, s in self.cnns]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ArchSpec:
+        return cls(MLPSpec.from_dict(d["mlp"]), tuple((str(k), CNNSpec.from_dict(s)) for k, s in d["cnns"]))
+
+    def describe(self) -> str:
+        s = f"mlp{list(self.mlp.hidden)}/{self.activation}"
+        if self.cnns:
+            c = self.cnns[0][1]
+            s += f" cnn{list(c.channels)}k{list(c.kernels)}"
+        return s
+
+
+@dataclass(frozen=True)
+class ArchBounds:
+    """Limits every architecture mutation respects."""
+
+    min_hidden_layers: int = 1
+    max_hidden_layers: int = 4
+    min_nodes: int = 16
+    max_nodes: int = 512
+    node_changes: tuple[int, ...] = (16, 32, 64)
+    min_conv_layers: int = 1
+    max_conv_layers: int = 4
+    min_channels: int = 8
+    max_channels: int = 256
+    channel_changes: tuple[int, ...] = (8, 16, 32)
+    kernel_choices: tuple[int, ...] = (3, 4, 5, 8)
+    activation_choices: tuple[str, ...] = ("relu", "leaky_relu", "elu", "tanh")
+
+    @classmethod
+    def from_config(cls, net) -> ArchBounds:  # net: agilerl_core.config.NetworkConfig
+        return cls(net.min_hidden_layers, net.max_hidden_layers, net.min_nodes, net.max_nodes,
+                   tuple(net.node_changes), net.cnn.min_layers, net.cnn.max_layers, net.cnn.min_channels,
+                   net.cnn.max_channels, tuple(net.cnn.channel_changes), tuple(net.cnn.kernel_choices),
+                   tuple(net.activation_choices))
+
+
+def initial_arch(obs_spec: ObsSpec, out_dim: int, net) -> ArchSpec:
+    """The starting architecture for an observation space from a NetworkConfig."""
+    cnns = []
+    for part in obs_spec.image_parts:
+        spec = CNNSpec(part.image_chw, tuple(net.cnn.channels), tuple(net.cnn.kernel_sizes),
+                       tuple(net.cnn.strides), net.cnn.latent_dim, net.activation)
+        if not spec.is_valid():
+            from agilerl_core.errors import ConfigError
+
+            raise ConfigError(f"network.cnn: kernels {net.cnn.kernel_sizes} with strides {net.cnn.strides} "
+                              f"leave no output for image {part.key!r} of shape {part.shape}; use smaller "
+                              f"kernels/strides or fewer layers")
+        cnns.append((part.key, spec))
+    in_dim = obs_spec.vector_dim + sum(s.latent_dim for _, s in cnns)
+    return ArchSpec(MLPSpec(in_dim, out_dim, tuple(net.hidden_sizes), net.activation), tuple(cnns))
+
+
+class EvolvableNetwork(nn.Module):
+    """obs -> [conv encoder per image key] ++ flat vector -> MLP -> outputs."""
+
+    def __init__(self, obs_spec: ObsSpec, arch: ArchSpec, generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        self.obs_spec = obs_spec
+        self.arch = arch
+        self.cnns = nn.ModuleDict({key: EvolvableCNN(spec, generator) for key, spec in arch.cnns})
+        self.mlp = EvolvableMLP(arch.mlp, generator)
+        self.plain_mlp = not arch.cnns
+
+    def features(self, obs: Obs) -> torch.Tensor:
+        """The MLP's input: flat vector part and conv latents, concatenated."""
+        vector, images = self.obs_spec.preprocess(obs)
+        if self.plain_mlp:
+            return vector
+        parts = [] if vector is None else [vector]
+        parts += [self.cnns[p.key](x) for p, x in zip(self.obs_spec.image_parts, images, strict=True)]
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+
+    def forward(self, obs: Obs) -> torch.Tensor:
+        return self.mlp(self.features(obs))
+
+    def rebuilt(self, arch: ArchSpec, generator: torch.Generator | None = None) -> EvolvableNetwork:
+        """A new network with `arch` that keeps every weight that still exists."""
+        new = EvolvableNetwork.__new__(EvolvableNetwork)
+        nn.Module.__init__(new)
+        new.obs_spec = self.obs_spec
+        new.arch = arch
+        new.cnns = nn.ModuleDict({key: self.cnns[key].rebuilt(spec, generator) for key, spec in arch.cnns})
+        new.mlp = self.mlp.rebuilt(arch.mlp, generator)
+        new.plain_mlp = not arch.cnns
+        return new
+
+    def param_count(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+# ---- architecture mutations (pure functions of the spec) -------------------------------------------
+
+LAYER_MUTATIONS = ("mlp.add_layer", "mlp.remove_layer", "cnn.add_layer", "cnn.remove_layer")
+NODE_MUTATIONS = ("mlp.add_nodes", "mlp.remove_nodes", "cnn.add_channels", "cnn.remove_channels",
+                  "cnn.change_kernel")
+
+
+def _map_cnns(arch: ArchSpec, fn) -> ArchSpec | None:
+    cnns = tuple((k, fn(s)) for k, s in arch.cnns)
+    if any(not s.is_valid() for _, s in cnns):
+        return None
+    mlp_in = arch.mlp.in_dim - sum(s.latent_dim for _, s in arch.cnns) + sum(s.latent_dim for _, s in cnns)
+    return ArchSpec(replace(arch.mlp, in_dim=mlp_in), cnns)
+
+
+def propose_mutation(arch: ArchSpec, name: str, bounds: ArchBounds,
+                     rng: np.random.Generator) -> tuple[ArchSpec, str] | None:
+    """Apply architecture mutation `name` to `arch`; None when the bounds forbid it."""
+    mlp = arch.mlp
+    hidden = list(mlp.hidden)
+    if name == "mlp.add_layer":
+        if len(hidden) >= bounds.max_hidden_layers:
+            return None
+        return replace(arch, mlp=replace(mlp, hidden=(*hidden, hidden[-1]))), f"{name}({hidden[-1]})"
+    if name == "mlp.remove_layer":
+        if len(hidden) <= bounds.min_hidden_layers:
+            return None
+        return replace(arch, mlp=replace(mlp, hidden=tuple(hidden[:-1]))), name
+    if name in ("mlp.add_nodes", "mlp.remove_nodes"):
+        i = int(rng.integers(len(hidden)))
+        n = int(rng.choice(bounds.node_changes))
+        new = min(hidden[i] + n, bounds.max_nodes) if name == "mlp.add_nodes" else max(hidden[i] - n, bounds.min_nodes)
+        if new == hidden[i]:
+            return None
+        hidden[i] = new
+        return replace(arch, mlp=replace(mlp, hidden=tuple(hidden))), f"{name}(layer={i}, {new - mlp.hidden[i]:+d})"
+    if not arch.cnns:
+        return None
+    ref = arch.cnns[0][1]
+    layers = len(ref.channels)
+    if name == "cnn.add_layer":
+        if layers >= bounds.max_conv_layers:
+            return None
+        k = min(bounds.kernel_choices)
+        out = _map_cnns(arch, lambda s: replace(s, channels=(*s.channels, s.channels[-1]),
+                                                kernels=(*s.kernels, k), strides=(*s.strides, 1)))
+        return None if out is None else (out, f"{name}(k={k})")
+    if name == "cnn.remove_layer":
+        if layers <= bounds.min_conv_layers:
+            return None
+        out = _map_cnns(arch, lambda s: replace(s, channels=s.channels[:-1], kernels=s.kernels[:-1],
+                                                strides=s.strides[:-1]))
+        return None if out is None else (out, name)
+    if name in ("cnn.add_channels", "cnn.remove_channels"):
+        i = int(rng.integers(layers))
+        n = int(rng.choice(bounds.channel_changes))
+        c = ref.channels[i]
+        new = min(c + n, bounds.max_channels) if name == "cnn.add_channels" else max(c - n, bounds.min_channels)
+        if new == c:
+            return None
+        out = _map_cnns(arch, lambda s: replace(s, channels=tuple(new if j == i else x for j, x in enumerate(s.channels))))
+        return None if out is None else (out, f"{name}(layer={i}, {new - c:+d})")
+    if name == "cnn.change_kernel":
+        i = int(rng.integers(layers))
+        choices = [k for k in bounds.kernel_choices if k != ref.kernels[i]]
+        if not choices:
+            return None
+        k = int(rng.choice(choices))
+        out = _map_cnns(arch, lambda s: replace(s, kernels=tuple(k if j == i else x for j, x in enumerate(s.kernels))))
+        return None if out is None else (out, f"{name}(layer={i}, k={k})")
+    raise ValueError(f"unknown architecture mutation {name!r}")
+
+
+def with_activation(arch: ArchSpec, activation: str) -> ArchSpec:
+    """The same architecture with another hidden activation (MLP and convs)."""
+    return ArchSpec(replace(arch.mlp, activation=activation),
+                    tuple((k, replace(s, activation=activation)) for k, s in arch.cnns))

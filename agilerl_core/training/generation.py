@@ -1,0 +1,142 @@
+"""The generation step as separate functions: train one member, evaluate one member, (evolve the
+population: :meth:`Population.evolve`), commit experience. The in-process loop and the pipeline's
+tasks call these same functions, so both give the same result for the same seed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from gymnasium.vector import VectorEnv
+
+from agilerl_core.algorithms.dqn import DQN
+from agilerl_core.buffers.replay import ReplayBuffer
+
+
+def derive_seed(*parts: int) -> int:
+    """A 31-bit seed from integers (the master seed, a generation, a slot...)."""
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+@dataclass
+class TrainResult:
+    """What one member's training phase produced."""
+
+    slot: int
+    env_steps: int
+    learn_steps: int
+    episodes: int
+    mean_return: float  # mean return of episodes finished during training (nan if none)
+    mean_loss: float
+    wall_s: float
+
+
+def _real_next_obs(next_obs, info: dict, done: np.ndarray):
+    """With same-step autoreset, the true next observation of a finished episode is in final_obs."""
+    if not done.any():
+        return next_obs
+    final = info["final_obs"]
+    idx = np.flatnonzero(done)
+    if isinstance(next_obs, dict):
+        real = {k: v.copy() for k, v in next_obs.items()}
+        for i in idx:
+            for k in real:
+                real[k][i] = final[i][k]
+        return real
+    real = next_obs.copy()
+    for i in idx:
+        real[i] = final[i]
+    return real
+
+
+def _action_masks(info: dict, num_envs: int, action_dim: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(mask for the observations returned, mask for the true next observations) from a vector info."""
+    current = info.get("action_mask")
+    if current is None:
+        return None, None
+    current = np.asarray(current, dtype=bool).reshape(num_envs, action_dim)
+    nxt = current.copy()
+    final = info.get("final_info")
+    if final is not None and "action_mask" in final:
+        has = np.asarray(final.get("_action_mask", np.zeros(num_envs, bool)), dtype=bool)
+        for i in np.flatnonzero(has):
+            nxt[i] = np.asarray(final["action_mask"][i], dtype=bool)
+    return current, nxt
+
+
+def train_member(agent: DQN, slot: int, env: VectorEnv, buffer: ReplayBuffer, evo_steps: int,
+                 seed: int) -> TrainResult:
+    """Collect `evo_steps` env steps (rounded up to whole vector steps) into `slot`'s staging area,
+    learning every `learn_step` steps once `learning_delay` steps have passed.
+
+    The env is reset with `seed` first, so the result depends only on the agent, the committed buffer
+    and the seed (episodes do not straddle generations).
+    """
+    t0 = time.perf_counter()
+    spec = agent.obs_spec
+    hp = agent.hp
+    num_envs = env.num_envs
+    obs, info = env.reset(seed=seed)
+    mask, _ = _action_masks(info, num_envs, agent.action_dim)
+    has_mask = mask is not None
+    returns = np.zeros(num_envs)
+    finished: list[float] = []
+    loss_sum = torch.zeros(())
+    learn_steps = 0
+    credit = 0
+    vector_steps = math.ceil(evo_steps / num_envs)
+    for _ in range(vector_steps):
+        obs_t = spec.to_tensors(obs)
+        actions = agent.act(obs_t, agent.epsilon(), mask)
+        next_obs, reward, terminated, truncated, info = env.step(actions)
+        done = terminated | truncated
+        real_next = _real_next_obs(next_obs, info, done)
+        data = {f"obs.{k}": v for k, v in obs_t.items()}
+        data.update({f"next_obs.{k}": v for k, v in spec.to_tensors(real_next).items()})
+        data["action"] = torch.as_tensor(actions, dtype=torch.int64)
+        data["reward"] = torch.as_tensor(reward, dtype=torch.float32)
+        data["terminated"] = torch.as_tensor(terminated, dtype=torch.float32)
+        if has_mask:
+            mask, next_mask = _action_masks(info, num_envs, agent.action_dim)
+            data["next_action_mask"] = torch.as_tensor(next_mask)
+        buffer.add(slot, data)
+        agent.env_steps += num_envs
+        returns += reward
+        if done.any():
+            finished.extend(returns[done].tolist())
+            returns[done] = 0.0
+        obs = next_obs
+        if agent.env_steps >= hp.learning_delay and buffer.available(slot) >= hp.batch_size:
+            credit += num_envs
+            while credit >= hp.learn_step:
+                batch = buffer.sample(hp.batch_size, slot, agent.torch_gen)
+                loss_sum += agent.learn(batch)
+                learn_steps += 1
+                credit -= hp.learn_step
+    return TrainResult(slot, vector_steps * num_envs, learn_steps, len(finished),
+                       float(np.mean(finished)) if finished else float("nan"),
+                       float(loss_sum) / learn_steps if learn_steps else float("nan"),
+                       time.perf_counter() - t0)
+
+
+def evaluate_member(agent: DQN, env: VectorEnv, seed: int, max_steps: int | None = None) -> float:
+    """Fitness: mean return of one greedy episode per sub-env of `env`, after a reset with `seed`."""
+    spec = agent.obs_spec
+    n = env.num_envs
+    obs, info = env.reset(seed=seed)
+    mask, _ = _action_masks(info, n, agent.action_dim)
+    returns = np.zeros(n)
+    active = np.ones(n, dtype=bool)
+    steps = 0
+    while active.any() and (max_steps is None or steps < max_steps):
+        actions = agent.act(spec.to_tensors(obs), 0.0, mask)
+        obs, reward, terminated, truncated, info = env.step(actions)
+        returns += reward * active
+        active &= ~(terminated | truncated)
+        mask, _ = _action_masks(info, n, agent.action_dim)
+        steps += 1
+    return float(returns.mean())

@@ -1,0 +1,191 @@
+"""The in-process off-policy evolution loop, built from the generation step functions."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from agilerl_core.algorithms.registry import get_algorithm
+from agilerl_core.buffers.replay import ReplayBuffer, transition_fields
+from agilerl_core.config import ExperimentConfig
+from agilerl_core.envs.make import make_vector_env, probe_spaces
+from agilerl_core.envs.spaces import ObsSpec, action_dim
+from agilerl_core.errors import ConfigError
+from agilerl_core.hpo.mutation import Mutations
+from agilerl_core.hpo.population import Population
+from agilerl_core.hpo.space import merge_space
+from agilerl_core.hpo.tournament import TournamentSelection
+from agilerl_core.io.checkpoint import load_population, save_member, save_population
+from agilerl_core.networks.evolvable import ArchBounds, initial_arch
+from agilerl_core.training.generation import TrainResult, derive_seed, evaluate_member, train_member
+
+
+@dataclass
+class GenerationStats:
+    """Summary of one generation (what the progress bar and trackers show)."""
+
+    generation: int
+    global_steps: int
+    fitnesses: list[float]
+    best_fitness: float
+    mean_fitness: float
+    train_returns: list[float]
+    mutations: list[str]
+    hyperparameters: list[dict]
+    wall_s: float
+
+
+@dataclass
+class RunResult:
+    """Outcome of an evolution run."""
+
+    best_fitness: float
+    global_steps: int
+    wall_s: float
+    env_steps_per_s: float
+    generations: int
+    elite_uri: str
+    reached_target: bool
+    history: list[GenerationStats] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {"best_fitness": self.best_fitness, "global_steps": self.global_steps, "wall_s": round(self.wall_s, 3),
+                "env_steps_per_s": round(self.env_steps_per_s, 1), "generations": self.generations,
+                "elite_uri": self.elite_uri, "reached_target": self.reached_target}
+
+
+def _probe_action_mask(env) -> int | None:
+    _, info = env.reset(seed=0)
+    mask = info.get("action_mask")
+    return None if mask is None else int(np.asarray(mask).reshape(env.num_envs, -1).shape[1])
+
+
+class Experiment:
+    """Everything one evolution run needs in one process: population, shared buffer, envs."""
+
+    def __init__(self, cfg: ExperimentConfig) -> None:
+        self.cfg = cfg
+        if cfg.device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("device: 'cuda' was requested but no CUDA device is available; use 'cpu' or 'auto'")
+        self.device = "cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()) else "cpu"
+        torch.set_num_threads(cfg.torch_threads)
+        obs_space, act_space = probe_spaces(cfg.env_id, cfg.env_kwargs)
+        self.obs_spec = ObsSpec(obs_space, cfg.network.cnn.channels_last)
+        self.action_dim = action_dim(act_space)
+        self.env_desc = {"env_id": cfg.env_id, "env_kwargs": cfg.env_kwargs,
+                         "channels_last": cfg.network.cnn.channels_last}
+        self.algo_cls = get_algorithm(cfg.algorithm)
+        self.space = merge_space(self.algo_cls.default_hp_space, cfg.hp_space)
+        for name, spec in self.space.items():
+            value = getattr(cfg.hyperparameters, name)
+            if not spec.min <= value <= spec.max:
+                raise ConfigError(f"hyperparameters.{name}: initial value {value} lies outside hp_space.{name} "
+                                  f"bounds [{spec.min}, {spec.max}]; change one of them")
+        self.bounds = ArchBounds.from_config(cfg.network)
+        self.arch = initial_arch(self.obs_spec, self.action_dim, cfg.network)
+        self.tournament = TournamentSelection(cfg.tournament.size, cfg.tournament.elitism)
+        self.mutations = Mutations.from_config(cfg.mutation, self.space, self.bounds)
+        self.envs = [make_vector_env(cfg.env_id, cfg.num_envs, cfg.env_kwargs) for _ in range(cfg.population_size)]
+        self.eval_env = make_vector_env(cfg.env_id, cfg.eval_episodes, cfg.env_kwargs)
+        mask_dim = _probe_action_mask(self.envs[0])
+        self.buffer = ReplayBuffer(transition_fields(self.obs_spec, mask_dim), cfg.hyperparameters.buffer_size,
+                                   self.device)
+        self.slot_capacity = math.ceil(cfg.evo_steps / cfg.num_envs) * cfg.num_envs
+        agents = [self.algo_cls(self.obs_spec, self.action_dim, self.arch, cfg.hyperparameters,
+                                derive_seed(cfg.seed, 1, i), self.device) for i in range(cfg.population_size)]
+        self.population = Population.create(agents, cfg.seed)
+        self.global_steps = 0
+        self.history: list[GenerationStats] = []
+
+    # ---- the generation step -------------------------------------------------------------------------
+    def train(self, slot: int) -> TrainResult:
+        gen = self.population.generation
+        return train_member(self.population.members[slot].agent, slot, self.envs[slot], self.buffer,
+                            self.cfg.evo_steps, derive_seed(self.cfg.seed, 2, gen, slot))
+
+    def evaluate(self, slot: int) -> float:
+        gen = self.population.generation
+        return evaluate_member(self.population.members[slot].agent, self.eval_env,
+                               derive_seed(self.cfg.seed, 3, gen), self.cfg.eval_max_steps)
+
+    def run_generation(self) -> GenerationStats:
+        """Train every member, evaluate, commit the fresh experience, record fitness."""
+        t0 = time.perf_counter()
+        pop = self.population
+        self.buffer.reserve_staging(len(pop.members), self.slot_capacity)
+        results = [self.train(slot) for slot in range(len(pop.members))]
+        fitnesses = [self.evaluate(slot) for slot in range(len(pop.members))]
+        self.buffer.commit([self.buffer.shard(r.slot) for r in results])
+        self.global_steps += sum(r.env_steps for r in results)
+        pop.record_fitness(fitnesses)
+        stats = GenerationStats(pop.generation, self.global_steps, fitnesses, max(fitnesses),
+                                float(np.mean(fitnesses)), [r.mean_return for r in results],
+                                [m.mutation for m in pop.members], [m.agent.hp.model_dump() for m in pop.members],
+                                time.perf_counter() - t0)
+        self.history.append(stats)
+        return stats
+
+    def finished(self) -> bool:
+        cfg = self.cfg
+        reached = bool(self.history) and cfg.target_fitness is not None and \
+            self.history[-1].best_fitness >= cfg.target_fitness
+        return reached or self.global_steps >= cfg.max_env_steps
+
+    def evolve(self) -> None:
+        self.population.evolve(self.tournament, self.mutations)
+
+    # ---- persistence ----------------------------------------------------------------------------------
+    def save(self, path: str | Path, with_buffer: bool = True) -> Path:
+        extra = {"global_steps": self.global_steps, "history": [asdict(h) for h in self.history],
+                 "config": self.cfg.model_dump(mode="json")}
+        return save_population(path, self.population, self.env_desc, self.buffer if with_buffer else None, extra)
+
+    def restore(self, path: str | Path) -> None:
+        """Continue from a saved population (and buffer): the run then proceeds exactly as if uninterrupted."""
+        pop, meta = load_population(path, self.obs_spec, self.buffer, self.device)
+        self.population = pop
+        self.global_steps = int(meta["extra"]["global_steps"])
+        self.history = [GenerationStats(**h) for h in meta["extra"]["history"]]
+
+    def save_elite(self, path: str | Path) -> Path:
+        return save_member(path, self.population.elite(), self.env_desc)
+
+
+def train_off_policy(cfg: ExperimentConfig, progress: bool = True, run_dir: str | Path | None = None,
+                     experiment: Experiment | None = None) -> RunResult:
+    """Evolve a population until the target fitness or the global env-step budget; save the elite."""
+    exp = experiment or Experiment(cfg)
+    t0 = time.perf_counter()
+    steps0 = exp.global_steps
+    bar = tqdm(total=cfg.max_env_steps, initial=exp.global_steps, unit="step", file=sys.stderr,
+               disable=not progress, dynamic_ncols=True, desc="evolution")
+    try:
+        while not exp.finished():
+            if exp.history:  # the population was evaluated: select and mutate before training again
+                exp.evolve()
+            stats = exp.run_generation()
+            elapsed = time.perf_counter() - t0
+            bar.update(stats.global_steps - bar.n)
+            bar.set_postfix(gen=stats.generation, best=f"{stats.best_fitness:.1f}",
+                            mean=f"{stats.mean_fitness:.1f}",
+                            sps=f"{(exp.global_steps - steps0) / max(elapsed, 1e-9):.0f}")
+    finally:
+        bar.close()
+    wall = time.perf_counter() - t0
+    run_dir = Path(run_dir or Path(cfg.output_dir) / f"{cfg.name}-seed{cfg.seed}")
+    elite_path = exp.save_elite(run_dir / "elite")
+    exp.save(run_dir / "population")
+    last = exp.history[-1]
+    return RunResult(best_fitness=last.best_fitness, global_steps=exp.global_steps, wall_s=wall,
+                     env_steps_per_s=(exp.global_steps - steps0) / max(wall, 1e-9),
+                     generations=len(exp.history), elite_uri=str(elite_path.resolve()),
+                     reached_target=cfg.target_fitness is not None and last.best_fitness >= cfg.target_fitness,
+                     history=exp.history)
