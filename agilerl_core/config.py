@@ -210,7 +210,13 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
         key, raw = pair.split("=", 1)
         if not key:
             raise ConfigError(f"--set {pair!r}: empty key")
-        out[key.strip()] = yaml.safe_load(raw) if raw != "" else ""
+        value = yaml.safe_load(raw) if raw != "" else ""
+        if isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        out[key.strip()] = value
     return out
 
 

@@ -1,0 +1,88 @@
+"""Throughput beside AgileRL 2.58 on the peer's DQN configuration, measured in one run.
+
+Configuration (../shared/bench/peer_agilerl_dqn.py): CartPole-v1, population 4, 8 envs, learn_step 1
+(one gradient step per env step: 8 per vector step), batch 128, MLP 2x32, double Q, no target so the
+whole budget runs. Both sides run on one torch thread, alternating, `--repeats` times; env steps/s
+is training env steps over wall time (evaluation included on both sides). Medians are reported.
+
+Set up the peer first (its own venv, see ../shared/bench/README.md), then:
+
+    python benchmarks/throughput_dqn.py [--peer-python ~/peer-venv/bin/python] [--budget 40000] [--repeats 3]
+
+Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+
+from agilerl_core.config import ExperimentConfig
+from agilerl_core.training.off_policy import train_off_policy
+
+ROOT = Path(__file__).resolve().parents[1]
+PEER_DIR = ROOT.parent / "shared" / "bench"
+
+
+def ours(budget: int, evo_steps: int, seed: int, out: str) -> dict:
+    cfg = ExperimentConfig(
+        name="throughput", env_id="CartPole-v1", num_envs=8, population_size=4, evo_steps=evo_steps,
+        eval_episodes=1, max_env_steps=budget, target_fitness=None, seed=seed, output_dir=out,
+        hyperparameters={"lr": 1e-3, "batch_size": 128, "learn_step": 1, "tau": 1e-3, "double": True,
+                         "learning_delay": 0, "buffer_size": 100_000, "eps_end": 0.1},
+        network={"hidden_sizes": [32, 32]},
+        mutation={"no_mutation": 0.4, "architecture": 0.2, "new_layer_share": 0.2, "parameters": 0.2,
+                  "activation": 0.0, "rl_hp": 0.2},
+        hp_space={"learn_step": None},  # keep one gradient step per env step, as the peer's run does
+    )
+    res = train_off_policy(cfg, progress=False)
+    return {"wall_s": res.wall_s, "train_env_steps": res.global_steps, "env_steps_per_s": res.env_steps_per_s}
+
+
+def peer(python: str, budget: int, evo_steps: int, seed: int, out: str) -> dict:
+    cmd = [python, "peer_agilerl_dqn.py", "--seed", str(seed), "--global-budget", str(budget),
+           "--evo-steps", str(evo_steps), "--threads", "1", "--out", out]
+    proc = subprocess.run(cmd, cwd=PEER_DIR, capture_output=True, text=True, check=False)
+    m = re.search(r"^RESULT (.*)$", proc.stdout, re.M)
+    if proc.returncode != 0 or not m:
+        raise RuntimeError(f"peer run failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    r = json.loads(m.group(1))
+    return {"wall_s": r["wall_s"], "train_env_steps": r["train_env_steps"],
+            "env_steps_per_s": r["train_env_steps"] / r["wall_s"]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--peer-python", default=os.path.expanduser("~/peer-venv/bin/python"))
+    p.add_argument("--budget", type=int, default=40_000)
+    p.add_argument("--evo-steps", type=int, default=5_000)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--no-peer", action="store_true")
+    args = p.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    mine, theirs = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.repeats):
+            mine.append(ours(args.budget, args.evo_steps, i + 1, tmp))
+            if not args.no_peer:
+                theirs.append(peer(args.peer_python, args.budget, args.evo_steps, i + 1, f"{tmp}/peer{i}.json"))
+    med_ours = statistics.median(r["env_steps_per_s"] for r in mine)
+    out = {"benchmark": "throughput_dqn", "budget": args.budget, "repeats": args.repeats,
+           "ours_env_steps_per_s_median": round(med_ours, 1), "ours": mine}
+    if theirs:
+        med_peer = statistics.median(r["env_steps_per_s"] for r in theirs)
+        out.update({"peer_env_steps_per_s_median": round(med_peer, 1), "peer": theirs,
+                    "speedup_median": round(med_ours / med_peer, 2), "target_speedup": 5.0})
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""Shared fixtures and small test envs (registered with Gymnasium under the `agilerl_test/` namespace)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+
+class ImageEnv(gym.Env):
+    """8x8 RGB image (channels last, uint8); reward 1 for the action equal to the lit quadrant."""
+
+    observation_space = spaces.Box(0, 255, (8, 8, 3), np.uint8)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def _obs(self):
+        self.target = int(self.np_random.integers(2))
+        img = np.zeros((8, 8, 3), np.uint8)
+        img[:, self.target * 4:(self.target + 1) * 4, :] = 255
+        return img
+
+    def step(self, action):
+        r = float(action == self.target)
+        self.t += 1
+        return self._obs(), r, False, self.t >= 16, {}
+
+
+class MaskedDictEnv(gym.Env):
+    """Dict observation (Discrete position + Box vector) with an action mask in info."""
+
+    observation_space = spaces.Dict({"pos": spaces.Discrete(5), "vec": spaces.Box(-1, 1, (3,), np.float32)})
+    action_space = spaces.Discrete(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.pos = 0
+        return self._obs(), {"action_mask": self._mask()}
+
+    def _mask(self):
+        m = np.ones(3, dtype=np.int8)
+        m[2] = 0 if self.pos % 2 == 0 else 1  # action 2 only valid at odd positions
+        return m
+
+    def _obs(self):
+        return {"pos": self.pos, "vec": self.np_random.uniform(-1, 1, 3).astype(np.float32)}
+
+    def step(self, action):
+        if self._mask()[action] == 0:
+            raise AssertionError(f"invalid action {action} taken at position {self.pos}")
+        self.pos = min(self.pos + 1, 4) if action >= 1 else max(self.pos - 1, 0)
+        done = self.pos == 4
+        return self._obs(), float(done), done, False, {"action_mask": self._mask()}
+
+
+for _id, _cls in (("agilerl_test/Image-v0", ImageEnv), ("agilerl_test/MaskedDict-v0", MaskedDictEnv)):
+    if _id not in gym.registry:
+        gym.register(_id, entry_point=_cls, max_episode_steps=50)
+
+
+@pytest.fixture(autouse=True)
+def _single_thread():
+    torch.set_num_threads(1)
+
+
+def tiny_config(**overrides):
+    """A config that trains for a few hundred steps (for tests)."""
+    from agilerl_core.config import validate_config
+
+    data = {"name": "test", "env_id": "CartPole-v1", "num_envs": 4, "population_size": 3, "evo_steps": 200,
+            "eval_episodes": 2, "max_env_steps": 1200, "seed": 0,
+            "hyperparameters": {"batch_size": 32, "learning_delay": 64, "buffer_size": 5000},
+            "network": {"hidden_sizes": [32, 32], "min_nodes": 8}}
+    for k, v in overrides.items():
+        node = data
+        parts = k.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = v
+    return validate_config(data)

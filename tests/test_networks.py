@@ -1,0 +1,165 @@
+"""Evolvable networks: every mutation keeps every weight that still exists, bounds hold, spaces work."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from agilerl_core.config import NetworkConfig
+from agilerl_core.envs.spaces import ObsSpec
+from agilerl_core.networks import (
+    LAYER_MUTATIONS,
+    NODE_MUTATIONS,
+    ArchBounds,
+    CNNSpec,
+    EvolvableCNN,
+    EvolvableMLP,
+    EvolvableNetwork,
+    MLPSpec,
+    initial_arch,
+    propose_mutation,
+)
+from agilerl_core.networks.transfer import overlap_slices
+
+
+def _assert_kept(old: torch.nn.Module, new: torch.nn.Module, centered=()):
+    old_p = dict(old.named_parameters())
+    checked = 0
+    for name, p in new.named_parameters():
+        if name not in old_p or name == "proj.weight":  # proj is matched per conv output cell, checked below
+            continue
+        cd = centered if p.ndim == 4 else ()
+        s_new, s_old = overlap_slices(p.shape, old_p[name].shape, cd)
+        assert torch.equal(p[s_new], old_p[name][s_old]), name
+        checked += 1
+    assert checked > 0
+
+
+@pytest.mark.parametrize("hidden", [(32,), (32, 64), (16, 16, 16)])
+def test_mlp_every_mutation_keeps_weights_exactly(hidden):
+    gen = torch.Generator().manual_seed(0)
+    mlp = EvolvableMLP(MLPSpec(5, 3, hidden), gen)
+    specs = {
+        "add_layer": MLPSpec(5, 3, (*hidden, hidden[-1])),
+        "remove_layer": MLPSpec(5, 3, hidden[:-1] or hidden),
+        "add_nodes": MLPSpec(5, 3, tuple(h + 16 if i == 0 else h for i, h in enumerate(hidden))),
+        "remove_nodes": MLPSpec(5, 3, tuple(h - 8 if i == len(hidden) - 1 else h for i, h in enumerate(hidden))),
+        "activation": MLPSpec(5, 3, hidden, "tanh"),
+    }
+    for spec in specs.values():
+        _assert_kept(mlp, mlp.rebuilt(spec, gen))
+
+
+def test_mlp_growth_preserves_the_function():
+    gen = torch.Generator().manual_seed(1)
+    mlp = EvolvableMLP(MLPSpec(4, 2, (32, 32)), gen)
+    x = torch.randn(64, 4)
+    for spec in (MLPSpec(4, 2, (48, 32)), MLPSpec(4, 2, (32, 64)), MLPSpec(4, 2, (32, 32, 32))):
+        new = mlp.rebuilt(spec, gen)
+        torch.testing.assert_close(new(x), mlp(x), rtol=0, atol=1e-6)
+
+
+def test_cnn_every_mutation_keeps_weights_exactly():
+    gen = torch.Generator().manual_seed(0)
+    base = CNNSpec((3, 32, 32), (16, 32), (5, 3), (2, 1), 64)
+    cnn = EvolvableCNN(base, gen)
+    variants = [
+        CNNSpec((3, 32, 32), (24, 32), (5, 3), (2, 1), 64),  # add channels
+        CNNSpec((3, 32, 32), (16, 24), (5, 3), (2, 1), 64),  # remove channels (last layer)
+        CNNSpec((3, 32, 32), (16, 32), (3, 3), (2, 1), 64),  # change kernel
+        CNNSpec((3, 32, 32), (16, 32), (5, 5), (2, 1), 64),  # grow kernel
+        CNNSpec((3, 32, 32), (16, 32, 32), (5, 3, 3), (2, 1, 1), 64),  # add layer
+        CNNSpec((3, 32, 32), (16,), (5,), (2,), 64),  # remove layer
+    ]
+    for spec in variants:
+        new = cnn.rebuilt(spec, gen)
+        _assert_kept(cnn, new, centered=(2, 3))
+        # the projection keeps weights per (channel, row, column) of the conv output
+        c0, h0, w0 = base.conv_output()
+        c1, h1, w1 = spec.conv_output()
+        old_w = cnn.proj.weight.view(-1, c0, h0, w0)
+        new_w = new.proj.weight.view(-1, c1, h1, w1)
+        c, h, w = min(c0, c1), min(h0, h1), min(w0, w1)
+        assert torch.equal(new_w[:, :c, :h, :w], old_w[:, :c, :h, :w])
+        assert new(torch.rand(2, 3, 32, 32)).shape == (2, 64)
+
+
+def test_adding_channels_preserves_the_function():
+    gen = torch.Generator().manual_seed(3)
+    cnn = EvolvableCNN(CNNSpec((3, 16, 16), (8, 8), (3, 3), (1, 1), 16), gen)
+    x = torch.rand(4, 3, 16, 16)
+    for spec in (CNNSpec((3, 16, 16), (16, 8), (3, 3), (1, 1), 16), CNNSpec((3, 16, 16), (8, 24), (3, 3), (1, 1), 16)):
+        torch.testing.assert_close(cnn.rebuilt(spec, gen)(x), cnn(x), rtol=0, atol=1e-6)
+
+
+def test_mutations_respect_bounds():
+    bounds = ArchBounds(min_hidden_layers=1, max_hidden_layers=3, min_nodes=16, max_nodes=64, node_changes=(16, 32),
+                        min_conv_layers=1, max_conv_layers=2, min_channels=8, max_channels=32,
+                        channel_changes=(8, 16), kernel_choices=(3, 5))
+    spec = ObsSpec(spaces.Box(0, 255, (24, 24, 3), np.uint8))
+    cfg = NetworkConfig(hidden_sizes=[32], min_nodes=16, max_nodes=64,
+                        cnn={"channels": [8], "kernel_sizes": [3], "strides": [1], "latent_dim": 16})
+    arch = initial_arch(spec, 2, cfg)
+    rng = np.random.default_rng(0)
+    seen = set()
+    for _ in range(400):
+        name = str(rng.choice(LAYER_MUTATIONS + NODE_MUTATIONS))
+        out = propose_mutation(arch, name, bounds, rng)
+        if out is None:
+            continue
+        arch, _ = out
+        seen.add(name)
+        h = arch.mlp.hidden
+        assert 1 <= len(h) <= 3 and all(16 <= x <= 64 for x in h)
+        c = arch.cnns[0][1]
+        assert 1 <= len(c.channels) <= 2 and all(8 <= x <= 32 for x in c.channels)
+        assert all(k in (3, 5) for k in c.kernels[:1]) and c.is_valid()
+    assert seen == set(LAYER_MUTATIONS + NODE_MUTATIONS)
+    # at the bounds the mutation is refused, never clipped silently into an invalid network
+    at_max = initial_arch(ObsSpec(spaces.Box(-1, 1, (4,))), 2, NetworkConfig(hidden_sizes=[64, 64, 64], max_nodes=64,
+                                                                              max_hidden_layers=3))
+    assert propose_mutation(at_max, "mlp.add_layer", bounds, rng) is None
+    assert propose_mutation(at_max, "mlp.add_nodes", bounds, rng) is None
+
+
+@pytest.mark.parametrize("space, obs", [
+    (spaces.Box(-1, 1, (6,), np.float32), lambda n: np.zeros((n, 6), np.float32)),
+    (spaces.Box(0, 255, (12, 12, 3), np.uint8), lambda n: np.zeros((n, 12, 12, 3), np.uint8)),
+    (spaces.Box(0, 1, (1, 12, 12), np.float32), lambda n: np.zeros((n, 1, 12, 12), np.float32)),
+    (spaces.Discrete(7), lambda n: np.arange(n) % 7),
+    (spaces.Dict({"img": spaces.Box(0, 255, (12, 12, 3), np.uint8), "d": spaces.Discrete(3),
+                  "v": spaces.Box(-1, 1, (2,), np.float32)}),
+     lambda n: {"img": np.zeros((n, 12, 12, 3), np.uint8), "d": np.zeros(n, np.int64), "v": np.zeros((n, 2), np.float32)}),
+])
+def test_observation_spaces(space, obs):
+    spec = ObsSpec(space)
+    cfg = NetworkConfig(cnn={"channels": [8], "kernel_sizes": [3], "strides": [1], "latent_dim": 16})
+    net = EvolvableNetwork(spec, initial_arch(spec, 4, cfg), torch.Generator().manual_seed(0))
+    out = net(spec.to_tensors(obs(5)))
+    assert out.shape == (5, 4)
+    assert net.plain_mlp == (not spec.has_images)
+
+
+def test_discrete_observation_is_one_hot():
+    spec = ObsSpec(spaces.Discrete(4))
+    vec, imgs = spec.preprocess(spec.to_tensors(np.array([2, 0])))
+    assert torch.equal(vec, torch.tensor([[0.0, 0, 1, 0], [1, 0, 0, 0]])) and imgs == []
+
+
+def test_channel_layout_detection():
+    assert ObsSpec(spaces.Box(0, 255, (84, 84, 3), np.uint8)).parts[0].channels_last
+    assert not ObsSpec(spaces.Box(0, 255, (3, 84, 84), np.uint8)).parts[0].channels_last
+    assert ObsSpec(spaces.Box(0, 255, (3, 84, 84), np.uint8), channels_last=True).parts[0].channels_last
+
+
+def test_unsupported_spaces_raise_config_errors():
+    from agilerl_core.envs.spaces import action_dim
+    from agilerl_core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="env_id: observation .*Tuple"):
+        ObsSpec(spaces.Tuple([spaces.Discrete(2)]))
+    with pytest.raises(ConfigError, match="env_id: action space .*Discrete"):
+        action_dim(gym.make("Pendulum-v1").action_space)

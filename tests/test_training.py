@@ -1,0 +1,100 @@
+"""The generation step and the in-process loop: determinism, spaces end to end, learning, the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from agilerl_core.training.off_policy import Experiment, train_off_policy
+from tests.conftest import tiny_config
+
+
+def _fitness_history(cfg, tmp_path):
+    res = train_off_policy(cfg, progress=False, run_dir=tmp_path)
+    return [h.fitnesses for h in res.history], [h.mutations for h in res.history], res
+
+
+def test_same_seed_same_result(tmp_path):
+    cfg = tiny_config(**{"mutation.architecture": 1.0, "mutation.rl_hp": 1.0})
+    a = _fitness_history(cfg, tmp_path / "a")
+    b = _fitness_history(cfg, tmp_path / "b")
+    assert a[0] == b[0] and a[1] == b[1]
+    c = _fitness_history(tiny_config(seed=1), tmp_path / "c")
+    assert c[0] != a[0]
+
+
+def test_budget_and_steps_are_counted(tmp_path):
+    cfg = tiny_config(max_env_steps=1000, evo_steps=198)  # 198 -> 50 vector steps of 4 envs = 200 per member
+    res = train_off_policy(cfg, progress=False, run_dir=tmp_path)
+    assert res.global_steps == 1200 and res.generations == 2
+    assert (tmp_path / "elite" / "member.json").is_file() and (tmp_path / "population" / "population.json").is_file()
+
+
+def test_target_fitness_stops_early(tmp_path):
+    res = train_off_policy(tiny_config(target_fitness=1.0), progress=False, run_dir=tmp_path)
+    assert res.generations == 1 and res.reached_target
+
+
+def test_image_env_trains_with_the_cnn(tmp_path):
+    cfg = tiny_config(env_id="agilerl_test/Image-v0", **{
+        "network.cnn": {"channels": [8], "kernel_sizes": [3], "strides": [1], "latent_dim": 16},
+        "mutation.architecture": 1.0, "mutation.new_layer_share": 0.5})
+    exp = Experiment(cfg)
+    assert not exp.population.members[0].agent.networks["q"].plain_mlp
+    for _ in range(3):
+        if exp.history:
+            exp.evolve()
+        stats = exp.run_generation()
+    assert len(stats.fitnesses) == 3
+
+
+def test_dict_env_with_action_masks_never_takes_invalid_actions(tmp_path):
+    # MaskedDictEnv raises on an invalid action, in training and in evaluation
+    cfg = tiny_config(env_id="agilerl_test/MaskedDict-v0", **{"hyperparameters.eps_decay_steps": 10_000})
+    res = train_off_policy(cfg, progress=False, run_dir=tmp_path)
+    assert res.generations == 2
+    exp = Experiment(cfg)
+    assert "next_action_mask" in exp.buffer.fields
+
+
+@pytest.mark.slow
+def test_cartpole_population_learns(tmp_path):
+    cfg = tiny_config(num_envs=8, population_size=4, evo_steps=2000, max_env_steps=48_000, target_fitness=400,
+                      eval_episodes=5, **{"hyperparameters": {"learning_delay": 1000, "buffer_size": 100_000},
+                                          "network.hidden_sizes": [64, 64]})
+    res = train_off_policy(cfg, progress=False, run_dir=tmp_path)
+    assert res.best_fitness >= 400, [h.fitnesses for h in res.history]
+
+
+def _cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "agilerl_core.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, check=False)
+
+
+def test_cli_runs_and_prints_a_json_summary_last(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("env_id: CartPole-v1\nnum_envs: 4\npopulation_size: 2\nevo_steps: 200\neval_episodes: 2\n"
+                   "max_env_steps: 800\nhyperparameters: {batch_size: 32, learning_delay: 64}\n")
+    p = _cli("run", str(cfg), "--set", f"output_dir={tmp_path}", "--set", "seed=3", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    summary = json.loads(p.stdout.strip().splitlines()[-1])
+    for key in ("best_fitness", "global_steps", "wall_s", "env_steps_per_s", "generations", "elite_uri"):
+        assert key in summary
+    assert summary["global_steps"] == 800 and summary["generations"] == 2
+    assert (tmp_path / "experiment-seed3" / "elite" / "weights.safetensors").is_file()
+    assert "evolution" in p.stderr  # the progress bar
+
+
+def test_cli_errors_are_one_paragraph_without_traceback(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("env_id: CartPol-v1\n")
+    p = _cli("run", str(cfg), cwd=tmp_path)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and "env_id: 'CartPol-v1'" in p.stderr
+    assert p.stdout == ""
+    p = _cli("--debug", "run", str(cfg), cwd=tmp_path)
+    assert p.returncode == 2 and "Traceback" in p.stderr
+    p = _cli("run", str(tmp_path / "none.yaml"), "--set", "lr", cwd=tmp_path)
+    assert p.returncode == 2 and "expected KEY=VALUE" in p.stderr
