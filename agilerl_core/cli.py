@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("agilerl-flow: interrupted", file=sys.stderr)
         return 130
-    except Exception as err:  # noqa: BLE001 - the CLI's contract is a clean message, not a traceback
+    except Exception as err:
         if args.debug:
             traceback.print_exc()
         kind = {ConfigError: "configuration error", CheckpointError: "checkpoint error"}.get(type(err), "error")

@@ -140,11 +140,11 @@ class ReplayBuffer:
         n = self.size + staged
         if n == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
-        idx = torch.randint(0, n, (batch_size,), generator=generator, device=self.device)
+        idx = torch.randint(0, n, (batch_size,), generator=generator)  # CPU generator: same draws on any device
         if staged:
             offset = self.capacity + slot * self.slot_capacity - self.size
             idx = idx + (idx >= self.size) * offset
-        return self._gather(idx)
+        return self._gather(idx if self.device.type == "cpu" else idx.to(self.device))
 
     def _gather(self, idx: torch.Tensor) -> Transition:
         s = self._storage

@@ -181,9 +181,8 @@ def load_population(path: str | Path, obs_spec: ObsSpec | None = None, buffer: R
     path = Path(path)
     meta = _read_json(path / "population.json", POPULATION_FORMAT)
     members = []
-    env = meta.get("env", {})
     for name in meta.get("members", []):
-        member, env = load_member(path / "members" / name, obs_spec, device)
+        member, _ = load_member(path / "members" / name, obs_spec, device)
         if obs_spec is None:
             obs_spec = member.agent.obs_spec
         members.append(member)

@@ -90,13 +90,13 @@ def train_member(agent: DQN, slot: int, env: VectorEnv, buffer: ReplayBuffer, ev
     credit = 0
     vector_steps = math.ceil(evo_steps / num_envs)
     for _ in range(vector_steps):
-        obs_t = spec.to_tensors(obs)
+        obs_t = spec.to_tensors(obs, agent.device)
         actions = agent.act(obs_t, agent.epsilon(), mask)
         next_obs, reward, terminated, truncated, info = env.step(actions)
         done = terminated | truncated
         real_next = _real_next_obs(next_obs, info, done)
         data = {f"obs.{k}": v for k, v in obs_t.items()}
-        data.update({f"next_obs.{k}": v for k, v in spec.to_tensors(real_next).items()})
+        data.update({f"next_obs.{k}": v for k, v in spec.to_tensors(real_next, agent.device).items()})
         data["action"] = torch.as_tensor(actions, dtype=torch.int64)
         data["reward"] = torch.as_tensor(reward, dtype=torch.float32)
         data["terminated"] = torch.as_tensor(terminated, dtype=torch.float32)
@@ -133,7 +133,7 @@ def evaluate_member(agent: DQN, env: VectorEnv, seed: int, max_steps: int | None
     active = np.ones(n, dtype=bool)
     steps = 0
     while active.any() and (max_steps is None or steps < max_steps):
-        actions = agent.act(spec.to_tensors(obs), 0.0, mask)
+        actions = agent.act(spec.to_tensors(obs, agent.device), 0.0, mask)
         obs, reward, terminated, truncated, info = env.step(actions)
         returns += reward * active
         active &= ~(terminated | truncated)
