@@ -6,6 +6,7 @@ field carries a one-line description; errors name the field (dotted path) and th
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 from pathlib import Path
 from typing import Any, Literal
@@ -212,10 +213,8 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
             raise ConfigError(f"--set {pair!r}: empty key")
         value = yaml.safe_load(raw) if raw != "" else ""
         if isinstance(value, str):  # YAML 1.1 reads 3e-4 (no dot) as a string
-            try:
+            with contextlib.suppress(ValueError):
                 value = float(value)
-            except ValueError:
-                pass
         out[key.strip()] = value
     return out
 
