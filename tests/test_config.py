@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from agilerl_core.config import load_config, parse_overrides, validate_config
@@ -9,7 +11,7 @@ from agilerl_core.errors import ConfigError
 from agilerl_core.training.off_policy import Experiment
 from tests.conftest import tiny_config
 
-SHIPPED = "deployments/configs/cartpole_dqn.yaml"
+SHIPPED = Path(__file__).resolve().parents[1] / "deployments" / "configs" / "cartpole_dqn.yaml"
 
 
 def test_shipped_config_is_valid():
