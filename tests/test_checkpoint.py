@@ -10,7 +10,7 @@ import torch
 
 from agilerl_core.errors import CheckpointError
 from agilerl_core.hpo.population import Member
-from agilerl_core.io import load_member, load_population, save_member, save_population
+from agilerl_core.io import load_member, load_population, save_member
 from agilerl_core.training.off_policy import Experiment
 from tests.conftest import tiny_config
 from tests.test_dqn import SPEC, make_dqn
@@ -130,4 +130,3 @@ def test_population_file_errors_name_the_file(tmp_path):
     (path / "population.json").write_text("{ truncated")
     with pytest.raises(CheckpointError, match=r"population\.json: not valid JSON"):
         load_population(path, exp.obs_spec)
-    assert save_population  # the atomic writer is exercised by exp.save above
