@@ -42,18 +42,20 @@ def _run(args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        if args.command == "run":
-            summary = _run(args)
-        else:  # pragma: no cover - argparse enforces the choices
-            raise ConfigError(f"unknown command {args.command!r}")
+        summary = _run(args)  # "run" is the only command so far; argparse enforces it
     except KeyboardInterrupt:
         print("agilerl-flow: interrupted", file=sys.stderr)
         return 130
     except Exception as err:
         if args.debug:
             traceback.print_exc()
-        kind = {ConfigError: "configuration error", CheckpointError: "checkpoint error"}.get(type(err), "error")
-        if not isinstance(err, AgileRLError):
+        if isinstance(err, ConfigError):
+            kind = "configuration error"
+        elif isinstance(err, CheckpointError):
+            kind = "checkpoint error"
+        elif isinstance(err, AgileRLError):
+            kind = "error"
+        else:
             kind = f"unexpected {type(err).__name__}"
         hint = "" if args.debug else " (run with --debug for the traceback)"
         print(f"agilerl-flow: {kind}: {err}{hint}", file=sys.stderr)
