@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from agilerl_core.errors import ConfigError
 from agilerl_core.hpo.space import HyperparameterSpec
@@ -119,6 +119,39 @@ class TournamentConfig(_Strict):
     elitism: bool = Field(True, description="Keep the best member unmutated in slot 0.")
 
 
+class StorageConfig(_Strict):
+    """Where a run's generations (checkpoints, experience shards, manifests) are persisted."""
+
+    uri: str | None = Field(None, description="Local directory or s3://BUCKET/PREFIX; None: $AGILERL_STORAGE_URI, "
+                                              "else output_dir.")
+    endpoint_url: str | None = Field(None, description="S3 endpoint (SeaweedFS/MinIO); None: $AWS_ENDPOINT_URL.")
+    region: str | None = Field(None, description="S3 region; None: $AWS_REGION, else us-east-1.")
+    access_key_id: SecretStr | None = Field(None, description="S3 access key; prefer $AWS_ACCESS_KEY_ID.")
+    secret_access_key: SecretStr | None = Field(None, description="S3 secret; prefer $AWS_SECRET_ACCESS_KEY.")
+    keep_generations: int = Field(3, ge=1, description="Member checkpoints kept for the last K generations "
+                                                       "(every generation's elite is always kept).")
+
+
+class TrackingConfig(_Strict):
+    """MLflow tracking of the pipeline (the in-process --local loop does not track)."""
+
+    enabled: bool = Field(True, description="Log runs to MLflow.")
+    uri: str | None = Field(None, description="Tracking URI; None: $MLFLOW_TRACKING_URI, else a SQLite file in "
+                                              "output_dir.")
+    register_model: bool = Field(True, description="Register the final elite and alias it 'champion'.")
+    model_name: str | None = Field(None, description="Registered model name; None: the experiment name.")
+
+
+class RunnerConfig(_Strict):
+    """How the pipeline runs a generation's train/evaluate tasks."""
+
+    kind: Literal["threads", "dask"] = Field("threads", description="threads: one process, shared buffer; "
+                                                                   "dask: worker processes, shards via storage.")
+    address: str | None = Field(None, description="Dask scheduler address; None starts a local cluster.")
+    workers: int = Field(2, ge=1, description="Worker processes of the local Dask cluster.")
+    max_threads: int | None = Field(None, ge=1, description="Thread runner concurrency; None: population_size.")
+
+
 class ExperimentConfig(_Strict):
     """One evolution run: env, algorithm, population, evolution and budget."""
 
@@ -144,6 +177,9 @@ class ExperimentConfig(_Strict):
     output_dir: str = Field("runs", min_length=1, description="Where checkpoints are written.")
     device: Literal["cpu", "cuda", "auto"] = Field("cpu", description="Torch device.")
     torch_threads: int = Field(1, ge=1, description="Torch intra-op threads (small nets run fastest on 1).")
+    storage: StorageConfig = Field(default_factory=StorageConfig, description="Pipeline persistence.")
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow tracking.")
+    runner: RunnerConfig = Field(default_factory=RunnerConfig, description="Task runner of the pipeline.")
 
     @field_validator("hp_space")
     @classmethod

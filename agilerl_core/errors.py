@@ -11,3 +11,11 @@ class ConfigError(AgileRLError):
 
 class CheckpointError(AgileRLError):
     """A checkpoint file is missing, truncated, tampered with or not one of ours."""
+
+
+class StorageError(AgileRLError):
+    """A storage URI, bucket or credential is wrong, or the store cannot be reached."""
+
+
+class TrackingError(AgileRLError):
+    """The experiment tracker (MLflow) cannot be reached or refused a request."""

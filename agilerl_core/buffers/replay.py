@@ -166,11 +166,21 @@ class ReplayBuffer:
             return {k: t[: self.size].clone() for k, t in self._storage.items()}
         return {k: torch.cat([t[self.pos: self.capacity], t[: self.pos]]) for k, t in self._storage.items()}
 
-    def load_committed(self, shard: Shard) -> None:
-        """Replace the committed contents with `shard` (oldest first)."""
+    def load_committed(self, shard: Shard, pos: int | None = None) -> None:
+        """Replace the committed contents with `shard` (oldest first), laid out so that the next write
+        goes to ring index `pos` (default: right after the data). Passing the saved :attr:`pos` restores
+        the exact ring layout, so sampling continues bit-identically."""
         missing = set(self.fields) - set(shard)
         if missing:
             raise ValueError(f"buffer data lacks fields {sorted(missing)}")
+        n = min(next(iter(shard.values())).shape[0], self.capacity)
+        pos = n % self.capacity if pos is None else int(pos)
+        if not 0 <= pos < self.capacity or (n < self.capacity and pos != n):
+            raise ValueError(f"ring position {pos} does not fit {n} transitions in capacity {self.capacity}")
         self.size = 0
-        self.pos = 0
+        self.pos = (pos - n) % self.capacity
         self.extend({k: shard[k] for k in self.fields})
+
+    def reset_slot(self, slot: int) -> None:
+        """Empty member `slot`'s staging area (before it trains again)."""
+        self._staged[slot] = 0

@@ -163,6 +163,7 @@ def save_population(path: str | Path, population: Population, env: dict[str, Any
     if buffer is not None:
         data = buffer.committed()
         files["buffer.safetensors"] = _save_tensors(tmp / "buffer.safetensors", data)
+        extra = {**(extra or {}), "buffer_pos": buffer.pos}
     _write_json(tmp / "population.json", {
         "format": POPULATION_FORMAT, "version": VERSION, "env": env,
         "generation": population.generation, "next_id": population.next_id,
@@ -198,7 +199,7 @@ def load_population(path: str | Path, obs_spec: ObsSpec | None = None, buffer: R
     if buffer is not None:
         data = _load_tensors(path / "buffer.safetensors", meta.get("files", {}).get("buffer.safetensors"))
         try:
-            buffer.load_committed(data)
+            buffer.load_committed(data, meta.get("extra", {}).get("buffer_pos"))
         except (ValueError, RuntimeError) as err:
             raise CheckpointError(f"{path / 'buffer.safetensors'}: does not fit this buffer ({err})") from None
     return pop, meta

@@ -14,16 +14,17 @@ import torch
 from tqdm import tqdm
 
 from agilerl_core.algorithms.registry import get_algorithm
-from agilerl_core.buffers.replay import ReplayBuffer, transition_fields
+from agilerl_core.buffers.replay import ReplayBuffer, Shard, transition_fields
 from agilerl_core.config import ExperimentConfig
 from agilerl_core.envs.make import make_vector_env, probe_spaces
 from agilerl_core.envs.spaces import ObsSpec, action_dim
-from agilerl_core.errors import ConfigError
+from agilerl_core.errors import CheckpointError, ConfigError
 from agilerl_core.hpo.mutation import Mutations
 from agilerl_core.hpo.population import Population
 from agilerl_core.hpo.space import merge_space
 from agilerl_core.hpo.tournament import TournamentSelection
 from agilerl_core.io.checkpoint import load_population, save_member, save_population
+from agilerl_core.io.run_store import RunStore, ShardRef
 from agilerl_core.networks.evolvable import ArchBounds, initial_arch
 from agilerl_core.training.generation import TrainResult, derive_seed, evaluate_member, train_member
 
@@ -106,32 +107,45 @@ class Experiment:
         self.history: list[GenerationStats] = []
 
     # ---- the generation step -------------------------------------------------------------------------
-    def train(self, slot: int) -> TrainResult:
-        gen = self.population.generation
+    def begin_generation(self) -> None:
+        """Empty every member's staging area (the committed buffer stays as it is)."""
+        self._gen_t0 = time.perf_counter()
+        self.buffer.reserve_staging(len(self.population.members), self.slot_capacity)
+
+    def train(self, slot: int, generation: int | None = None) -> TrainResult:
+        """Train member `slot` for evo_steps into its staging area (thread-safe across distinct slots)."""
+        gen = self.population.generation if generation is None else generation
+        self.buffer.reset_slot(slot)
         return train_member(self.population.members[slot].agent, slot, self.envs[slot], self.buffer,
                             self.cfg.evo_steps, derive_seed(self.cfg.seed, 2, gen, slot))
 
-    def evaluate(self, slot: int) -> float:
-        gen = self.population.generation
-        return evaluate_member(self.population.members[slot].agent, self.eval_env,
+    def evaluate(self, slot: int, generation: int | None = None, eval_env=None) -> float:
+        gen = self.population.generation if generation is None else generation
+        return evaluate_member(self.population.members[slot].agent, eval_env or self.eval_env,
                                derive_seed(self.cfg.seed, 3, gen), self.cfg.eval_max_steps)
+
+    def finish_generation(self, results: list[TrainResult], fitnesses: list[float],
+                          shards: list[Shard] | None = None) -> GenerationStats:
+        """Commit the fresh experience (the staged shards, or `shards` from other processes) in member
+        order, record fitness and the generation's stats."""
+        pop = self.population
+        self.buffer.commit(shards if shards is not None else [self.buffer.shard(r.slot) for r in results])
+        self.global_steps += sum(r.env_steps for r in results)
+        pop.record_fitness(fitnesses)
+        stats = GenerationStats(pop.generation, self.global_steps, list(fitnesses), max(fitnesses),
+                                float(np.mean(fitnesses)), [r.mean_return for r in results],
+                                [m.mutation for m in pop.members], [m.agent.hp.model_dump() for m in pop.members],
+                                time.perf_counter() - getattr(self, "_gen_t0", time.perf_counter()))
+        self.history.append(stats)
+        return stats
 
     def run_generation(self) -> GenerationStats:
         """Train every member, evaluate, commit the fresh experience, record fitness."""
-        t0 = time.perf_counter()
-        pop = self.population
-        self.buffer.reserve_staging(len(pop.members), self.slot_capacity)
-        results = [self.train(slot) for slot in range(len(pop.members))]
-        fitnesses = [self.evaluate(slot) for slot in range(len(pop.members))]
-        self.buffer.commit([self.buffer.shard(r.slot) for r in results])
-        self.global_steps += sum(r.env_steps for r in results)
-        pop.record_fitness(fitnesses)
-        stats = GenerationStats(pop.generation, self.global_steps, fitnesses, max(fitnesses),
-                                float(np.mean(fitnesses)), [r.mean_return for r in results],
-                                [m.mutation for m in pop.members], [m.agent.hp.model_dump() for m in pop.members],
-                                time.perf_counter() - t0)
-        self.history.append(stats)
-        return stats
+        self.begin_generation()
+        n = len(self.population.members)
+        results = [self.train(slot) for slot in range(n)]
+        fitnesses = [self.evaluate(slot) for slot in range(n)]
+        return self.finish_generation(results, fitnesses)
 
     def finished(self) -> bool:
         cfg = self.cfg
@@ -157,6 +171,31 @@ class Experiment:
 
     def save_elite(self, path: str | Path) -> Path:
         return save_member(path, self.population.elite(), self.env_desc)
+
+    # ---- committed generations in a run store ----------------------------------------------------------
+    def extra_state(self) -> dict[str, Any]:
+        return {"global_steps": self.global_steps, "history": [asdict(h) for h in self.history]}
+
+    def commit(self, store: RunStore, shards: list[ShardRef]) -> None:
+        """Write the evaluated generation (members, evolution state, shard refs, buffer ring) to `store`."""
+        buf = {"size": self.buffer.size, "pos": self.buffer.pos, "capacity": self.buffer.capacity}
+        elite = self.population.members.index(self.population.elite())
+        store.commit_generation(self.population, self.env_desc, shards, self.extra_state(), buf, elite)
+
+    def resume(self, store: RunStore, generation: int) -> None:
+        """Continue from a committed generation: population, history and the buffer exactly as they were."""
+        pop, meta = store.load_generation(generation, self.obs_spec, self.device)
+        if len(pop.members) != self.cfg.population_size:
+            raise CheckpointError(f"{store.uri}: generation {generation} has {len(pop.members)} members, the "
+                                  f"config asks for {self.cfg.population_size}")
+        self.population = pop
+        self.global_steps = int(meta["extra"]["global_steps"])
+        self.history = [GenerationStats(**h) for h in meta["extra"]["history"]]
+        store.rebuild_buffer(generation, self.buffer)
+
+    def load_member_state(self, slot: int, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        """Replace member `slot`'s agent with one rebuilt from :meth:`RLAlgorithm.state` output."""
+        self.population.members[slot].agent = self.algo_cls.from_state(self.obs_spec, tensors, meta, self.device)
 
 
 def train_off_policy(cfg: ExperimentConfig, progress: bool = True, run_dir: str | Path | None = None,

@@ -1,0 +1,312 @@
+"""A run's committed generations in a :class:`Storage`.
+
+Layout under ``<storage uri>/<run id>/``::
+
+    run.json                                  format tag, the config (secrets redacted), creation time
+    generations/000007/population/...         every member as evaluated in generation 7, the evolution
+                                              RNG, lineage, history (a population checkpoint)
+    generations/000007/shards/<slot>.safetensors   each member's fresh transitions of generation 7
+    generations/000007/MANIFEST.json          written LAST: every file above with its SHA-256, the shard
+                                              row counts, the buffer ring state and the elite slot
+    elite/                                    the final elite (a member checkpoint)
+
+A generation without a manifest did not happen: readers only ever look at generations that have one,
+and a resumed run deletes whatever a crash left behind after the last manifest. The replay buffer is
+not stored as a whole: it is rebuilt from the newest shards (they are exactly the last ``capacity``
+committed transitions), so retention keeps the shards that still reach into the buffer, the member
+checkpoints of the last K generations, and the elite of every generation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as load_tensors_bytes
+from safetensors.torch import save as save_tensors_bytes
+
+from agilerl_core.buffers.replay import ReplayBuffer, Shard
+from agilerl_core.envs.spaces import ObsSpec
+from agilerl_core.errors import CheckpointError, ConfigError
+from agilerl_core.hpo.population import Member, Population
+from agilerl_core.io.checkpoint import load_population, save_member, save_population
+from agilerl_core.io.storage import Storage
+
+RUN_FORMAT = "agilerl-flow/run"
+MANIFEST_FORMAT = "agilerl-flow/generation"
+VERSION = 1
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def check_run_id(run_id: str) -> str:
+    if not _RUN_ID.match(run_id or ""):
+        raise ConfigError(f"run id {run_id!r}: use 1-128 letters, digits, '.', '_' or '-' (starting with a letter "
+                          f"or digit)")
+    return run_id
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class ShardRef:
+    """Where one member's fresh transitions of a generation are stored."""
+
+    key: str
+    sha256: str
+    rows: int
+
+
+def ring_after(size: int, pos: int, capacity: int, rows: int) -> tuple[int, int]:
+    """(size, pos) of a ring buffer after appending `rows` transitions."""
+    return min(size + rows, capacity), (pos + rows) % capacity
+
+
+class RunStore:
+    """Read and write one run's generations."""
+
+    def __init__(self, storage: Storage, run_id: str) -> None:
+        self.storage = storage
+        self.run_id = check_run_id(run_id)
+
+    def key(self, *parts: str) -> str:
+        return "/".join([self.run_id, *parts])
+
+    @property
+    def uri(self) -> str:
+        return self.storage.url(self.run_id)
+
+    @staticmethod
+    def gen_dir(generation: int) -> str:
+        return f"generations/{generation:06d}"
+
+    # ---- run info --------------------------------------------------------------------------------------
+    def exists(self) -> bool:
+        return self.storage.exists(self.key("run.json"))
+
+    def init_run(self, config: dict[str, Any]) -> bool:
+        """Record the run's config; True for a new run. An existing run must have the same config."""
+        if self.exists():
+            info = self.run_info()
+            if _comparable(info["config"]) != _comparable(config):
+                diff = sorted(k for k in set(info["config"]) | set(config)
+                              if info["config"].get(k) != config.get(k))
+                raise ConfigError(f"run {self.run_id!r} at {self.uri} was started with a different config "
+                                  f"(differs in: {', '.join(diff)}); resume it with `agilerl-flow resume "
+                                  f"{self.run_id}` or choose a new run id")
+            return False
+        self._put_json("run.json", {"format": RUN_FORMAT, "version": VERSION, "run_id": self.run_id,
+                                    "created": time.time(), "config": config})
+        return True
+
+    def run_info(self) -> dict[str, Any]:
+        return self._get_json("run.json", RUN_FORMAT)
+
+    # ---- shards ----------------------------------------------------------------------------------------
+    def put_shard(self, generation: int, slot: int, shard: Shard) -> ShardRef:
+        data = save_tensors_bytes({k: v.detach().cpu().contiguous() for k, v in shard.items()},
+                                  metadata={"format": "agilerl-flow/shard"})
+        key = self.key(self.gen_dir(generation), "shards", f"{slot}.safetensors")
+        self.storage.put_bytes(key, data)
+        rows = int(next(iter(shard.values())).shape[0]) if shard else 0
+        return ShardRef(key, _sha(data), rows)
+
+    def get_shard(self, ref: ShardRef) -> Shard:
+        data = self.storage.get_bytes(ref.key)
+        if _sha(data) != ref.sha256:
+            raise CheckpointError(f"{self.storage.url(ref.key)}: checksum mismatch; the shard was truncated or "
+                                  f"modified after it was written")
+        try:
+            return load_tensors_bytes(data)
+        except (SafetensorError, ValueError) as err:
+            raise CheckpointError(f"{self.storage.url(ref.key)}: not a readable safetensors file ({err})") from None
+
+    # ---- commit ----------------------------------------------------------------------------------------
+    def commit_generation(self, population: Population, env: dict[str, Any], shards: list[ShardRef],
+                          extra: dict[str, Any], buffer_state: dict[str, int], elite_slot: int) -> None:
+        """Write the evaluated population of `population.generation`, then its manifest (last)."""
+        g = population.generation
+        gdir = self.gen_dir(g)
+        files: dict[str, str] = {}
+        with tempfile.TemporaryDirectory(prefix="agilerl-commit-") as tmp:
+            local = save_population(Path(tmp) / "population", population, env, None, extra)
+            for path in sorted(p for p in local.rglob("*") if p.is_file()):
+                data = path.read_bytes()
+                key = self.key(gdir, "population", path.relative_to(local).as_posix())
+                self.storage.put_bytes(key, data)
+                files[key] = _sha(data)
+        manifest = {"format": MANIFEST_FORMAT, "version": VERSION, "generation": g, "committed": time.time(),
+                    "files": files, "shards": [asdict(s) for s in shards], "buffer": dict(buffer_state),
+                    "elite_slot": int(elite_slot), "pruned": False}
+        self._put_json(f"{gdir}/MANIFEST.json", manifest)
+
+    def committed_generations(self) -> list[int]:
+        gens = []
+        for key in self.storage.list(self.key("generations") + "/"):
+            m = re.fullmatch(re.escape(self.key("generations")) + r"/(\d{6})/MANIFEST\.json", key)
+            if m:
+                gens.append(int(m.group(1)))
+        return sorted(gens)
+
+    def latest_generation(self) -> int | None:
+        gens = self.committed_generations()
+        return gens[-1] if gens else None
+
+    def manifest(self, generation: int) -> dict[str, Any]:
+        return self._get_json(f"{self.gen_dir(generation)}/MANIFEST.json", MANIFEST_FORMAT)
+
+    def discard_uncommitted(self) -> list[int]:
+        """Delete generation folders a crash left without a manifest; returns their numbers."""
+        committed = set(self.committed_generations())
+        found = set()
+        for key in self.storage.list(self.key("generations") + "/"):
+            m = re.match(re.escape(self.key("generations")) + r"/(\d{6})/", key)
+            if m and int(m.group(1)) not in committed:
+                found.add(int(m.group(1)))
+        for g in sorted(found):
+            self.storage.delete_prefix(self.key(self.gen_dir(g)))
+        return sorted(found)
+
+    # ---- load ------------------------------------------------------------------------------------------
+    def load_generation(self, generation: int, obs_spec: ObsSpec | None = None,
+                        device: str = "cpu") -> tuple[Population, dict[str, Any]]:
+        """The evaluated population of a committed generation and its population.json metadata."""
+        manifest = self.manifest(generation)
+        if manifest.get("pruned"):
+            raise CheckpointError(f"{self.uri}: generation {generation} was pruned by retention; only its elite "
+                                  f"is kept")
+        prefix = self.key(self.gen_dir(generation), "population")
+        with tempfile.TemporaryDirectory(prefix="agilerl-load-") as tmp:
+            self._download_verified(manifest, prefix, Path(tmp))
+            return load_population(Path(tmp), obs_spec, None, device)
+
+    def load_elite(self, generation: int, obs_spec: ObsSpec | None = None, device: str = "cpu") -> Member:
+        from agilerl_core.io.checkpoint import load_member
+
+        manifest = self.manifest(generation)
+        prefix = self.key(self.gen_dir(generation), "population", "members", str(manifest["elite_slot"]))
+        with tempfile.TemporaryDirectory(prefix="agilerl-load-") as tmp:
+            self._download_verified(manifest, prefix, Path(tmp))
+            return load_member(Path(tmp), obs_spec, device)[0]
+
+    def _download_verified(self, manifest: dict, prefix: str, local: Path) -> None:
+        keys = [k for k in manifest["files"] if k.startswith(prefix + "/")]
+        if not keys:
+            raise CheckpointError(f"{self.storage.url(prefix)}: the manifest lists no files there")
+        for key in keys:
+            data = self.storage.get_bytes(key)
+            if _sha(data) != manifest["files"][key]:
+                raise CheckpointError(f"{self.storage.url(key)}: checksum mismatch with the generation manifest; "
+                                      f"the file was truncated or modified after the commit")
+            dest = local / key[len(prefix) + 1:]
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data)
+
+    def buffer_window(self, generation: int) -> list[tuple[int, ShardRef]]:
+        """The shards (oldest first) whose rows make up the committed buffer after `generation`."""
+        need = int(self.manifest(generation)["buffer"]["size"])
+        picked: list[tuple[int, ShardRef]] = []
+        rows = 0
+        g = generation
+        while rows < need and g >= 0:
+            for s in reversed(self.manifest(g)["shards"]):
+                ref = ShardRef(**s)
+                if ref.rows:
+                    picked.append((g, ref))
+                    rows += ref.rows
+                if rows >= need:
+                    break
+            g -= 1
+        if rows < need:
+            raise CheckpointError(f"{self.uri}: the shards of generations <= {generation} hold {rows} transitions, "
+                                  f"fewer than the {need} the buffer had; the run's storage is incomplete")
+        return list(reversed(picked))
+
+    def rebuild_buffer(self, generation: int, buffer: ReplayBuffer) -> None:
+        """Fill `buffer` with its committed contents after `generation`, ring layout included."""
+        state = self.manifest(generation)["buffer"]
+        if int(state["capacity"]) != buffer.capacity:
+            raise CheckpointError(f"{self.uri}: the run's buffer capacity was {state['capacity']}, "
+                                  f"not {buffer.capacity}")
+        parts = [self.get_shard(ref) for _, ref in self.buffer_window(generation)]
+        size = int(state["size"])
+        if not parts:
+            buffer.size, buffer.pos = 0, 0
+            return
+        data = {k: torch.cat([p[k] for p in parts])[-size:] for k in buffer.fields}
+        buffer.load_committed(data, int(state["pos"]))
+
+    def extend_buffer(self, generation: int, buffer: ReplayBuffer) -> None:
+        """Append generation `generation`'s shards to `buffer` (a worker catching up by one generation)."""
+        for s in self.manifest(generation)["shards"]:
+            buffer.extend(self.get_shard(ShardRef(**s)))
+
+    # ---- retention -------------------------------------------------------------------------------------
+    def prune(self, keep: int) -> list[int]:
+        """Keep the member checkpoints of the last `keep` generations and every generation's elite, and the
+        shards that still reach into the buffer; delete the rest. Returns the generations pruned now."""
+        gens = self.committed_generations()
+        if not gens:
+            return []
+        latest = gens[-1]
+        window = {g for g, _ in self.buffer_window(latest)}
+        pruned = []
+        for g in gens:
+            if g > latest - keep:
+                continue
+            manifest = self.manifest(g)
+            shards_needed = bool(window) and g >= min(window)
+            if manifest.get("pruned") and (shards_needed or not manifest["shards"]):
+                continue
+            elite = self.key(self.gen_dir(g), "population", "members", str(manifest["elite_slot"])) + "/"
+            pop_json = self.key(self.gen_dir(g), "population", "population.json")
+            drop = [k for k in manifest["files"] if not k.startswith(elite) and k != pop_json]
+            kept = {k: v for k, v in manifest["files"].items() if k not in drop}
+            drop_shards = [] if shards_needed else [s["key"] for s in manifest["shards"]]
+            new = {**manifest, "files": kept, "pruned": True,
+                   "shards": manifest["shards"] if shards_needed else []}
+            self._put_json(f"{self.gen_dir(g)}/MANIFEST.json", new)  # the manifest first: it never lists a
+            self.storage.delete(drop + drop_shards)                  # file that is gone
+            pruned.append(g)
+        return pruned
+
+    def save_elite(self, member: Member, env: dict[str, Any]) -> str:
+        """Store the final elite at ``<run>/elite/``; returns its URI."""
+        with tempfile.TemporaryDirectory(prefix="agilerl-elite-") as tmp:
+            local = save_member(Path(tmp) / "elite", member, env)
+            prefix = self.key("elite")
+            old = set(self.storage.list(prefix + "/"))
+            written = set(self.storage.upload_dir(local, prefix))
+            self.storage.delete(sorted(old - written))
+        return self.storage.url(prefix)
+
+    # ---- JSON helpers ----------------------------------------------------------------------------------
+    def _put_json(self, rel: str, data: dict) -> None:
+        self.storage.put_bytes(self.key(rel), json.dumps(data, indent=1, sort_keys=True).encode())
+
+    def _get_json(self, rel: str, fmt: str) -> dict:
+        url = self.storage.url(self.key(rel))
+        raw = self.storage.get_bytes(self.key(rel))
+        try:
+            data = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise CheckpointError(f"{url}: not valid JSON ({err})") from None
+        if not isinstance(data, dict) or data.get("format") != fmt or data.get("version") != VERSION:
+            raise CheckpointError(f"{url}: not a {fmt} v{VERSION} file")
+        return data
+
+
+_VOLATILE = ("storage", "tracking", "runner")  # where a run is stored/tracked/executed may change on resume
+
+
+def _comparable(config: dict) -> dict:
+    return {k: v for k, v in config.items() if k not in _VOLATILE}

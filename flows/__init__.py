@@ -1,0 +1,1 @@
+"""Prefect flows: one generation = one DAG of tasks; a flow = generations."""

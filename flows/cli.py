@@ -1,0 +1,195 @@
+"""`agilerl-flow`: run, resume and trigger evolutions; draw lineages; run the local stack.
+
+``run`` executes the Prefect flow (ephemeral Prefect, a local MLflow SQLite file and local storage when
+nothing else is configured; the servers when ``PREFECT_API_URL``, ``MLFLOW_TRACKING_URI`` or an ``s3://``
+storage URI are set); ``--local`` keeps the plain in-process loop. The last stdout line of ``run``,
+``resume`` and ``trigger`` is a JSON summary (for scripts and CI). Errors print one paragraph on stderr
+and exit non-zero (2 for configuration errors); ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from agilerl_core.errors import AgileRLError, CheckpointError, ConfigError, StorageError, TrackingError
+
+DEFAULT_STORAGE = "runs"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="agilerl-flow", description="Evolutionary reinforcement learning pipelines.")
+    p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = p.add_subparsers(dest="command", required=True)
+    debug = argparse.ArgumentParser(add_help=False)
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors")
+
+    run = sub.add_parser("run", parents=[debug], help="evolve a population from a YAML experiment config")
+    run.add_argument("config", help="path of the experiment YAML (e.g. deployments/configs/cartpole_dqn.yaml)")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a config field by dotted path, e.g. --set hyperparameters.lr=3e-4 (repeatable)")
+    run.add_argument("--local", action="store_true", help="plain in-process loop: no Prefect, no MLflow")
+    run.add_argument("--run-id", default=None, help="run id (default: NAME-sSEED-TIMESTAMP); reuse one to resume")
+    run.add_argument("--storage", default=None, metavar="URI", help="storage URI (local dir or s3://BUCKET/PREFIX); "
+                                                                    "overrides storage.uri and $AGILERL_STORAGE_URI")
+    run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    run.add_argument("--run-dir", default=None, help="--local only: where to save the elite and population "
+                                                     "(default: OUTPUT_DIR/NAME-seedSEED)")
+
+    res = sub.add_parser("resume", parents=[debug], help="continue a crashed or stopped run from its last commit")
+    res.add_argument("run_id")
+    res.add_argument("--storage", default=None, metavar="URI",
+                     help=f"storage URI holding the run (default: $AGILERL_STORAGE_URI, else {DEFAULT_STORAGE})")
+    res.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+    trig = sub.add_parser("trigger", parents=[debug], help="run a Prefect deployment (for CI)")
+    trig.add_argument("deployment", help="FLOW/DEPLOYMENT, e.g. online-evolution/cartpole-dqn")
+    trig.add_argument("--param", dest="params", action="append", default=[], metavar="KEY=VALUE",
+                      help="override a flow parameter by dotted path, e.g. config.seed=3 (repeatable)")
+    trig.add_argument("--wait", action="store_true", help="wait for the run to finish and print its summary")
+    trig.add_argument("--min-fitness", type=float, default=None,
+                      help="with --wait: exit 1 when the elite's fitness is below this")
+    trig.add_argument("--timeout", type=float, default=None, help="with --wait: give up after this many seconds")
+
+    lin = sub.add_parser("lineage", parents=[debug], help="draw a run's family tree (coloured by fitness)")
+    lin.add_argument("run_id")
+    lin.add_argument("--out", required=True, help="PNG file to write")
+    lin.add_argument("--storage", default=None, metavar="URI", help="storage URI holding the run")
+
+    stack = sub.add_parser("stack", parents=[debug], help="start, stop or inspect the local stack")
+    stack.add_argument("action", choices=["up", "down", "status"])
+    stack.add_argument("--data-dir", default=None, help="where the stack keeps data, logs and pids "
+                                                        "(default: $AGILERL_STACK_DIR, else .stack)")
+    return p
+
+
+def _storage_uri(arg: str | None) -> str:
+    return arg or os.environ.get("AGILERL_STORAGE_URI") or DEFAULT_STORAGE
+
+
+# ---- commands ----------------------------------------------------------------------------------------------
+def _run(args: argparse.Namespace) -> dict:
+    from agilerl_core.config import load_config, parse_overrides
+
+    overrides = parse_overrides(args.overrides)
+    if args.storage:
+        overrides["storage.uri"] = args.storage
+    cfg = load_config(args.config, overrides)
+    if args.local:
+        from agilerl_core.training.off_policy import Experiment, train_off_policy
+
+        experiment = Experiment(cfg)  # every check (env id, spaces, bounds) happens here, before training
+        return train_off_policy(cfg, progress=not args.no_progress, run_dir=args.run_dir,
+                                experiment=experiment).summary()
+    return _flow(cfg, args.run_id, not args.no_progress)
+
+
+def _flow(cfg, run_id: str | None, progress: bool) -> dict:
+    _quiet_prefect()
+    from flows.online import online_evolution
+
+    summary = online_evolution(config=cfg, run_id=run_id, progress=progress)
+    if summary.get("champion_uri"):
+        print(f"MLflow: champion registered as {summary['champion_uri']}; browse the run with "
+              f"`mlflow ui --backend-store-uri {_tracking_hint(cfg)}`", file=sys.stderr)
+    return summary
+
+
+def _tracking_hint(cfg) -> str:
+    from tasks.tracking import tracking_uri
+
+    return tracking_uri(cfg)
+
+
+def _quiet_prefect() -> None:
+    """Prefect's per-task console lines drown the progress bar; keep warnings and our flow's own lines."""
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+
+def _resume(args: argparse.Namespace) -> dict:
+    from agilerl_core.config import validate_config
+    from agilerl_core.io.run_store import RunStore
+    from agilerl_core.io.storage import open_storage
+
+    uri = _storage_uri(args.storage)
+    store = RunStore(open_storage(uri), args.run_id)
+    if not store.exists():
+        raise ConfigError(f"run {args.run_id!r} not found in storage {uri}; pass --storage URI (or set "
+                          f"AGILERL_STORAGE_URI) to where the run was written")
+    data = store.run_info()["config"]
+    data.setdefault("storage", {})["uri"] = uri
+    cfg = validate_config(data, source=store.storage.url(store.key("run.json")))
+    return _flow(cfg, args.run_id, not args.no_progress)
+
+
+def _trigger(args: argparse.Namespace) -> dict:
+    _quiet_prefect()
+    from flows.trigger import trigger_deployment
+
+    summary = trigger_deployment(args.deployment, args.params, wait=args.wait, timeout=args.timeout)
+    if args.min_fitness is not None and args.wait:
+        best = summary.get("best_fitness")
+        summary["min_fitness"] = args.min_fitness
+        if best is None or best < args.min_fitness:
+            print(json.dumps(summary), flush=True)
+            raise _Fail(f"the elite's fitness {best} is below --min-fitness {args.min_fitness}")
+    return summary
+
+
+def _lineage(args: argparse.Namespace) -> dict:
+    from agilerl_core.io.run_store import RunStore
+    from agilerl_core.io.storage import open_storage
+    from tasks.reports import plot_family_tree
+
+    uri = _storage_uri(args.storage)
+    store = RunStore(open_storage(uri), args.run_id)
+    latest = store.latest_generation()
+    if latest is None:
+        raise ConfigError(f"run {args.run_id!r} has no committed generation in storage {uri}; pass --storage URI")
+    key = store.key(store.gen_dir(latest), "population", "population.json")
+    lineage = json.loads(store.storage.get_bytes(key))["lineage"]
+    out = plot_family_tree(lineage, args.out, args.run_id)
+    return {"run_id": args.run_id, "generation": latest, "members": len(lineage), "out": str(Path(out).resolve())}
+
+
+def _stack(args: argparse.Namespace) -> dict:
+    from infra.stack import Stack
+
+    stack = Stack.from_env(args.data_dir)
+    return {"up": stack.up, "down": stack.down, "status": stack.status}[args.action]()
+
+
+class _Fail(AgileRLError):
+    """A command ran but its outcome is a failure (a failed flow run, a fitness below the bar)."""
+
+
+COMMANDS = {"run": _run, "resume": _resume, "trigger": _trigger, "lineage": _lineage, "stack": _stack}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        summary = COMMANDS[args.command](args)
+    except KeyboardInterrupt:
+        print("agilerl-flow: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:
+        if args.debug:
+            traceback.print_exc()
+        kinds = [(ConfigError, "configuration error"), (CheckpointError, "checkpoint error"),
+                 (StorageError, "storage error"), (TrackingError, "tracking error"), (_Fail, "failed"),
+                 (AgileRLError, "error")]
+        kind = next((k for cls, k in kinds if isinstance(err, cls)), f"unexpected {type(err).__name__}")
+        hint = "" if args.debug else " (run with --debug for the traceback)"
+        print(f"agilerl-flow: {kind}: {err}{hint}", file=sys.stderr)
+        return 2 if isinstance(err, ConfigError) else 1
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""The champion as an MLflow pyfunc model, logged as code (nothing pickled).
+
+The model's one artifact is a member checkpoint directory (safetensors + JSON); loading it goes
+through :func:`agilerl_core.io.checkpoint.load_member`, which verifies checksums and never unpickles.
+``predict`` takes a batch of observations (an array, a DataFrame, or a dict of arrays for Dict
+observation spaces) and returns the greedy actions.
+"""
+
+from __future__ import annotations
+
+import mlflow
+import numpy as np
+import torch
+from mlflow.pyfunc import PythonModel
+
+
+class ChampionPolicy(PythonModel):
+    def load_context(self, context) -> None:
+        from agilerl_core.io.checkpoint import load_member
+
+        member, self.env = load_member(context.artifacts["member"])
+        self.agent = member.agent
+
+    def predict(self, context, model_input, params=None):
+        spec = self.agent.obs_spec
+        if hasattr(model_input, "to_numpy"):  # a DataFrame: one row per observation
+            model_input = model_input.to_numpy()
+        if isinstance(model_input, dict):
+            obs = {k: np.asarray(v) for k, v in model_input.items()}
+        else:
+            obs = np.asarray(model_input)
+            shape = getattr(spec.space, "shape", None)
+            if shape:
+                obs = obs.reshape(-1, *shape)
+        mask = params.get("action_mask") if params else None
+        with torch.no_grad():
+            actions = self.agent.act(spec.to_tensors(obs, self.agent.device), 0.0,
+                                     None if mask is None else np.asarray(mask, dtype=bool))
+        return np.asarray(actions)
+
+
+mlflow.models.set_model(ChampionPolicy())

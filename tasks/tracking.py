@@ -1,0 +1,215 @@
+"""MLflow tracking of an evolution run.
+
+Experiment = the config's name. One parent run per evolution run (tagged with our run id, so a resumed
+run logs into the same parent), one child run per member slot. Every write names its run explicitly
+through :class:`MlflowClient` (safe from task threads) and goes out in batches: one ``log_batch`` per
+run per generation, never per env step. Credentials never reach params, tags or logs: the config's
+secret fields are dropped before logging.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import mlflow
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from agilerl_core.config import ExperimentConfig
+from agilerl_core.errors import TrackingError
+from tasks.reports import lineage_table, plot_family_tree, plot_hp_schedules
+
+SECRET_FIELDS = ("storage.access_key_id", "storage.secret_access_key")
+CHAMPION_ALIAS = "champion"
+
+
+def tracking_uri(cfg: ExperimentConfig) -> str:
+    """tracking.uri, else $MLFLOW_TRACKING_URI, else a SQLite file in output_dir."""
+    uri = cfg.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    path = Path(cfg.output_dir).expanduser().resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path / 'mlflow.db'}"
+
+
+def check_tracking_server(uri: str, timeout: float = 5.0) -> None:
+    """Fail early, with the fix, when an HTTP tracking server does not answer its health check."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout) as resp:
+            if resp.status == 200:
+                return
+            problem = f"health check answered HTTP {resp.status}"
+    except urllib.error.HTTPError as err:
+        problem = f"health check answered HTTP {err.code}"
+    except (urllib.error.URLError, OSError) as err:
+        problem = f"cannot connect ({getattr(err, 'reason', err)})"
+    raise TrackingError(f"tracking server {uri} (tracking.uri / MLFLOW_TRACKING_URI): {problem}; start it "
+                        f"(`agilerl-flow stack up`) or unset MLFLOW_TRACKING_URI to track in a local SQLite file")
+
+
+def flat_params(cfg: ExperimentConfig) -> dict[str, str]:
+    """The whole config as dotted params, secrets removed."""
+    out: dict[str, str] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict) and value:
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        elif prefix not in SECRET_FIELDS:
+            out[prefix] = str(value)[:6000]
+
+    walk("", cfg.model_dump(mode="json"))
+    return out
+
+
+def _finite(x: float) -> bool:
+    return x is not None and math.isfinite(float(x))
+
+
+class Tracker:
+    """Parent and child runs of one evolution run."""
+
+    def __init__(self, cfg: ExperimentConfig, run_id: str, storage_uri: str) -> None:
+        self.cfg = cfg
+        self.uri = tracking_uri(cfg)
+        check_tracking_server(self.uri)
+        self.client = MlflowClient(self.uri)
+        self.run_id = run_id
+        try:
+            exp = self.client.get_experiment_by_name(cfg.name)
+            if exp is None:
+                location = None
+                if self.uri.startswith("sqlite:"):
+                    location = (Path(self.uri[len("sqlite:///"):]).parent / "mlartifacts").as_uri()
+                self.experiment_id = self.client.create_experiment(cfg.name, artifact_location=location)
+            else:
+                self.experiment_id = exp.experiment_id
+            self.parent_id = self._find_or_create_parent(storage_uri)
+            self.child_ids = [self._find_or_create_child(slot) for slot in range(cfg.population_size)]
+        except mlflow.exceptions.MlflowException as err:
+            raise TrackingError(f"tracking server {self.uri}: {err.message}") from None
+
+    # ---- runs ------------------------------------------------------------------------------------------
+    def _search(self, filt: str):
+        return self.client.search_runs([self.experiment_id], filter_string=filt, max_results=5)
+
+    def _find_or_create_parent(self, storage_uri: str) -> str:
+        found = self._search(f"tags.`agilerl.run_id` = '{self.run_id}' and tags.`agilerl.role` = 'parent'")
+        if found:
+            self.client.update_run(found[0].info.run_id, status="RUNNING")
+            return found[0].info.run_id
+        run = self.client.create_run(self.experiment_id, run_name=self.run_id, tags={
+            "agilerl.run_id": self.run_id, "agilerl.role": "parent", "agilerl.storage_uri": storage_uri,
+            "agilerl.env_id": self.cfg.env_id, "agilerl.algorithm": self.cfg.algorithm})
+        params = [Param(k, v) for k, v in flat_params(self.cfg).items()]
+        for i in range(0, len(params), 100):
+            self.client.log_batch(run.info.run_id, params=params[i: i + 100], synchronous=True)
+        return run.info.run_id
+
+    def _find_or_create_child(self, slot: int) -> str:
+        found = self._search(f"tags.`agilerl.parent` = '{self.parent_id}' and tags.`agilerl.slot` = '{slot}'")
+        if found:
+            self.client.update_run(found[0].info.run_id, status="RUNNING")
+            return found[0].info.run_id
+        run = self.client.create_run(self.experiment_id, run_name=f"{self.run_id}/slot-{slot}", tags={
+            "mlflow.parentRunId": self.parent_id, "agilerl.parent": self.parent_id, "agilerl.role": "member",
+            "agilerl.slot": str(slot), "agilerl.run_id": self.run_id})
+        return run.info.run_id
+
+    def logged_generations(self) -> set[int]:
+        return {m.step for m in self.client.get_metric_history(self.parent_id, "best_fitness")}
+
+    # ---- per generation --------------------------------------------------------------------------------
+    def log_generation(self, stats: dict[str, Any], members: list[dict[str, Any]]) -> None:
+        """One batch per run: the parent's population metrics and each slot's member metrics."""
+        g = int(stats["generation"])
+        now = int(time.time() * 1000)
+        parent = [Metric("best_fitness", float(stats["best_fitness"]), now, g),
+                  Metric("mean_fitness", float(stats["mean_fitness"]), now, g),
+                  Metric("global_env_steps", float(stats["global_steps"]), now, g),
+                  Metric("generation_wall_s", float(stats["wall_s"]), now, g)]
+        self.client.log_batch(self.parent_id, metrics=parent, synchronous=True)
+        for slot, m in enumerate(members):
+            metrics = [Metric("fitness", float(m["fitness"]), now, g),
+                       Metric("param_count", float(m["param_count"]), now, g)]
+            if _finite(m.get("train_return")):
+                metrics.append(Metric("train_return", float(m["train_return"]), now, g))
+            metrics += [Metric(f"hp.{k}", float(v), now, g) for k, v in m["hyperparameters"].items()]
+            tags = [RunTag("agilerl.member_id", str(m["member_id"])), RunTag("agilerl.mutation", m["mutation"]),
+                    RunTag("agilerl.architecture", m["architecture"][:5000])]
+            self.client.log_batch(self.child_ids[slot], metrics=metrics, tags=tags, synchronous=True)
+
+    # ---- the end of the run ----------------------------------------------------------------------------
+    def log_lineage(self, lineage: list[dict[str, Any]], hp_names: list[str]) -> None:
+        self.client.log_table(self.parent_id, lineage_table(lineage), "lineage/lineage.json")
+        with tempfile.TemporaryDirectory(prefix="agilerl-report-") as tmp:
+            tree = plot_family_tree(lineage, Path(tmp) / "family_tree.png", self.cfg.name)
+            hps = plot_hp_schedules(lineage, hp_names, Path(tmp) / "hp_schedules.png", self.cfg.name)
+            self.client.log_artifact(self.parent_id, str(tree), "lineage")
+            self.client.log_artifact(self.parent_id, str(hps), "lineage")
+
+    def log_champion(self, member_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
+        """Log the elite as a pyfunc model (code + safetensors checkpoint), register it, alias it champion."""
+        import torch
+
+        name = self.cfg.tracking.model_name or self.cfg.name
+        code = str(Path(__file__).with_name("champion_model.py"))
+        mlflow.set_tracking_uri(self.uri)
+        with mlflow.start_run(run_id=self.parent_id):
+            info = mlflow.pyfunc.log_model(
+                name="champion", python_model=code, artifacts={"member": str(member_dir)},
+                pip_requirements=["agilerl-flow", f"torch=={torch.__version__.split('+')[0]}"],
+                registered_model_name=name if self.cfg.tracking.register_model else None,
+                metadata={"fitness": summary.get("best_fitness"), "run_id": self.run_id})
+        out = {"model_uri": info.model_uri}
+        if self.cfg.tracking.register_model:
+            version = str(info.registered_model_version)
+            self.client.set_registered_model_alias(name, CHAMPION_ALIAS, version)
+            out.update(registered_model=name, version=version, champion_uri=f"models:/{name}@{CHAMPION_ALIAS}")
+        return out
+
+    def end(self, status: str = "FINISHED") -> None:
+        for rid in [*self.child_ids, self.parent_id]:
+            self.client.set_terminated(rid, status)
+
+
+# ---- Prefect tasks (the tracking server is remote: transient failures are retried) ----------------------
+
+
+def member_rows(population, train_returns: list[float], space_names: list[str]) -> list[dict[str, Any]]:
+    """Per-slot metrics of an evaluated agilerl_core Population."""
+    rows = []
+    for slot, m in enumerate(population.members):
+        hp = m.agent.hp.model_dump()
+        rows.append({"fitness": m.fitness, "train_return": train_returns[slot], "member_id": m.member_id,
+                     "mutation": m.mutation, "architecture": m.agent.arch.describe(),
+                     "param_count": m.agent.param_count(),
+                     "hyperparameters": {k: hp[k] for k in space_names if isinstance(hp.get(k), int | float)}})
+    return rows
+
+
+@task(name="log-generation", cache_policy=NO_CACHE, retries=3, retry_delay_seconds=2,
+      task_run_name="log g{stats[generation]}")
+def log_generation_task(tracker: Tracker, stats: dict[str, Any], members: list[dict[str, Any]]) -> None:
+    """Population metrics on the parent run, member metrics and hyperparameters on each slot's run."""
+    tracker.log_generation(stats, members)
+
+
+@task(name="log-run-end", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+def log_run_end_task(tracker: Tracker, lineage: list[dict[str, Any]], hp_names: list[str], elite_dir: str,
+                     summary: dict[str, Any]) -> dict[str, Any]:
+    """Lineage table and pictures on the parent run; the elite as a registered model aliased champion."""
+    tracker.log_lineage(lineage, hp_names)
+    return tracker.log_champion(Path(elite_dir), summary)
