@@ -1,0 +1,1 @@
+"""The real local stack on loopback: Prefect server and worker, MLflow server, SeaweedFS S3."""
