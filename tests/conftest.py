@@ -84,3 +84,31 @@ def tiny_config(**overrides):
             node = node.setdefault(p, {})
         node[parts[-1]] = v
     return validate_config(data)
+
+
+# ---- the real local stack (integration tests) --------------------------------------------------------------
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory):
+    """SeaweedFS S3 (credentials enforced), an MLflow server and a Prefect server on free loopback ports,
+    started once per test session through infra.stack and stopped after it. Services start on demand:
+    call stack.start_s3() / start_mlflow() / start_prefect() / start_worker()."""
+    from infra.stack import Stack, free_port
+
+    s = Stack(tmp_path_factory.mktemp("stack"), ports={k: free_port() for k in ("s3", "mlflow", "prefect")})
+    yield s
+    s.down()
+
+
+@pytest.fixture(scope="session")
+def s3(stack):
+    stack.start_s3()
+    return stack
+
+
+@pytest.fixture(scope="session")
+def servers(stack):
+    """All three servers up; the env a client process needs to use them."""
+    stack.start_s3()
+    stack.start_mlflow()
+    stack.start_prefect()
+    return stack

@@ -212,6 +212,24 @@ class S3Storage(Storage):
         except (ClientError, BotoCoreError) as err:
             raise self._error(err, key) from None
 
+    def check(self) -> None:
+        """The bucket must exist (stores that create buckets on first write would hide a typo), then the
+        generic write/read/delete probe."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except ClientError as err:
+            code = str(err.response.get("Error", {}).get("Code", ""))
+            if code in ("404", "NoSuchBucket", "NotFound"):
+                raise StorageError(f"{self.uri}: bucket {self.bucket!r} does not exist; create it first or fix the "
+                                   f"bucket name in storage.uri") from None
+            if code not in ("403", "AccessDenied"):  # 403: let the probe say which credential is wrong
+                raise self._error(err, "") from None
+        except BotoCoreError as err:
+            raise self._error(err, "") from None
+        super().check()
+
     def put_bytes(self, key: str, data: bytes) -> None:
         self._call(key, self.client.put_object, Key=self._key(key), Body=data)
 

@@ -1,0 +1,136 @@
+"""Committed generations: manifest last, verified loads, exact buffer rebuild, retention, resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from agilerl_core.errors import CheckpointError, ConfigError
+from agilerl_core.io.run_store import RunStore, check_run_id, ring_after
+from agilerl_core.io.storage import LocalStorage
+from agilerl_core.training.off_policy import Experiment
+from tests.conftest import tiny_config
+
+
+def _run(exp: Experiment, store: RunStore, generations: int) -> None:
+    """The pipeline's sequence in one process: evolve, train, evaluate, commit shards + generation."""
+    for _ in range(generations):
+        if exp.history:
+            exp.evolve()
+        exp.begin_generation()
+        n = len(exp.population.members)
+        results = [exp.train(s) for s in range(n)]
+        fits = [exp.evaluate(s) for s in range(n)]
+        shards = [exp.buffer.shard(s) for s in range(n)]
+        refs = [store.put_shard(exp.population.generation, s, sh) for s, sh in enumerate(shards)]
+        exp.finish_generation(results, fits, shards)
+        exp.commit(store, refs)
+
+
+def _weights(exp):
+    return [m.agent.state()[0] for m in exp.population.members]
+
+
+def test_run_ids_are_checked():
+    assert check_run_id("cartpole-s0_1.x") == "cartpole-s0_1.x"
+    for bad in ("", "../x", "a/b", "-x", "a b"):
+        with pytest.raises(ConfigError, match="run id"):
+            check_run_id(bad)
+
+
+def test_ring_arithmetic_matches_the_buffer():
+    exp = Experiment(tiny_config(**{"hyperparameters.buffer_size": 700}))
+    size, pos = 0, 0
+    for _ in range(3):
+        exp.run_generation()
+        size, pos = ring_after(size, pos, 700, 3 * 200)
+        assert (exp.buffer.size, exp.buffer.pos) == (size, pos)
+
+
+def test_generation_without_manifest_did_not_happen(tmp_path):
+    store = RunStore(LocalStorage(tmp_path), "r")
+    exp = Experiment(tiny_config())
+    _run(exp, store, 2)
+    assert store.committed_generations() == [0, 1]
+    # a crash mid-commit of generation 2: members written, no manifest
+    store.storage.put_bytes("r/generations/000002/population/population.json", b"{half")
+    store.storage.put_bytes("r/generations/000002/shards/0.safetensors", b"junk")
+    assert store.latest_generation() == 1
+    assert store.discard_uncommitted() == [2]
+    assert store.storage.list("r/generations/000002/") == []
+
+
+def test_resume_from_store_continues_bit_identically(tmp_path):
+    # a small ring so that it wraps: the rebuilt buffer must keep the ring layout, not just the rows
+    cfg = tiny_config(**{"hyperparameters.buffer_size": 1000})
+    ref = Experiment(cfg)
+    _run(ref, RunStore(LocalStorage(tmp_path / "a"), "r"), 4)
+
+    store = RunStore(LocalStorage(tmp_path / "b"), "r")
+    first = Experiment(cfg)
+    _run(first, store, 2)
+    resumed = Experiment(cfg)
+    resumed.resume(store, store.latest_generation())
+    assert (resumed.buffer.size, resumed.buffer.pos) == (first.buffer.size, first.buffer.pos)
+    for k in first.buffer.fields:
+        torch.testing.assert_close(resumed.buffer._storage[k][:1000], first.buffer._storage[k][:1000], rtol=0, atol=0)
+    _run(resumed, store, 2)
+    assert [h.fitnesses for h in resumed.history] == [h.fitnesses for h in ref.history]
+    assert [e.to_dict() for e in resumed.population.lineage] == [e.to_dict() for e in ref.population.lineage]
+    for wa, wb in zip(_weights(resumed), _weights(ref), strict=True):
+        for k in wa:
+            assert torch.equal(wa[k], wb[k]), k
+
+
+def test_tampered_committed_files_are_refused(tmp_path):
+    store = RunStore(LocalStorage(tmp_path), "r")
+    _run(Experiment(tiny_config()), store, 1)
+    path = tmp_path / "r/generations/000000/population/population.json"
+    data = json.loads(path.read_text())
+    data["generation"] = 5
+    path.write_text(json.dumps(data))
+    with pytest.raises(CheckpointError, match="population.json: checksum mismatch with the generation manifest"):
+        store.load_generation(0)
+    shard = tmp_path / "r/generations/000000/shards/1.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-10])
+    exp = Experiment(tiny_config())
+    with pytest.raises(CheckpointError, match="shards/1.safetensors: checksum mismatch"):
+        store.rebuild_buffer(0, exp.buffer)
+
+
+def test_retention_keeps_last_k_every_elite_and_the_buffer_window(tmp_path):
+    # 3 members x 200 steps = 600 rows per generation; a 1000-row buffer needs the last 2 generations' shards
+    cfg = tiny_config(**{"hyperparameters.buffer_size": 1000, "max_env_steps": 10_000})
+    store = RunStore(LocalStorage(tmp_path), "r")
+    exp = Experiment(cfg)
+    _run(exp, store, 5)
+    assert store.prune(keep=2) == [0, 1, 2]
+    for g in range(5):
+        m = store.manifest(g)
+        members = {k.split("/members/")[1].split("/")[0] for k in m["files"] if "/members/" in k}
+        if g < 3:
+            assert m["pruned"] and members == {str(m["elite_slot"])}  # only the elite survives
+            with pytest.raises(CheckpointError, match="pruned"):
+                store.load_generation(g)
+            store.load_elite(g)  # ... and it loads
+        else:
+            assert not m["pruned"] and members == {"0", "1", "2"}
+        on_disk = set(store.storage.list(f"r/generations/{g:06d}/"))
+        assert set(m["files"]) <= on_disk
+        assert bool(m["shards"]) == (g >= 3)
+    # the buffer can still be rebuilt after pruning
+    fresh = Experiment(cfg)
+    fresh.resume(store, 4)
+    assert fresh.buffer.size == exp.buffer.size and fresh.buffer.pos == exp.buffer.pos
+    assert store.prune(keep=2) == []  # idempotent
+
+
+def test_a_run_keeps_its_config(tmp_path):
+    store = RunStore(LocalStorage(tmp_path), "r")
+    cfg = tiny_config().model_dump(mode="json")
+    assert store.init_run(cfg) is True
+    assert store.init_run({**cfg, "storage": {"uri": "elsewhere"}}) is False  # where it is stored may change
+    with pytest.raises(ConfigError, match="different config .differs in: seed"):
+        store.init_run({**cfg, "seed": 7})

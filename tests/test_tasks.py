@@ -1,0 +1,104 @@
+"""Task functions called directly (`task.fn`): both runner modes give the in-process loop's result."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import torch
+
+from agilerl_core.io.run_store import RunStore
+from agilerl_core.io.storage import LocalStorage
+from agilerl_core.training.off_policy import Experiment
+from tasks.generation import (
+    GenerationJob,
+    MemberState,
+    commit_generation_task,
+    evaluate_member_task,
+    register_context,
+    release_context,
+    select_and_mutate_task,
+    train_member_task,
+)
+from tests.conftest import tiny_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _generations(cfg, store, run_id: str, mode: str, n: int) -> Experiment:
+    exp = Experiment(cfg)
+    register_context(run_id, exp, store)
+    try:
+        for g in range(n):
+            job = GenerationJob(run_id, cfg, store.storage.uri, g, mode)
+            if exp.history:
+                select_and_mutate_task.fn(job)
+            exp.begin_generation()
+            slots = range(len(exp.population.members))
+            states = [MemberState(*m.agent.state()) if mode == "process" else None for m in exp.population.members]
+            outs = [train_member_task.fn(job, s, states[s]) for s in slots]
+            fits = [evaluate_member_task.fn(job, s, outs[s]) for s in slots]
+            info = commit_generation_task.fn(job, outs, fits)
+            assert info["generation"] == g
+            assert commit_generation_task.fn(job, outs, fits) == info  # a retried commit changes nothing
+    finally:
+        release_context(run_id)
+    return exp
+
+
+def test_thread_and_process_tasks_match_the_local_loop(tmp_path):
+    cfg = tiny_config(**{"hyperparameters.buffer_size": 1000})
+    local = Experiment(cfg)
+    for _ in range(3):
+        if local.history:
+            local.evolve()
+        local.run_generation()
+    runs = {}
+    for mode in ("threads", "process"):
+        store = RunStore(LocalStorage(tmp_path / mode), "r")
+        runs[mode] = _generations(cfg, store, "r", mode, 3)
+        assert store.committed_generations() == [0, 1, 2]
+    for exp in runs.values():
+        assert [h.fitnesses for h in exp.history] == [h.fitnesses for h in local.history]
+        assert [e.to_dict() for e in exp.population.lineage] == [e.to_dict() for e in local.population.lineage]
+        assert (exp.buffer.size, exp.buffer.pos) == (local.buffer.size, local.buffer.pos)
+        for a, b in zip(exp.population.members, local.population.members, strict=True):
+            ta, tb = a.agent.state()[0], b.agent.state()[0]
+            assert all(torch.equal(ta[k], tb[k]) for k in tb)
+
+
+def test_process_tasks_resync_a_fresh_worker_from_storage(tmp_path):
+    """A worker that joins late (or after a crash) rebuilds the committed buffer from the shards."""
+    cfg = tiny_config(**{"hyperparameters.buffer_size": 1000})
+    store = RunStore(LocalStorage(tmp_path), "r")
+    exp = _generations(cfg, store, "r", "threads", 2)
+    exp.evolve()
+    job = GenerationJob("r", cfg, str(tmp_path), 2, "process")
+    register_context("r", exp, store)
+    try:
+        out = train_member_task.fn(job, 1, MemberState(*exp.population.members[1].agent.state()))
+        exp.begin_generation()
+        ref = exp.train(1)
+    finally:
+        release_context("r")
+    assert out.result.mean_loss == ref.mean_loss and out.result.env_steps == ref.env_steps
+    assert out.shard.rows == ref.env_steps
+
+
+def test_engine_imports_neither_prefect_nor_mlflow():
+    for path in (ROOT / "agilerl_core").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for name in names:
+                assert name.split(".")[0] not in ("prefect", "mlflow", "prefect_dask", "tasks", "flows"), \
+                    f"{path.relative_to(ROOT)} imports {name}"
+
+
+def test_prefect_yaml_is_generated_from_the_configs():
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, str(ROOT / "deployments" / "build.py"), "--check"], capture_output=True,
+                       text=True, check=False)
+    assert p.returncode == 0, p.stderr
