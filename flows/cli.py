@@ -90,24 +90,24 @@ def _run(args: argparse.Namespace) -> dict:
 
 def _flow(cfg, run_id: str | None, progress: bool) -> dict:
     _quiet_prefect()
-    from flows.online import online_evolution
-
-    summary = online_evolution(config=cfg, run_id=run_id, progress=progress)
-    if summary.get("champion_uri"):
-        print(f"MLflow: champion registered as {summary['champion_uri']}; browse the run with "
-              f"`mlflow ui --backend-store-uri {_tracking_hint(cfg)}`", file=sys.stderr)
-    return summary
-
-
-def _tracking_hint(cfg) -> str:
+    from flows.online import online_evolution, preflight
     from tasks.tracking import tracking_uri
 
-    return tracking_uri(cfg)
+    preflight(cfg)
+    summary = online_evolution(config=cfg, run_id=run_id, progress=progress)
+    if cfg.tracking.enabled:
+        uri = tracking_uri(cfg)
+        how = f"open {uri}" if uri.startswith("http") else f"run `mlflow ui --backend-store-uri {uri}` and open " \
+                                                            f"http://127.0.0.1:5000"
+        print(f"MLflow: to compare runs, lineage and the champion ({summary.get('champion_uri', 'not registered')}), "
+              f"{how}", file=sys.stderr)
+    return summary
 
 
 def _quiet_prefect() -> None:
     """Prefect's per-task console lines drown the progress bar; keep warnings and our flow's own lines."""
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
 def _resume(args: argparse.Namespace) -> dict:

@@ -47,7 +47,15 @@ from tasks.generation import (
     select_and_mutate_task,
     train_member_task,
 )
-from tasks.tracking import SECRET_FIELDS, Tracker, log_generation_task, log_run_end_task, member_rows
+from tasks.tracking import (
+    SECRET_FIELDS,
+    Tracker,
+    check_tracking_server,
+    log_generation_task,
+    log_run_end_task,
+    member_rows,
+    tracking_uri,
+)
 
 SUMMARY_ARTIFACT = "evolution-summary"
 
@@ -72,6 +80,16 @@ def _task_runner(cfg: ExperimentConfig, dask_address: str | None):
 
         return DaskTaskRunner(address=dask_address)
     return ThreadPoolTaskRunner(max_workers=cfg.runner.max_threads or cfg.population_size)
+
+
+def preflight(cfg: ExperimentConfig) -> None:
+    """Every check that needs no training, in the order a user would fix them: the config and env, the
+    storage URI and its credentials, the tracking server. The CLI runs it before starting the flow (so a
+    bad input is one clear line, not a failed flow run); the flow runs it again for deployments."""
+    Experiment.check(cfg)
+    storage_from_config(cfg).check()
+    if cfg.tracking.enabled:
+        check_tracking_server(tracking_uri(cfg))
 
 
 @contextlib.contextmanager

@@ -73,6 +73,20 @@ class Experiment:
     """Everything one evolution run needs in one process: population, shared buffer, envs."""
 
     def __init__(self, cfg: ExperimentConfig) -> None:
+        self._setup_spec(cfg)
+        self.envs = [make_vector_env(cfg.env_id, cfg.num_envs, cfg.env_kwargs) for _ in range(cfg.population_size)]
+        self.eval_env = make_vector_env(cfg.env_id, cfg.eval_episodes, cfg.env_kwargs)
+        mask_dim = _probe_action_mask(self.envs[0])
+        self.buffer = ReplayBuffer(transition_fields(self.obs_spec, mask_dim), cfg.hyperparameters.buffer_size,
+                                   self.device)
+        self.slot_capacity = math.ceil(cfg.evo_steps / cfg.num_envs) * cfg.num_envs
+        agents = [self.algo_cls(self.obs_spec, self.action_dim, self.arch, cfg.hyperparameters,
+                                derive_seed(cfg.seed, 1, i), self.device) for i in range(cfg.population_size)]
+        self.population = Population.create(agents, cfg.seed)
+        self.global_steps = 0
+        self.history: list[GenerationStats] = []
+
+    def _setup_spec(self, cfg: ExperimentConfig) -> None:
         self.cfg = cfg
         if cfg.device == "cuda" and not torch.cuda.is_available():
             raise ConfigError("device: 'cuda' was requested but no CUDA device is available; use 'cpu' or 'auto'")
@@ -94,17 +108,12 @@ class Experiment:
         self.arch = initial_arch(self.obs_spec, self.action_dim, cfg.network)
         self.tournament = TournamentSelection(cfg.tournament.size, cfg.tournament.elitism)
         self.mutations = Mutations.from_config(cfg.mutation, self.space, self.bounds)
-        self.envs = [make_vector_env(cfg.env_id, cfg.num_envs, cfg.env_kwargs) for _ in range(cfg.population_size)]
-        self.eval_env = make_vector_env(cfg.env_id, cfg.eval_episodes, cfg.env_kwargs)
-        mask_dim = _probe_action_mask(self.envs[0])
-        self.buffer = ReplayBuffer(transition_fields(self.obs_spec, mask_dim), cfg.hyperparameters.buffer_size,
-                                   self.device)
-        self.slot_capacity = math.ceil(cfg.evo_steps / cfg.num_envs) * cfg.num_envs
-        agents = [self.algo_cls(self.obs_spec, self.action_dim, self.arch, cfg.hyperparameters,
-                                derive_seed(cfg.seed, 1, i), self.device) for i in range(cfg.population_size)]
-        self.population = Population.create(agents, cfg.seed)
-        self.global_steps = 0
-        self.history: list[GenerationStats] = []
+
+    @classmethod
+    def check(cls, cfg: ExperimentConfig) -> None:
+        """Every check the constructor makes (device, env id, spaces, hp bounds, architecture), without
+        building the envs, agents or buffer: what a launcher runs before handing the config on."""
+        cls.__new__(cls)._setup_spec(cfg)
 
     # ---- the generation step -------------------------------------------------------------------------
     def begin_generation(self) -> None:

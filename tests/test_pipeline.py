@@ -1,0 +1,239 @@
+"""The pipeline end to end against the real local stack (SeaweedFS S3 with credentials enforced, an
+MLflow server on SQLite with artifacts on S3, a Prefect server and, for deployments, a process worker),
+started once per session by the fixtures in conftest.py. Every run goes through the `agilerl-flow` CLI in
+a subprocess, as a user or CI would run it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = """\
+name: pipeline-test
+env_id: CartPole-v1
+num_envs: 4
+population_size: 3
+evo_steps: {evo_steps}
+eval_episodes: 2
+max_env_steps: {budget}
+seed: 5
+hyperparameters: {{batch_size: 32, learning_delay: 64, buffer_size: 1000}}
+network: {{hidden_sizes: [32, 32], min_nodes: 8}}
+storage: {{keep_generations: 2}}
+"""
+_CLEAN = ("PREFECT_API_URL", "MLFLOW_TRACKING_URI", "AGILERL_STORAGE_URI", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID",
+          "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE")
+
+
+def _env(stack, tmp_path, **extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in _CLEAN}
+    env.update(stack.client_env(), PREFECT_HOME=str(tmp_path / "prefect-home"), PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    env.update(extra)
+    return env
+
+
+def _cli(*args, env, cwd, timeout=300):
+    return subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+def _summary(p) -> dict:
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _config(tmp_path, evo_steps=200, budget=2400) -> Path:
+    path = tmp_path / "c.yaml"
+    path.write_text(CONFIG.format(evo_steps=evo_steps, budget=budget))
+    return path
+
+
+def _store(stack, run_id):
+    from agilerl_core.io.run_store import RunStore
+    from agilerl_core.io.storage import S3Options, S3Storage
+
+    c = stack.credentials()
+    return RunStore(S3Storage("s3://agilerl/runs", S3Options(stack.s3_url, None, c["access_key_id"],
+                                                             c["secret_access_key"])), run_id)
+
+
+def _final(stack, run_id) -> dict:
+    """What must match between runs: lineage, fitness history, and every final member's weights."""
+    store = _store(stack, run_id)
+    g = store.latest_generation()
+    pop = json.loads(store.storage.get_bytes(store.key(store.gen_dir(g), "population", "population.json")))
+    manifest = store.manifest(g)
+    weights = {k.split("/population/")[1]: v for k, v in manifest["files"].items() if k.endswith(".safetensors")}
+    return {"generation": g, "lineage": pop["lineage"], "weights": weights,
+            "fitness": [h["fitnesses"] for h in pop["extra"]["history"]], "rng": pop["rng"]}
+
+
+@pytest.fixture(scope="module")
+def threads_run(servers, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("threads")
+    env = _env(servers, tmp)
+    p = _cli("run", str(_config(tmp)), "--run-id", "threads-run", "--no-progress", env=env, cwd=tmp)
+    return {"summary": _summary(p), "stderr": p.stderr, "stdout": p.stdout, "env": env, "tmp": tmp}
+
+
+def test_flow_stores_tracks_and_matches_the_local_loop(servers, threads_run):
+    s = threads_run["summary"]
+    assert s["run_id"] == "threads-run" and s["storage_uri"] == "s3://agilerl/runs/threads-run"
+    assert s["generations"] == 4 and s["global_steps"] == 2400 and s["mlflow_run_id"]
+    assert s["elite_uri"] == "s3://agilerl/runs/threads-run/elite"
+    store = _store(servers, "threads-run")
+    assert store.committed_generations() == [0, 1, 2, 3]
+    assert [store.manifest(g)["pruned"] for g in range(4)] == [True, True, False, False]  # keep_generations 2
+
+    tmp = threads_run["tmp"]
+    local = _summary(_cli("run", str(_config(tmp)), "--local", "--no-progress", "--run-dir", str(tmp / "local"),
+                          env=threads_run["env"], cwd=tmp))
+    assert (local["best_fitness"], local["global_steps"]) == (s["best_fitness"], s["global_steps"])
+    local_pop = json.loads((tmp / "local" / "population" / "population.json").read_text())
+    assert local_pop["lineage"] == _final(servers, "threads-run")["lineage"]
+
+
+def test_mlflow_has_params_metrics_lineage_and_no_secret(servers, threads_run):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(servers.mlflow_url)
+    parent = client.get_run(threads_run["summary"]["mlflow_run_id"])
+    assert parent.info.status == "FINISHED"
+    assert parent.data.params["hyperparameters.lr"] == "0.001" and parent.data.params["env_id"] == "CartPole-v1"
+    assert [m.step for m in client.get_metric_history(parent.info.run_id, "best_fitness")] == [0, 1, 2, 3]
+    assert client.get_metric_history(parent.info.run_id, "global_env_steps")[-1].value == 2400
+    children = client.search_runs([parent.info.experiment_id],
+                                  f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+    assert sorted(r.data.tags["agilerl.slot"] for r in children) == ["0", "1", "2"]
+    for child in children:
+        for metric in ("fitness", "hp.lr", "hp.batch_size", "param_count"):
+            assert [m.step for m in client.get_metric_history(child.info.run_id, metric)] == [0, 1, 2, 3], metric
+    arts = {a.path for a in client.list_artifacts(parent.info.run_id, "lineage")}
+    assert {"lineage/family_tree.png", "lineage/hp_schedules.png", "lineage/lineage.json"} <= arts
+    secret = servers.credentials()["secret_access_key"]
+    everything = json.dumps([parent.data.params, parent.data.tags] + [c.data.tags for c in children])
+    assert secret not in everything
+    assert secret not in threads_run["stdout"] + threads_run["stderr"]
+    for log in (servers.data_dir / "logs").glob("*.log"):
+        assert secret not in log.read_text(errors="replace"), log
+
+
+def test_registered_champion_loads_and_acts(servers, threads_run, monkeypatch):
+    import gymnasium as gym
+    import mlflow
+
+    from agilerl_core.io.checkpoint import load_member
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", servers.mlflow_url)
+    mlflow.set_tracking_uri(servers.mlflow_url)
+    assert threads_run["summary"]["champion_uri"] == "models:/pipeline-test@champion"
+    model = mlflow.pyfunc.load_model("models:/pipeline-test@champion")
+    env = gym.make("CartPole-v1")
+    obs = np.stack([env.reset(seed=i)[0] for i in range(6)])
+    actions = model.predict(obs)
+    assert actions.shape == (6,) and set(actions.tolist()) <= {0, 1}
+    store = _store(servers, "threads-run")
+    local = Path(threads_run["tmp"]) / "elite"
+    store.storage.download_dir(store.key("elite"), local)
+    elite, _ = load_member(local)
+    from agilerl_core.envs.spaces import ObsSpec
+
+    greedy = elite.agent.act(ObsSpec(env.observation_space).to_tensors(obs), 0.0)
+    assert actions.tolist() == greedy.tolist()
+    # the champion plays a whole episode
+    o, _ = env.reset(seed=123)
+    for _ in range(20):
+        o, _, term, trunc, _ = env.step(int(model.predict(o[None])[0]))
+        if term or trunc:
+            break
+
+
+def test_lineage_command_draws_the_family_tree(servers, threads_run):
+    out = Path(threads_run["tmp"]) / "tree.png"
+    s = _summary(_cli("lineage", "threads-run", "--out", str(out), "--storage", "s3://agilerl/runs",
+                      env=threads_run["env"], cwd=threads_run["tmp"]))
+    assert s["members"] == 12 and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_dask_runner_gives_the_thread_runner_result(servers, threads_run, tmp_path):
+    p = _cli("run", str(_config(tmp_path)), "--run-id", "dask-run", "--no-progress", "--set", "runner.kind=dask",
+             "--set", "runner.workers=2", env=_env(servers, tmp_path), cwd=tmp_path)
+    s = _summary(p)
+    assert s["best_fitness"] == threads_run["summary"]["best_fitness"]
+    assert _final(servers, "dask-run") == _final(servers, "threads-run")
+
+
+def test_resume_after_kill_9_ends_as_an_uninterrupted_run(servers, tmp_path):
+    cfg = _config(tmp_path, evo_steps=400, budget=8400)  # 7 generations
+    env = _env(servers, tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "run", str(cfg), "--run-id", "crashed",
+                             "--no-progress"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    store = _store(servers, "crashed")
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and 2 not in store.committed_generations():
+        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # kill -9 in the middle of generation 3
+    proc.wait()
+    committed = store.committed_generations()
+    assert 2 in committed and committed[-1] < 6, committed
+
+    resumed = _summary(_cli("resume", "crashed", "--storage", "s3://agilerl/runs", "--no-progress", env=env,
+                            cwd=tmp_path))
+    straight = _summary(_cli("run", str(cfg), "--run-id", "straight", "--no-progress", env=env, cwd=tmp_path))
+    assert resumed["generations"] == straight["generations"] == 7
+    assert resumed["best_fitness"] == straight["best_fitness"]
+    assert _final(servers, "crashed") == _final(servers, "straight")
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(servers.mlflow_url)
+    steps = [m.step for m in client.get_metric_history(resumed["mlflow_run_id"], "best_fitness")]
+    assert sorted(set(steps)) == list(range(7))  # one parent run across the crash, every generation logged
+
+
+def test_bad_credentials_and_unreachable_tracking_fail_before_training(servers, tmp_path):
+    from infra.stack import free_port
+
+    cfg = _config(tmp_path)
+    p = _cli("run", str(cfg), "--run-id", "badsecret", env=_env(servers, tmp_path, AWS_SECRET_ACCESS_KEY="wrong"),
+             cwd=tmp_path, timeout=120)
+    assert p.returncode == 1 and "storage error" in p.stderr and "secret key is wrong" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and "wrong" not in p.stdout
+    assert not _store(servers, "badsecret").storage.list("badsecret/")
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    p = _cli("run", str(cfg), "--run-id", "notracking", env=_env(servers, tmp_path, MLFLOW_TRACKING_URI=dead),
+             cwd=tmp_path, timeout=120)
+    assert p.returncode == 1 and "tracking error" in p.stderr and "MLFLOW_TRACKING_URI" in p.stderr, p.stderr
+    assert not _store(servers, "notracking").storage.list("notracking/")
+
+
+def test_deployment_trigger_waits_and_gates_on_fitness(servers, tmp_path):
+    servers.start_worker()
+    env = _env(servers, tmp_path)
+    p = subprocess.run(["prefect", "--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=180, check=False)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    small = ["--param", "config.max_env_steps=1200", "--param", "config.evo_steps=300", "--param",
+             "config.population_size=2", "--param", "config.hyperparameters.learning_delay=64", "--param",
+             "config.eval_episodes=2"]
+    s = _summary(_cli("trigger", "online-evolution/cartpole-dqn", *small, "--wait", "--min-fitness", "1",
+                      "--timeout", "300", env=env, cwd=tmp_path))
+    assert s["state"] == "COMPLETED" and s["generations"] == 2 and s["storage_uri"].startswith("s3://agilerl/runs/")
+    p = _cli("trigger", "online-evolution/cartpole-dqn", *small, "--wait", "--min-fitness", "1e9", "--timeout", "300",
+             env=env, cwd=tmp_path)
+    assert p.returncode == 1 and "below --min-fitness" in p.stderr
+    p = _cli("trigger", "online-evolution/nope", "--wait", env=env, cwd=tmp_path)
+    assert p.returncode == 2 and "not found" in p.stderr
