@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -69,16 +71,38 @@ def test_cartpole_population_learns(tmp_path):
     assert res.best_fitness >= 400, [h.fitnesses for h in res.history]
 
 
+_SERVERS = ("PREFECT_API_URL", "MLFLOW_TRACKING_URI", "AGILERL_STORAGE_URI", "AWS_ENDPOINT_URL")
+
+
 def _cli(*args, cwd):
+    """The CLI with no server configured: ephemeral Prefect (its home in cwd), MLflow and storage in files."""
+    env = {k: v for k, v in os.environ.items() if k not in _SERVERS}
+    env["PREFECT_HOME"] = str(Path(cwd) / "prefect-home")
     return subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, check=False)
+                          timeout=300, check=False, env=env)
 
 
-def test_cli_runs_and_prints_a_json_summary_last(tmp_path):
+def test_default_run_is_the_flow_on_the_embedded_default(tmp_path):
+    """No servers: ephemeral Prefect, MLflow in a SQLite file, storage in output_dir; same result as --local."""
     cfg = tmp_path / "c.yaml"
     cfg.write_text("env_id: CartPole-v1\nnum_envs: 4\npopulation_size: 2\nevo_steps: 200\neval_episodes: 2\n"
                    "max_env_steps: 800\nhyperparameters: {batch_size: 32, learning_delay: 64}\n")
-    p = _cli("run", str(cfg), "--set", f"output_dir={tmp_path}", "--set", "seed=3", cwd=tmp_path)
+    p = _cli("run", str(cfg), "--set", f"output_dir={tmp_path / 'out'}", "--run-id", "emb", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    summary = json.loads(p.stdout.strip().splitlines()[-1])
+    assert summary["run_id"] == "emb" and summary["storage_uri"] == str(tmp_path / "out" / "emb")
+    assert summary["champion_uri"] == "models:/experiment@champion" and summary["mlflow_run_id"]
+    assert (tmp_path / "out" / "mlflow.db").is_file() and (tmp_path / "out" / "emb" / "elite" / "member.json").is_file()
+    assert "mlflow ui --backend-store-uri sqlite:///" in p.stderr  # says how to look at what it wrote
+    local = _cli("run", str(cfg), "--local", "--no-progress", "--set", f"output_dir={tmp_path / 'loc'}", cwd=tmp_path)
+    assert json.loads(local.stdout.strip().splitlines()[-1])["best_fitness"] == summary["best_fitness"]
+
+
+def test_cli_local_runs_and_prints_a_json_summary_last(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("env_id: CartPole-v1\nnum_envs: 4\npopulation_size: 2\nevo_steps: 200\neval_episodes: 2\n"
+                   "max_env_steps: 800\nhyperparameters: {batch_size: 32, learning_delay: 64}\n")
+    p = _cli("run", str(cfg), "--local", "--set", f"output_dir={tmp_path}", "--set", "seed=3", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     summary = json.loads(p.stdout.strip().splitlines()[-1])
     for key in ("best_fitness", "global_steps", "wall_s", "env_steps_per_s", "generations", "elite_uri"):
@@ -98,3 +122,10 @@ def test_cli_errors_are_one_paragraph_without_traceback(tmp_path):
     assert p.returncode == 2 and "Traceback" in p.stderr
     p = _cli("run", str(tmp_path / "none.yaml"), "--set", "lr", cwd=tmp_path)
     assert p.returncode == 2 and "expected KEY=VALUE" in p.stderr
+    p = _cli("run", str(cfg), "--set", "env_id=CartPole-v1", "--storage", "gs://bucket/x", cwd=tmp_path)
+    assert p.returncode == 1 and "storage error" in p.stderr and "unsupported scheme 'gs'" in p.stderr
+    p = _cli("resume", "no-such-run", "--storage", str(tmp_path / "empty"), cwd=tmp_path)
+    assert p.returncode == 2 and "not found in storage" in p.stderr
+    p = _cli("stack", "status", "--data-dir", str(tmp_path / "stack"), cwd=tmp_path)
+    status = json.loads(p.stdout.strip().splitlines()[-1])
+    assert p.returncode == 0 and not any(status[s]["running"] for s in ("s3", "mlflow", "prefect", "worker"))
