@@ -181,22 +181,34 @@ class ExperimentConfig(_Strict):
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow tracking.")
     runner: RunnerConfig = Field(default_factory=RunnerConfig, description="Task runner of the pipeline.")
 
-    @field_validator("hp_space")
+    @field_validator("hp_space", mode="before")
     @classmethod
-    def _space_names(cls, v: dict) -> dict:
+    def _space_names(cls, v: Any) -> Any:
+        """A partial override ({min, max}) keeps the algorithm's kind and factors for the fields it omits
+        (so an int hyperparameter stays int). Runs before pydantic would fill the omitted fields with
+        HyperparameterSpec's generic defaults."""
         from agilerl_core.algorithms.registry import ALGORITHM_HP_SPACES
 
+        if not isinstance(v, dict):
+            return v
         known = ALGORITHM_HP_SPACES["dqn"]
         allowed = set(DQNHyperparameters.model_fields)
         out = {}
         for name, spec in v.items():
             if name not in allowed:
                 raise ValueError(f"unknown hyperparameter {name!r}; mutable ones are {sorted(allowed)}")
-            if spec is None or isinstance(spec, HyperparameterSpec):
-                out[name] = spec
-            else:
+            if isinstance(spec, dict):
                 base = known[name].model_dump() if name in known else {}
-                out[name] = HyperparameterSpec(**{**base, **spec})
+                if "kind" not in spec and "kind" not in base:
+                    field = DQNHyperparameters.model_fields[name]
+                    base["kind"] = "int" if field.annotation is int else "float"
+                try:
+                    spec = HyperparameterSpec(**{**base, **spec})
+                except ValidationError as err:
+                    e = err.errors()[0]
+                    where = ".".join(str(x) for x in e["loc"])
+                    raise ValueError(f"{name}{'.' + where if where else ''}: {e['msg']}") from None
+            out[name] = spec
         return out
 
 

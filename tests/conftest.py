@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from gymnasium import spaces
+
+ROOT_DIR = Path(__file__).resolve().parents[1]
 
 
 class ImageEnv(gym.Env):

@@ -137,3 +137,25 @@ def test_population_lineage_records_parents_and_mutations():
     assert len(events) == 16 and [e.generation for e in events] == sorted(e.generation for e in events)
     assert all(e.fitness is not None for e in events if e.generation < 3)
     assert all("lr" in e.hyperparameters for e in events)
+
+
+def test_partial_hp_space_override_keeps_the_algorithms_kind():
+    """{min, max} in a config must not turn an int hyperparameter into a float one (a mutated
+    batch_size of 153.6 crashed a run)."""
+    import numpy as np
+
+    from agilerl_core.config import load_config
+    from agilerl_core.training.off_policy import Experiment
+    from tests.conftest import ROOT_DIR
+
+    cfg = load_config(ROOT_DIR / "deployments/configs/cartpole_dqn.yaml")
+    assert cfg.hp_space["batch_size"].kind == "int" and cfg.hp_space["batch_size"].grow == 1.5
+    assert cfg.hp_space["lr"].kind == "log"
+    exp = Experiment(cfg.model_copy(update={"population_size": 1}))
+    agent = exp.population.members[0].agent
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        exp.mutations.rl_hp(agent, rng)
+        assert isinstance(agent.hp.batch_size, int) and isinstance(agent.hp.learn_step, int)
+    agent.set_hyperparameter("batch_size", 100.4)  # a float-kind override on an int field rounds
+    assert agent.hp.batch_size == 100

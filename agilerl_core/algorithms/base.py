@@ -98,6 +98,8 @@ class RLAlgorithm:
 
     def set_hyperparameter(self, name: str, value: Any) -> None:
         """Set one hyperparameter (validated); the learning rate reaches the optimisers at once."""
+        if self.hp_model.model_fields[name].annotation is int:  # a float-kind spec on an int field: round
+            value = round(value)
         self.hp = self.hp_model.model_validate({**self.hp.model_dump(), name: value})
         if name == self.lr_field:
             for opt in self.optimizers.values():
