@@ -223,7 +223,9 @@ def test_bad_credentials_and_unreachable_tracking_fail_before_training(servers, 
 def test_deployment_trigger_waits_and_gates_on_fitness(servers, tmp_path):
     servers.start_worker()
     env = _env(servers, tmp_path)
-    p = subprocess.run(["prefect", "--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml"],
+    from infra.stack import _bin
+
+    p = subprocess.run([_bin("prefect"), "--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=180, check=False)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     small = ["--param", "config.max_env_steps=1200", "--param", "config.evo_steps=300", "--param",
