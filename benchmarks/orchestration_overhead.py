@@ -35,6 +35,8 @@ def main() -> None:
     p.add_argument("--evo-steps", type=int, default=10_000)
     p.add_argument("--generations", type=int, default=5)
     p.add_argument("--population", type=int, default=4)
+    p.add_argument("--variants", nargs="+", default=["local", "flow_1_thread"],
+                   choices=["local", "flow_1_thread", "flow_threads"])
     args = p.parse_args()
 
     from infra.stack import Stack, free_port
@@ -60,13 +62,12 @@ def main() -> None:
                 "target_fitness": None, "output_dir": str(tmp / "out"), "storage.uri": str(tmp / "storage"),
                 "name": "overhead-bench"}
         cfg_path = ROOT / "deployments/configs/cartpole_dqn.yaml"
-        times: dict[str, list[float]] = {"local": [], "flow_threads": [], "flow_1_thread": []}
+        times: dict[str, list[float]] = {k: [] for k in args.variants}
         best: dict[str, list[float]] = {k: [] for k in times}
         for r in range(args.repeats):
             for kind in times:
                 over = dict(base)
-                if kind == "flow_1_thread":
-                    over["runner.max_threads"] = 1
+                over["runner.max_threads"] = 1 if kind == "flow_1_thread" else args.population
                 cfg = load_config(cfg_path, over)
                 t0 = time.perf_counter()
                 if kind == "local":
@@ -83,8 +84,7 @@ def main() -> None:
             "benchmark": "orchestration_overhead", "env_steps_per_run": budget, "repeats": args.repeats,
             "wall_s": {k: [round(x, 2) for x in v] for k, v in times.items()},
             "median_wall_s": {k: round(v, 2) for k, v in med.items()},
-            "ratio_flow_threads_vs_local": round(med["flow_threads"] / med["local"], 3),
-            "ratio_flow_1_thread_vs_local": round(med["flow_1_thread"] / med["local"], 3),
+            **{f"ratio_{k}_vs_local": round(med[k] / med["local"], 3) for k in med if k != "local"},
             "target_ratio": 1.05, "best_fitness": best,
             "same_result_all_variants": all(best[k] == best["local"] for k in best),
             "fresh_process_import_s": round(import_s, 2), "stack_start_s": round(stack_s, 1),

@@ -80,7 +80,7 @@ def _task_runner(cfg: ExperimentConfig, dask_address: str | None):
         from prefect_dask import DaskTaskRunner
 
         return DaskTaskRunner(address=dask_address)
-    return ThreadPoolTaskRunner(max_workers=cfg.runner.max_threads or cfg.population_size)
+    return ThreadPoolTaskRunner(max_workers=cfg.runner.max_threads)
 
 
 def preflight(cfg: ExperimentConfig) -> None:
@@ -127,10 +127,18 @@ def generation_flow(job: GenerationJob) -> dict[str, Any]:
     states = [None] * n
     if job.mode == "process":
         states = [MemberState(*m.agent.state()) for m in exp.population.members]
-    trained = [train_member_task.submit(job, slot, states[slot]) for slot in range(n)]
-    evaluated = [evaluate_member_task.submit(job, slot, trained[slot]) for slot in range(n)]
-    outputs = [f.result() for f in trained]
-    fitnesses = [f.result() for f in evaluated]
+    if job.mode == "threads" and job.config.runner.max_threads == 1:
+        # one member at a time: run the tasks in this thread (no hand-off to a pool thread), each member
+        # evaluated right after it is trained
+        outputs, fitnesses = [], []
+        for slot in range(n):
+            outputs.append(train_member_task(job, slot))
+            fitnesses.append(evaluate_member_task(job, slot, outputs[-1]))
+    else:
+        trained = [train_member_task.submit(job, slot, states[slot]) for slot in range(n)]
+        evaluated = [evaluate_member_task.submit(job, slot, trained[slot]) for slot in range(n)]
+        outputs = [f.result() for f in trained]
+        fitnesses = [f.result() for f in evaluated]
     commit_generation_task(job, outputs, fitnesses)
     last = exp.history[-1]
     stats = asdict(last)
