@@ -124,9 +124,6 @@ def generation_flow(job: GenerationJob) -> dict[str, Any]:
         select_and_mutate_task(job)
     exp.begin_generation()
     n = len(exp.population.members)
-    states = [None] * n
-    if job.mode == "process":
-        states = [MemberState(*m.agent.state()) for m in exp.population.members]
     if job.mode == "threads" and job.config.runner.max_threads == 1:
         # one member at a time: run the tasks in this thread (no hand-off to a pool thread), each member
         # evaluated right after it is trained
@@ -134,7 +131,8 @@ def generation_flow(job: GenerationJob) -> dict[str, Any]:
         for slot in range(n):
             outputs.append(train_member_task(job, slot))
             fitnesses.append(evaluate_member_task(job, slot, outputs[-1]))
-    else:
+    else:  # a process runner ships each member's state; threads train the live agents
+        states = [MemberState(*m.agent.state()) if job.mode == "process" else None for m in exp.population.members]
         trained = [train_member_task.submit(job, slot, states[slot]) for slot in range(n)]
         evaluated = [evaluate_member_task.submit(job, slot, trained[slot]) for slot in range(n)]
         outputs = [f.result() for f in trained]
@@ -199,15 +197,9 @@ def online_evolution(config: ExperimentConfig, run_id: str | None = None, progre
                                 mean=f"{stats['mean_fitness']:.1f}")
             bar.close()
         wall = time.perf_counter() - t0
-        elite = exp.population.elite()
-        elite_uri = store.save_elite(elite, exp.env_desc)
-        last = exp.history[-1]
-        summary = {"best_fitness": last.best_fitness, "global_steps": exp.global_steps, "wall_s": round(wall, 3),
-                   "env_steps_per_s": round((exp.global_steps - steps0) / max(wall, 1e-9), 1),
-                   "generations": len(exp.history), "elite_uri": elite_uri,
-                   "reached_target": cfg.target_fitness is not None and last.best_fitness >= cfg.target_fitness,
-                   "run_id": run_id, "storage_uri": store.uri,
-                   "mlflow_run_id": tracker.parent_id if tracker else None}
+        elite_uri = store.save_elite(exp.population.elite(), exp.env_desc)
+        summary = {**exp.result(wall, exp.global_steps - steps0, elite_uri).summary(), "run_id": run_id,
+                   "storage_uri": store.uri, "mlflow_run_id": tracker.parent_id if tracker else None}
         if tracker is not None:
             with tempfile.TemporaryDirectory(prefix="agilerl-elite-") as tmp:
                 elite_dir = exp.save_elite(Path(tmp) / "member")

@@ -16,6 +16,7 @@ The test suite starts the same services through this module, on free ports.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -268,20 +269,16 @@ class Stack:
         pid = state.get(name, {}).get("pid")
         proc = getattr(self, "_procs", {}).pop(name, None)
         if pid and _alive(pid):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
             deadline = time.monotonic() + timeout
             while _alive(pid) and time.monotonic() < deadline:
                 if proc is not None:
                     proc.poll()
                 time.sleep(0.1)
             if _alive(pid):
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
         if proc is not None:
             proc.wait(timeout=5)
         state.pop(name, None)

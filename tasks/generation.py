@@ -65,7 +65,7 @@ class RunContext:
 
     exp: Experiment
     store: RunStore
-    synced: int = -1  # the committed generation the buffer reflects (-1: empty)
+    synced: int = -1  # workers: the committed generation their buffer reflects (-1: empty)
     staged: int | None = None  # the generation whose staging area is reserved
     eval_envs: dict[int, Any] = field(default_factory=dict)
     pending: list[ShardRef] = field(default_factory=list)  # the shards of the generation being committed
@@ -87,7 +87,7 @@ _REGISTRY_LOCK = threading.Lock()
 
 def register_context(run_id: str, exp: Experiment, store: RunStore, tracker: Any = None) -> RunContext:
     """The flow process registers its live Experiment (and tracker) for its tasks and subflows."""
-    ctx = RunContext(exp, store, synced=exp.population.generation - 1, tracker=tracker)
+    ctx = RunContext(exp, store, tracker=tracker)
     with _REGISTRY_LOCK:
         _CONTEXTS[(run_id, "threads")] = ctx
     return ctx
@@ -124,7 +124,7 @@ def _sync_worker(ctx: RunContext, generation: int) -> None:
     with ctx.lock:
         target = generation - 1
         if ctx.synced != target:
-            if ctx.synced == target - 1 and ctx.synced >= -1 and target >= 0:
+            if ctx.synced == target - 1 and target >= 0:
                 ctx.store.extend_buffer(target, ctx.exp.buffer)
             elif target >= 0:
                 ctx.store.rebuild_buffer(target, ctx.exp.buffer)

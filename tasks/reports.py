@@ -15,6 +15,24 @@ def lineage_table(lineage: list[dict[str, Any]]) -> dict[str, list]:
     return {c: [e.get(c) for e in lineage] for c in LINEAGE_COLUMNS}
 
 
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless: flows run on servers and workers
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, out: str | Path) -> Path:
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out)
+    _pyplot().close(fig)
+    return out
+
+
 def _finite(x) -> float | None:
     return float(x) if x is not None and math.isfinite(float(x)) else None
 
@@ -22,10 +40,7 @@ def _finite(x) -> float | None:
 def plot_family_tree(lineage: list[dict[str, Any]], out: str | Path, title: str = "lineage") -> Path:
     """Generations left to right, slots top to bottom; an edge joins each member to its parent, each
     node is coloured by the member's fitness in that generation."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     where = {}  # member_id -> (generation, slot) of its first appearance
     for e in lineage:
@@ -53,22 +68,15 @@ def plot_family_tree(lineage: list[dict[str, Any]], out: str | Path, title: str 
     ax.set_yticks(range(slots))
     ax.invert_yaxis()
     ax.set_title(f"{title}: family tree (dashed: elite kept unmutated)")
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return _save(fig, out)
 
 
 def plot_hp_schedules(lineage: list[dict[str, Any]], names: list[str], out: str | Path, title: str = "") -> Path:
     """One panel per mutable hyperparameter: its value in each slot across generations."""
-    import matplotlib
+    plt = _pyplot()
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = names or sorted(lineage[0]["hyperparameters"]) if lineage else names
+    if not names and lineage:
+        names = sorted(lineage[0]["hyperparameters"])
     slots = sorted({e["slot"] for e in lineage})
     fig, axes = plt.subplots(len(names), 1, figsize=(8, 2.2 * max(len(names), 1)), dpi=110, squeeze=False)
     for ax, name in zip(axes[:, 0], names, strict=True):
@@ -79,9 +87,4 @@ def plot_hp_schedules(lineage: list[dict[str, Any]], names: list[str], out: str 
     axes[-1, 0].set_xlabel("generation")
     axes[0, 0].legend(fontsize="small", ncol=min(len(slots), 6))
     axes[0, 0].set_title(f"{title}: evolved hyperparameters".strip(": "))
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return _save(fig, out)

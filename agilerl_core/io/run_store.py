@@ -37,7 +37,7 @@ from agilerl_core.buffers.replay import ReplayBuffer, Shard
 from agilerl_core.envs.spaces import ObsSpec
 from agilerl_core.errors import CheckpointError, ConfigError
 from agilerl_core.hpo.population import Member, Population
-from agilerl_core.io.checkpoint import load_population, save_member, save_population
+from agilerl_core.io.checkpoint import load_member, load_population, save_member, save_population
 from agilerl_core.io.storage import Storage
 
 RUN_FORMAT = "agilerl-flow/run"
@@ -77,6 +77,7 @@ class RunStore:
     def __init__(self, storage: Storage, run_id: str) -> None:
         self.storage = storage
         self.run_id = check_run_id(run_id)
+        self._settled: set[int] = set()  # generations pruned for good (members and shards): never read again
 
     def key(self, *parts: str) -> str:
         return "/".join([self.run_id, *parts])
@@ -190,8 +191,6 @@ class RunStore:
             return load_population(Path(tmp), obs_spec, None, device)
 
     def load_elite(self, generation: int, obs_spec: ObsSpec | None = None, device: str = "cpu") -> Member:
-        from agilerl_core.io.checkpoint import load_member
-
         manifest = self.manifest(generation)
         prefix = self.key(self.gen_dir(generation), "population", "members", str(manifest["elite_slot"]))
         with tempfile.TemporaryDirectory(prefix="agilerl-load-") as tmp:
@@ -261,11 +260,13 @@ class RunStore:
         window = {g for g, _ in self.buffer_window(latest)}
         pruned = []
         for g in gens:
-            if g > latest - keep:
+            if g > latest - keep or g in self._settled:
                 continue
             manifest = self.manifest(g)
             shards_needed = bool(window) and g >= min(window)
             if manifest.get("pruned") and (shards_needed or not manifest["shards"]):
+                if not manifest["shards"]:
+                    self._settled.add(g)
                 continue
             elite = self.key(self.gen_dir(g), "population", "members", str(manifest["elite_slot"])) + "/"
             pop_json = self.key(self.gen_dir(g), "population", "population.json")
@@ -276,6 +277,8 @@ class RunStore:
                    "shards": manifest["shards"] if shards_needed else []}
             self._put_json(f"{self.gen_dir(g)}/MANIFEST.json", new)  # the manifest first: it never lists a
             self.storage.delete(drop + drop_shards)                  # file that is gone
+            if not new["shards"]:
+                self._settled.add(g)
             pruned.append(g)
         return pruned
 

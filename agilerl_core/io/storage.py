@@ -34,21 +34,24 @@ class Storage(ABC):
     uri: str
 
     @abstractmethod
-    def put_bytes(self, key: str, data: bytes) -> None: ...
+    def put_bytes(self, key: str, data: bytes) -> None:
+        """Write the object atomically (replacing any previous one)."""
 
     @abstractmethod
     def get_bytes(self, key: str) -> bytes:
         """The object's bytes; raises StorageError naming the key when it does not exist."""
 
     @abstractmethod
-    def exists(self, key: str) -> bool: ...
+    def exists(self, key: str) -> bool:
+        """Whether an object is stored at `key`."""
 
     @abstractmethod
     def list(self, prefix: str) -> list[str]:
         """Every key under `prefix` (recursively), sorted."""
 
     @abstractmethod
-    def delete(self, keys: list[str]) -> None: ...
+    def delete(self, keys: list[str]) -> None:
+        """Delete these objects (missing ones are ignored)."""
 
     def check(self) -> None:
         """Write, read and delete a probe object: fails early on bad URIs and credentials."""

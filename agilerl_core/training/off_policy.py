@@ -162,6 +162,15 @@ class Experiment:
             self.history[-1].best_fitness >= cfg.target_fitness
         return reached or self.global_steps >= cfg.max_env_steps
 
+    def result(self, wall_s: float, steps_run: int, elite_uri: str) -> RunResult:
+        """The run's outcome after its last generation (`steps_run`: env steps taken in `wall_s`)."""
+        last = self.history[-1]
+        target = self.cfg.target_fitness
+        return RunResult(best_fitness=last.best_fitness, global_steps=self.global_steps, wall_s=wall_s,
+                         env_steps_per_s=steps_run / max(wall_s, 1e-9), generations=len(self.history),
+                         elite_uri=elite_uri, reached_target=target is not None and last.best_fitness >= target,
+                         history=self.history)
+
     def evolve(self) -> None:
         self.population.evolve(self.tournament, self.mutations)
 
@@ -231,9 +240,4 @@ def train_off_policy(cfg: ExperimentConfig, progress: bool = True, run_dir: str 
     run_dir = Path(run_dir or Path(cfg.output_dir) / f"{cfg.name}-seed{cfg.seed}")
     elite_path = exp.save_elite(run_dir / "elite")
     exp.save(run_dir / "population")
-    last = exp.history[-1]
-    return RunResult(best_fitness=last.best_fitness, global_steps=exp.global_steps, wall_s=wall,
-                     env_steps_per_s=(exp.global_steps - steps0) / max(wall, 1e-9),
-                     generations=len(exp.history), elite_uri=str(elite_path.resolve()),
-                     reached_target=cfg.target_fitness is not None and last.best_fitness >= cfg.target_fitness,
-                     history=exp.history)
+    return exp.result(wall, exp.global_steps - steps0, str(elite_path.resolve()))
