@@ -86,7 +86,7 @@ _REGISTRY_LOCK = threading.Lock()
 
 
 def register_context(run_id: str, exp: Experiment, store: RunStore, tracker: Any = None) -> RunContext:
-    """The flow process registers its live Experiment (and tracker) for its tasks and subflows."""
+    """The flow process registers its live Experiment (and tracker) for its tasks."""
     ctx = RunContext(exp, store, tracker=tracker)
     with _REGISTRY_LOCK:
         _CONTEXTS[(run_id, "threads")] = ctx

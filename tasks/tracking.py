@@ -15,6 +15,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -210,6 +211,11 @@ def log_generation_task(tracker: Tracker, stats: dict[str, Any], members: list[d
 @task(name="log-run-end", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
 def log_run_end_task(tracker: Tracker, lineage: list[dict[str, Any]], hp_names: list[str], elite_dir: str,
                      summary: dict[str, Any]) -> dict[str, Any]:
-    """Lineage table and pictures on the parent run; the elite as a registered model aliased champion."""
-    tracker.log_lineage(lineage, hp_names)
-    return tracker.log_champion(Path(elite_dir), summary)
+    """Lineage table and pictures on the parent run; the elite as a registered model aliased champion.
+    The two run side by side: rendering the pictures is CPU work, logging the model mostly waits on the
+    server."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="agilerl-lineage") as pool:
+        lineage_done = pool.submit(tracker.log_lineage, lineage, hp_names)
+        champion = tracker.log_champion(Path(elite_dir), summary)
+        lineage_done.result()
+    return champion

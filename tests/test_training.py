@@ -96,6 +96,14 @@ def test_default_run_is_the_flow_on_the_embedded_default(tmp_path):
     assert "mlflow ui --backend-store-uri sqlite:///" in p.stderr  # says how to look at what it wrote
     local = _cli("run", str(cfg), "--local", "--no-progress", "--set", f"output_dir={tmp_path / 'loc'}", cwd=tmp_path)
     assert json.loads(local.stdout.strip().splitlines()[-1])["best_fitness"] == summary["best_fitness"]
+    # members trained concurrently by the thread pool (tasks submitted to the runner) end the same way
+    pool = _cli("run", str(cfg), "--set", f"output_dir={tmp_path / 'out'}", "--set", "runner.max_threads=2",
+                "--set", "tracking.enabled=false", "--run-id", "pool", "--no-progress", cwd=tmp_path)
+    assert pool.returncode == 0, pool.stderr[-3000:]
+    assert json.loads(pool.stdout.strip().splitlines()[-1])["best_fitness"] == summary["best_fitness"]
+    elite = [tmp_path / "out" / run / "elite" / "weights.safetensors" for run in ("emb", "pool")]
+    assert elite[0].read_bytes() == elite[1].read_bytes() == \
+        (tmp_path / "loc" / "experiment-seed0" / "elite" / "weights.safetensors").read_bytes()
 
 
 def test_cli_local_runs_and_prints_a_json_summary_last(tmp_path):
