@@ -146,8 +146,23 @@ def run_generation(job: GenerationJob, runner) -> dict[str, Any]:
     last = exp.history[-1]
     stats = asdict(last)
     if ctx.tracker is not None:
-        log_generation_task(ctx.tracker, stats, member_rows(exp.population, last.train_returns, sorted(exp.space)))
+        params = {"tracker": ctx.tracker, "stats": stats,
+                  "members": member_rows(exp.population, last.train_returns, sorted(exp.space))}
+        wait_for_logging(ctx)  # one generation in flight at most, logged in order
+        if job.mode == "threads" and job.config.runner.max_threads == 1:
+            # the pool's thread is idle while members train in this one: log there, beside the next
+            # generation (a crash before it lands is covered: resume logs committed, unlogged generations)
+            ctx.log_future = runner.submit(log_generation_task, params)
+        else:
+            log_generation_task(**params)
     return stats
+
+
+def wait_for_logging(ctx) -> None:
+    """Wait for the generation being logged in the background (raising its error, after its retries)."""
+    if ctx.log_future is not None:
+        future, ctx.log_future = ctx.log_future, None
+        future.result()
 
 
 @flow(name="online-evolution", flow_run_name="{config.name}", validate_parameters=True)
@@ -200,6 +215,7 @@ def online_evolution(config: ExperimentConfig, run_id: str | None = None, progre
                 bar.set_postfix(gen=stats["generation"], best=f"{stats['best_fitness']:.1f}",
                                 mean=f"{stats['mean_fitness']:.1f}")
             bar.close()
+            wait_for_logging(flow_context(run_id))
         wall = time.perf_counter() - t0
         elite_uri = store.save_elite(exp.population.elite(), exp.env_desc)
         summary = {**exp.result(wall, exp.global_steps - steps0, elite_uri).summary(), "run_id": run_id,

@@ -70,6 +70,7 @@ class RunContext:
     eval_envs: dict[int, Any] = field(default_factory=dict)
     pending: list[ShardRef] = field(default_factory=list)  # the shards of the generation being committed
     tracker: Any = None  # the flow process's tasks.tracking.Tracker, when tracking is on
+    log_future: Any = None  # the last generation's logging, when it runs beside the next generation
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def eval_env(self, slot: int):

@@ -173,6 +173,7 @@ class Tracker:
                 name="champion", python_model=code, artifacts={"member": str(member_dir)},
                 pip_requirements=["agilerl-flow", f"torch=={torch.__version__.split('+')[0]}"],
                 registered_model_name=name if self.cfg.tracking.register_model else None,
+                step=int(summary.get("generations", 1)) - 1,  # links the final generation's metrics
                 metadata={"fitness": summary.get("best_fitness"), "run_id": self.run_id})
         out = {"model_uri": info.model_uri}
         if self.cfg.tracking.register_model:
