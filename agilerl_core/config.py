@@ -9,10 +9,19 @@ from __future__ import annotations
 import contextlib
 import difflib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    SecretStr,
+    Tag,
+    ValidationError,
+    model_validator,
+)
 
 from agilerl_core.errors import ConfigError
 from agilerl_core.hpo.space import HyperparameterSpec
@@ -75,23 +84,172 @@ class NetworkConfig(_Strict):
         return self
 
 
-class DQNHyperparameters(_Strict):
-    """DQN hyperparameters (Mnih et al. 2015; double Q from van Hasselt et al. 2016)."""
+class Hyperparameters(_Strict):
+    """What every algorithm's hyperparameters share."""
 
-    lr: float = Field(1e-3, gt=0, description="Adam learning rate.")
+    algorithm_name: ClassVar[str]
+    # structural: they size the shared buffer or the networks' outputs, so they never mutate
+    fixed_fields: ClassVar[frozenset[str]] = frozenset({"buffer_size", "n_step", "num_atoms", "v_min", "v_max",
+                                                        "rollout_steps"})
+
+    normalize_obs: bool = Field(False, description="Normalise vector observations by a running mean/std "
+                                                   "(per member, saved in its checkpoint).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_tag(cls, data: Any) -> Any:
+        if isinstance(data, dict) and _HP_TAG in data:
+            data = {k: v for k, v in data.items() if k != _HP_TAG}
+        return data
+
+
+class OffPolicyHyperparameters(Hyperparameters):
+    """Replay-based learning: how much, how often, from how large a shared buffer."""
+
     batch_size: int = Field(128, ge=1, description="Transitions per gradient step.")
     learn_step: int = Field(1, ge=1, description="Env steps (transitions) per gradient step.")
     gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
-    tau: float = Field(0.005, gt=0, le=1, description="Soft target update rate (when hard_update_every is unset).")
-    hard_update_every: int | None = Field(None, ge=1, description="Copy online -> target every N gradient steps.")
+    tau: float = Field(0.005, gt=0, le=1, description="Soft target update rate.")
+    max_grad_norm: float | None = Field(None, gt=0, description="Clip each network's gradient norm (None: off).")
+    learning_delay: int = Field(1_000, ge=0, description="Member env steps before the first gradient step.")
+    buffer_size: int = Field(100_000, ge=1, description="Capacity of the shared replay buffer (transitions).")
+
+
+class DQNHyperparameters(OffPolicyHyperparameters):
+    """DQN (Mnih et al. 2015; double Q: van Hasselt et al. 2016) and each Rainbow component (Hessel et al.
+    2018), every one usable alone."""
+
+    algorithm_name: ClassVar[str] = "dqn"
+
+    lr: float = Field(1e-3, gt=0, description="Adam learning rate.")
+    hard_update_every: int | None = Field(None, ge=1, description="Copy online -> target every N gradient steps "
+                                                                  "(None: soft updates with tau).")
     double: bool = Field(True, description="Double Q-learning target.")
-    loss: Literal["mse", "huber"] = Field("mse", description="TD loss.")
-    max_grad_norm: float | None = Field(None, gt=0, description="Clip the gradient's global norm (None: off).")
+    loss: Literal["mse", "huber"] = Field("mse", description="TD loss (ignored when distributional).")
     eps_start: float = Field(1.0, ge=0, le=1, description="Initial exploration rate.")
     eps_end: float = Field(0.05, ge=0, le=1, description="Final exploration rate.")
     eps_decay_steps: int = Field(10_000, ge=1, description="Member env steps over which epsilon decays linearly.")
-    learning_delay: int = Field(1_000, ge=0, description="Member env steps before the first gradient step.")
-    buffer_size: int = Field(100_000, ge=1, description="Capacity of the shared replay buffer (transitions).")
+    n_step: int = Field(1, ge=1, description="n-step returns (1: one-step TD).")
+    per: bool = Field(False, description="Prioritised experience replay (Schaul et al. 2016).")
+    per_alpha: float = Field(0.6, ge=0, le=1, description="PER: priority exponent.")
+    per_beta: float = Field(0.4, ge=0, le=1, description="PER: initial importance-weight exponent.")
+    per_beta_steps: int = Field(100_000, ge=1, description="PER: member env steps over which beta anneals to 1.")
+    per_eps: float = Field(1e-6, gt=0, description="PER: added to every priority.")
+    noisy: bool = Field(False, description="Noisy linear layers for exploration (Fortunato et al. 2018).")
+    noisy_std: float = Field(0.5, gt=0, description="Noisy layers: initial sigma scale.")
+    dueling: bool = Field(False, description="Dueling value/advantage heads (Wang et al. 2016).")
+    distributional: bool = Field(False, description="C51 distributional Q (Bellemare et al. 2017).")
+    num_atoms: int = Field(51, ge=2, description="C51: atoms of the return distribution.")
+    v_min: float = Field(-10.0, description="C51: smallest return atom.")
+    v_max: float = Field(10.0, description="C51: largest return atom.")
+
+    @model_validator(mode="after")
+    def _support(self) -> DQNHyperparameters:
+        if self.distributional and self.v_min >= self.v_max:
+            raise ValueError(f"v_min ({self.v_min}) must be below v_max ({self.v_max})")
+        return self
+
+
+class RainbowHyperparameters(DQNHyperparameters):
+    """Rainbow DQN: DQN with n-step returns, PER, noisy nets, dueling heads and C51 on."""
+
+    algorithm_name: ClassVar[str] = "rainbow"
+
+    n_step: int = Field(3, ge=1, description="n-step returns (1: one-step TD).")
+    per: bool = Field(True, description="Prioritised experience replay (Schaul et al. 2016).")
+    noisy: bool = Field(True, description="Noisy linear layers for exploration (Fortunato et al. 2018).")
+    dueling: bool = Field(True, description="Dueling value/advantage heads (Wang et al. 2016).")
+    distributional: bool = Field(True, description="C51 distributional Q (Bellemare et al. 2017).")
+    eps_start: float = Field(0.0, ge=0, le=1, description="Initial exploration rate (noisy nets explore).")
+    eps_end: float = Field(0.0, ge=0, le=1, description="Final exploration rate.")
+
+
+class TD3Hyperparameters(OffPolicyHyperparameters):
+    """TD3 (Fujimoto et al. 2018): clipped double Q, target policy smoothing, delayed actor updates."""
+
+    algorithm_name: ClassVar[str] = "td3"
+
+    batch_size: int = Field(256, ge=1, description="Transitions per gradient step.")
+    lr_actor: float = Field(1e-3, gt=0, description="Actor Adam learning rate.")
+    lr_critic: float = Field(1e-3, gt=0, description="Critic Adam learning rate.")
+    twin_q: bool = Field(True, description="Clipped double Q: two critics, the target takes their minimum.")
+    policy_freq: int = Field(2, ge=1, description="Critic updates per actor (and target) update.")
+    target_noise: float = Field(0.2, ge=0, description="Target policy smoothing: noise std (0: off).")
+    target_noise_clip: float = Field(0.5, ge=0, description="Target policy smoothing: noise clip.")
+    expl_noise: float = Field(0.1, ge=0, description="Exploration noise scale (actions in [-1, 1]).")
+    noise_type: Literal["gaussian", "ou"] = Field("gaussian", description="Exploration noise process.")
+    ou_theta: float = Field(0.15, gt=0, description="Ornstein-Uhlenbeck mean reversion.")
+    ou_dt: float = Field(1e-2, gt=0, description="Ornstein-Uhlenbeck time step.")
+    random_steps: int = Field(0, ge=0, description="Member env steps of uniformly random actions at the start.")
+
+
+class DDPGHyperparameters(TD3Hyperparameters):
+    """DDPG (Lillicrap et al. 2016): TD3 with its three tricks off."""
+
+    algorithm_name: ClassVar[str] = "ddpg"
+
+    twin_q: bool = Field(False, description="Clipped double Q: two critics, the target takes their minimum.")
+    policy_freq: int = Field(1, ge=1, description="Critic updates per actor (and target) update.")
+    target_noise: float = Field(0.0, ge=0, description="Target policy smoothing: noise std (0: off).")
+
+
+class SACHyperparameters(OffPolicyHyperparameters):
+    """SAC (Haarnoja et al. 2018, "applications" version): twin critics, squashed Gaussian actor,
+    automatic entropy tuning."""
+
+    algorithm_name: ClassVar[str] = "sac"
+
+    batch_size: int = Field(256, ge=1, description="Transitions per gradient step.")
+    lr_actor: float = Field(3e-4, gt=0, description="Actor Adam learning rate.")
+    lr_critic: float = Field(3e-4, gt=0, description="Critic Adam learning rate.")
+    lr_alpha: float = Field(3e-4, gt=0, description="Temperature Adam learning rate.")
+    init_alpha: float = Field(1.0, gt=0, description="Initial temperature.")
+    auto_entropy: bool = Field(True, description="Tune the temperature towards target_entropy.")
+    target_entropy: float | None = Field(None, description="Entropy target (None: -action_dim).")
+    policy_freq: int = Field(1, ge=1, description="Critic updates per actor update.")
+    random_steps: int = Field(0, ge=0, description="Member env steps of uniformly random actions at the start.")
+
+
+class PPOHyperparameters(Hyperparameters):
+    """PPO (Schulman et al. 2017) with GAE (Schulman et al. 2016)."""
+
+    algorithm_name: ClassVar[str] = "ppo"
+
+    lr: float = Field(3e-4, gt=0, description="Adam learning rate (actor and critic).")
+    rollout_steps: int = Field(128, ge=1, description="Steps per env per rollout (a rollout is num_envs x this).")
+    gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
+    gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
+    update_epochs: int = Field(4, ge=1, description="Passes over each rollout.")
+    num_minibatches: int = Field(4, ge=1, description="Minibatches per pass.")
+    clip_coef: float = Field(0.2, gt=0, description="Surrogate clipping range.")
+    clip_vloss: bool = Field(False, description="Clip the value loss around the old values.")
+    ent_coef: float = Field(0.0, ge=0, description="Entropy bonus coefficient.")
+    vf_coef: float = Field(0.5, ge=0, description="Value loss coefficient.")
+    max_grad_norm: float | None = Field(0.5, gt=0, description="Clip each network's gradient norm (None: off).")
+    target_kl: float | None = Field(None, gt=0, description="Stop a rollout's epochs once the approx. KL exceeds this.")
+    norm_adv: bool = Field(True, description="Normalise advantages per minibatch.")
+    log_std_init: float = Field(0.0, description="Continuous actions: initial log std of the Gaussian policy.")
+
+
+HYPERPARAMETER_MODELS: dict[str, type[Hyperparameters]] = {
+    m.algorithm_name: m for m in (DQNHyperparameters, RainbowHyperparameters, DDPGHyperparameters,
+                                  TD3Hyperparameters, SACHyperparameters, PPOHyperparameters)}
+ALGORITHMS = tuple(HYPERPARAMETER_MODELS)
+_HP_TAG = "__algorithm__"
+
+
+def _hp_tag(value: Any) -> str | None:
+    if isinstance(value, dict):
+        return value.get(_HP_TAG, "dqn")
+    return getattr(value, "algorithm_name", None)
+
+
+AnyHyperparameters = Annotated[
+    Annotated[DQNHyperparameters, Tag("dqn")] | Annotated[RainbowHyperparameters, Tag("rainbow")]
+    | Annotated[DDPGHyperparameters, Tag("ddpg")] | Annotated[TD3Hyperparameters, Tag("td3")]
+    | Annotated[SACHyperparameters, Tag("sac")] | Annotated[PPOHyperparameters, Tag("ppo")],
+    Discriminator(_hp_tag),
+]
 
 
 class MutationConfig(_Strict):
@@ -161,9 +319,11 @@ class ExperimentConfig(_Strict):
     env_id: str = Field(description="Gymnasium env id, e.g. CartPole-v1.")
     env_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for gymnasium.make.")
     num_envs: int = Field(8, ge=1, description="Vectorised envs per member.")
-    algorithm: Literal["dqn"] = Field("dqn", description="RL algorithm.")
-    hyperparameters: DQNHyperparameters = Field(default_factory=DQNHyperparameters,
-                                                description="Initial hyperparameters of every member.")
+    algorithm: Literal[ALGORITHMS] = Field("dqn", description="RL algorithm: dqn, rainbow (DQN with every "
+                                                               "Rainbow component on), ddpg, td3, sac, ppo.")
+    hyperparameters: AnyHyperparameters = Field(default_factory=DQNHyperparameters,
+                                                description="Initial hyperparameters of every member (the "
+                                                            "fields of the chosen algorithm).")
     network: NetworkConfig = Field(default_factory=NetworkConfig, description="Network architecture.")
     population_size: int = Field(4, ge=1, description="Members in the population.")
     hp_space: dict[str, HyperparameterSpec | dict[str, Any] | None] = Field(
@@ -183,45 +343,71 @@ class ExperimentConfig(_Strict):
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow tracking.")
     runner: RunnerConfig = Field(default_factory=RunnerConfig, description="Task runner of the pipeline.")
 
-    @field_validator("hp_space", mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _space_names(cls, v: Any) -> Any:
-        """A partial override ({min, max}) keeps the algorithm's kind and factors for the fields it omits
-        (so an int hyperparameter stays int). Runs before pydantic would fill the omitted fields with
+    def _algorithm_sections(cls, data: Any) -> Any:
+        """Route `hyperparameters` to the chosen algorithm's model, and complete partial `hp_space`
+        overrides ({min, max}) from the algorithm's declared space, keeping its kind and factors (so an
+        int hyperparameter stays int): runs before pydantic would fill the omitted fields with
         HyperparameterSpec's generic defaults."""
-        from agilerl_core.algorithms.registry import ALGORITHM_HP_SPACES
+        if not isinstance(data, dict):
+            return data
+        algo = data.get("algorithm", "dqn")
+        if algo not in HYPERPARAMETER_MODELS:
+            return data  # the algorithm field reports it
+        data = dict(data)
+        hp = data.get("hyperparameters")
+        if hp is None or isinstance(hp, dict):
+            data["hyperparameters"] = {**(hp or {}), _HP_TAG: algo}
+        elif isinstance(hp, Hyperparameters) and type(hp) is not HYPERPARAMETER_MODELS[algo]:
+            data["hyperparameters"] = {**hp.model_dump(), _HP_TAG: algo}
+        if isinstance(data.get("hp_space"), dict):
+            data["hp_space"] = _complete_space(algo, data["hp_space"])
+        return data
 
-        if not isinstance(v, dict):
-            return v
-        known = ALGORITHM_HP_SPACES["dqn"]
-        allowed = set(DQNHyperparameters.model_fields)
-        out = {}
-        for name, spec in v.items():
-            if name not in allowed:
-                raise ValueError(f"unknown hyperparameter {name!r}; mutable ones are {sorted(allowed)}")
-            if isinstance(spec, dict):
-                base = known[name].model_dump() if name in known else {}
-                if "kind" not in spec and "kind" not in base:
-                    field = DQNHyperparameters.model_fields[name]
-                    base["kind"] = "int" if field.annotation is int else "float"
-                try:
-                    spec = HyperparameterSpec(**{**base, **spec})
-                except ValidationError as err:
-                    e = err.errors()[0]
-                    where = ".".join(str(x) for x in e["loc"])
-                    raise ValueError(f"{name}{'.' + where if where else ''}: {e['msg']}") from None
-            out[name] = spec
-        return out
+
+def _complete_space(algo: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    from agilerl_core.algorithms.registry import ALGORITHM_HP_SPACES
+
+    known = ALGORITHM_HP_SPACES[algo]
+    model = HYPERPARAMETER_MODELS[algo]
+    numeric = {n for n, f in model.model_fields.items() if f.annotation in (int, float)} - model.fixed_fields
+    out = {}
+    for name, spec in overrides.items():
+        if name not in numeric:
+            raise ValueError(f"hp_space.{name}: not a mutable hyperparameter of {algo}; mutable ones are "
+                             f"{sorted(numeric)}")
+        if isinstance(spec, dict):
+            base = known[name].model_dump() if name in known else {}
+            if "kind" not in spec and "kind" not in base:
+                base["kind"] = "int" if model.model_fields[name].annotation is int else "float"
+            try:
+                spec = HyperparameterSpec(**{**base, **spec})
+            except ValidationError as err:
+                e = err.errors()[0]
+                where = ".".join(str(x) for x in e["loc"])
+                msg = e["msg"].removeprefix("Value error, ")
+                raise ValueError(f"hp_space.{name}{'.' + where if where else ''}: {msg}") from None
+        out[name] = spec
+    return out
 
 
 def _format_validation_error(err: ValidationError, source: str) -> str:
     lines = [f"invalid config ({source}):"]
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "<root>"
+        parts = list(e["loc"])
+        if len(parts) > 1 and parts[0] == "hyperparameters" and parts[1] in HYPERPARAMETER_MODELS:
+            parts.pop(1)  # the union member's tag: the algorithm, already named by the config
+        loc = ".".join(str(p) for p in parts) or "<root>"
         msg = e["msg"]
+        if not parts and e["type"] == "value_error":
+            lines.append(f"  - {msg.removeprefix('Value error, ')}")
+            continue
         if e["type"] == "extra_forbidden":
             parent = e["loc"][:-1]
             model: Any = ExperimentConfig
+            if len(parent) > 1 and parent[0] == "hyperparameters" and parent[1] in HYPERPARAMETER_MODELS:
+                model, parent = HYPERPARAMETER_MODELS[parent[1]], parent[2:]
             for part in parent:
                 field = model.model_fields.get(str(part)) if hasattr(model, "model_fields") else None
                 ann = getattr(field, "annotation", None)

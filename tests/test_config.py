@@ -33,8 +33,8 @@ def test_shipped_config_is_valid():
     ({"env_id": "CartPole-v1", "network": {"hidden_sizes": [8]}}, r"network: .*outside \[min_nodes, max_nodes\]"),
     ({"env_id": "CartPole-v1", "network": {"hidden_sizes": [32] * 5}}, r"network: .*max_hidden_layers"),
     ({"env_id": "CartPole-v1", "hp_space": {"momentum": {"min": 0, "max": 1}}},
-     r"hp_space: .*unknown hyperparameter 'momentum'"),
-    ({"env_id": "CartPole-v1", "hp_space": {"lr": {"min": 1, "max": 0.1}}}, r"hp_space: .*must not exceed max"),
+     r"hp_space.momentum: not a mutable hyperparameter of dqn"),
+    ({"env_id": "CartPole-v1", "hp_space": {"lr": {"min": 1, "max": 0.1}}}, r"hp_space\.lr: min \(1.0\) must not exceed max"),
     ({"env_id": "CartPole-v1", "mutation": {"no_mutation": 0, "architecture": 0, "parameters": 0, "rl_hp": 0}},
      r"mutation: .*at least one mutation weight"),
     ({"env_id": "CartPole-v1", "device": "tpu"}, r"device: Input should be 'cpu', 'cuda' or 'auto'"),
@@ -48,7 +48,9 @@ def test_bad_fields_are_named(data, pattern):
 
 @pytest.mark.parametrize("overrides, pattern", [
     ({"env_id": "CartPol-v1"}, r"env_id: 'CartPol-v1' is not a registered .*Did you mean 'CartPole-v1'"),
-    ({"env_id": "Pendulum-v1"}, r"env_id: action space Box.* not supported by DQN; supported action spaces: Discrete"),
+    ({"env_id": "Pendulum-v1"}, r"algorithm: dqn needs Discrete actions, but Pendulum-v1 has Box.*; use one of ddpg, ppo, sac, td3"),
+    ({"env_id": "CartPole-v1", "algorithm": "td3"}, r"algorithm: td3 needs Box actions, but CartPole-v1 has "
+                                                     r"Discrete\(2\); use one of dqn, ppo, rainbow"),
     ({"env_kwargs": {"no_such_arg": 1}}, r"env_kwargs: gymnasium\.make\('CartPole-v1', \*\*env_kwargs\) failed"),
     ({"hyperparameters.lr": 0.5}, r"hyperparameters\.lr: initial value 0\.5 lies outside hp_space\.lr bounds"),
     ({"network.cnn.kernel_sizes": [9], "network.cnn.channels": [8], "network.cnn.strides": [1],

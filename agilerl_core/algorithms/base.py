@@ -8,6 +8,7 @@ architecture spec, flat-buffer Adam, target updates, hyperparameter changes, arc
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -15,7 +16,7 @@ import torch
 from pydantic import BaseModel
 
 from agilerl_core.algorithms.optim import FlatAdam, flatten_parameters
-from agilerl_core.envs.spaces import ObsSpec
+from agilerl_core.envs.spaces import ActionSpec, Obs, ObsSpec
 from agilerl_core.hpo.space import HyperparameterSpace
 from agilerl_core.networks.evolvable import ArchSpec, EvolvableNetwork
 from agilerl_core.networks.transfer import copy_overlap
@@ -29,22 +30,45 @@ class RLAlgorithm:
     default_hp_space: ClassVar[HyperparameterSpace]
     online_networks: ClassVar[tuple[str, ...]]  # trained networks, each with its own Adam
     target_networks: ClassVar[dict[str, str]]  # target name -> online network it tracks
-    lr_field: ClassVar[str] = "lr"
+    lr_field: ClassVar[str] = "lr"  # the hp field of every optimiser's learning rate...
+    optimizer_lrs: ClassVar[dict[str, str]] = {}  # ...unless a network names its own here
+    noise_networks: ClassVar[tuple[str, ...] | None] = None  # parameter-noise mutation targets (None: all online)
+    action_kinds: ClassVar[tuple[str, ...]] = ("discrete",)  # ActionSpec kinds the algorithm handles
+    uses_replay: ClassVar[bool] = True  # off-policy: learns from the shared replay buffer
 
-    def __init__(self, obs_spec: ObsSpec, action_dim: int, arch: ArchSpec, hp: BaseModel, seed: int,
+    def __init__(self, obs_spec: ObsSpec, action: ActionSpec | int, arch: ArchSpec, hp: BaseModel, seed: int,
                  device: str | torch.device = "cpu") -> None:
         self.obs_spec = obs_spec
-        self.action_dim = action_dim
+        self.action_spec = action if isinstance(action, ActionSpec) else ActionSpec("discrete", int(action))
+        if self.action_spec.kind not in self.action_kinds:
+            raise ValueError(f"{self.name} does not handle {self.action_spec.kind} actions")
+        self.action_dim = self.action_spec.dim
         self.device = torch.device(device)
         self.hp = self.hp_model.model_validate(hp.model_dump())
         self.np_rng = np.random.default_rng(seed)
         self.torch_gen = torch.Generator().manual_seed(int(seed))
         self.env_steps = 0  # env steps this member (and its ancestors) collected
         self.learn_steps = 0  # gradient steps taken
-        online = {n: EvolvableNetwork(obs_spec, arch, self.torch_gen) for n in self.online_networks}
+        std = getattr(self.hp, "noisy_std", 0.5)
+        online = {n: EvolvableNetwork(obs_spec, self.network_arch(arch, n), self.torch_gen, std)
+                  for n in self.online_networks}
         self._install(arch, online, self._targets_from(online))
 
     # ---- networks ------------------------------------------------------------------------------------
+    def network_io(self, name: str) -> tuple[int, int]:
+        """(extra input width, output width) of online network `name`: its MLP takes the observation
+        features plus `extra` inputs (an action, for Q(s, a) critics) and has `output` units."""
+        return 0, self.action_dim
+
+    def network_arch(self, arch: ArchSpec, name: str) -> ArchSpec:
+        """Network `name`'s architecture derived from the agent's shared one: every network of an agent
+        has the same hidden layers, activation and encoders, so one mutation changes them together."""
+        extra, out = self.network_io(name)
+        return replace(arch, mlp=replace(arch.mlp, in_dim=arch.mlp.in_dim + extra, out_dim=out))
+
+    def lr_for(self, name: str) -> float:
+        return float(getattr(self.hp, self.optimizer_lrs.get(name, self.lr_field)))
+
     def _targets_from(self, online: dict[str, EvolvableNetwork]) -> dict[str, EvolvableNetwork]:
         targets = {}
         for tname, oname in self.target_networks.items():
@@ -55,7 +79,6 @@ class RLAlgorithm:
 
     def _install(self, arch: ArchSpec, online: dict[str, EvolvableNetwork],
                  targets: dict[str, EvolvableNetwork]) -> None:
-        lr = getattr(self.hp, self.lr_field)
         self.arch = arch
         self.networks: dict[str, EvolvableNetwork] = {}
         self.optimizers: dict[str, FlatAdam] = {}
@@ -63,7 +86,7 @@ class RLAlgorithm:
         for n, net in online.items():
             net.to(self.device)
             self.networks[n] = net
-            self.optimizers[n] = FlatAdam(net, lr)
+            self.optimizers[n] = FlatAdam(net, self.lr_for(n))
         for n, net in targets.items():
             net.to(self.device)
             self.networks[n] = net
@@ -82,7 +105,7 @@ class RLAlgorithm:
         """Rebuild every network with `arch`, keeping each weight that still exists in every network
         and the Adam state of every parameter whose shape did not change. Returns the kept names."""
         old_state = {n: self.optimizers[n].state_tensors() for n in self.online_networks}
-        online = {n: self.networks[n].rebuilt(arch, self.torch_gen) for n in self.online_networks}
+        online = {n: self.networks[n].rebuilt(self.network_arch(arch, n), self.torch_gen) for n in self.online_networks}
         targets = self._targets_from(online)
         with torch.no_grad():
             for tname in self.target_networks:
@@ -101,9 +124,42 @@ class RLAlgorithm:
         if self.hp_model.model_fields[name].annotation is int:  # a float-kind spec on an int field: round
             value = round(value)
         self.hp = self.hp_model.model_validate({**self.hp.model_dump(), name: value})
-        if name == self.lr_field:
-            for opt in self.optimizers.values():
+        for n, opt in self.optimizers.items():
+            if self.optimizer_lrs.get(n, self.lr_field) == name:
                 opt.lr = float(value)
+
+    # ---- acting (what the training loops call) ------------------------------------------------------
+    def explore_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
+        """Actions to take while collecting experience (agent scale: ints, or floats in [-1, 1])."""
+        raise NotImplementedError
+
+    def greedy_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
+        """The policy's best actions (evaluation, deployment), agent scale."""
+        raise NotImplementedError
+
+    def env_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
+        """Greedy actions as the env takes them (a Box's bounds applied)."""
+        return self.action_spec.to_env(self.greedy_action(obs, action_mask))
+
+    def sample(self, buffer, slot: int):
+        """The batch for one gradient step, drawn from the committed buffer plus `slot`'s fresh data."""
+        return buffer.sample(self.hp.batch_size, slot, self.torch_gen)
+
+    def committed(self, first: int, count: int) -> None:
+        """Called after the shared ring received `count` new transitions starting at row `first`."""
+
+    def begin_rollout(self, num_envs: int) -> None:
+        """Called before a training phase collects experience from `num_envs` freshly reset envs."""
+
+    def episodes_done(self, done: np.ndarray) -> None:
+        """Called after every vector step with the sub-envs whose episode just ended."""
+
+    def extra_tensors(self) -> dict[str, torch.Tensor]:
+        """Algorithm-specific state beyond networks, optimisers and RNGs (saved in checkpoints)."""
+        return {}
+
+    def load_extra_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Restore :meth:`extra_tensors` output."""
 
     def param_count(self) -> int:
         return sum(self.networks[n].param_count() for n in self.online_networks)
@@ -119,6 +175,8 @@ class RLAlgorithm:
             for k, v in opt.state_tensors().items():
                 tensors[f"opt/{n}/{k}"] = v.cpu()
         tensors["rng/torch"] = self.torch_gen.get_state().clone()
+        for k, v in self.extra_tensors().items():
+            tensors[f"extra/{k}"] = v.detach().cpu().clone()
         meta = {
             "algorithm": self.name,
             "arch": self.arch.to_dict(),
@@ -128,6 +186,7 @@ class RLAlgorithm:
             "env_steps": self.env_steps,
             "learn_steps": self.learn_steps,
             "action_dim": self.action_dim,
+            "action": self.action_spec.to_dict(),
         }
         return tensors, meta
 
@@ -138,7 +197,8 @@ class RLAlgorithm:
         if meta.get("algorithm") != cls.name:
             raise ValueError(f"state is for algorithm {meta.get('algorithm')!r}, not {cls.name!r}")
         arch = ArchSpec.from_dict(meta["arch"])
-        agent = cls(obs_spec, int(meta["action_dim"]), arch, cls.hp_model.model_validate(meta["hp"]), 0, device)
+        action = ActionSpec.from_dict(meta["action"]) if "action" in meta else int(meta["action_dim"])
+        agent = cls(obs_spec, action, arch, cls.hp_model.model_validate(meta["hp"]), 0, device)
         with torch.no_grad():
             for n, net in agent.networks.items():
                 for k, p in net.state_dict().items():
@@ -155,6 +215,7 @@ class RLAlgorithm:
         agent.np_rng.bit_generator.state = meta["np_rng"]
         agent.env_steps = int(meta["env_steps"])
         agent.learn_steps = int(meta["learn_steps"])
+        agent.load_extra_tensors({k[6:]: v for k, v in tensors.items() if k.startswith("extra/")})
         return agent
 
     def clone(self) -> RLAlgorithm:

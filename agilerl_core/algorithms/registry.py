@@ -6,9 +6,16 @@ from agilerl_core.hpo.space import HyperparameterSpec
 
 
 def _algorithms() -> dict[str, type]:
-    from agilerl_core.algorithms.dqn import DQN
+    from agilerl_core.algorithms.dqn import DQN, Rainbow
+    from agilerl_core.algorithms.sac import SAC
+    from agilerl_core.algorithms.td3 import DDPG, TD3
 
-    return {"dqn": DQN}
+    return {cls.name: cls for cls in (DQN, Rainbow, DDPG, TD3, SAC)}
+
+
+def algorithms_for(action_kind: str) -> list[str]:
+    """Names of the algorithms that act in spaces of `action_kind` ("discrete" or "box")."""
+    return sorted(n for n, cls in _algorithms().items() if action_kind in cls.action_kinds)
 
 
 def get_algorithm(name: str) -> type:

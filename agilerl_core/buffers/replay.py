@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import torch
 
-from agilerl_core.envs.spaces import Obs, ObsSpec
+from agilerl_core.envs.spaces import ActionSpec, Obs, ObsSpec
 
 
 class Transition(NamedTuple):
@@ -25,6 +25,14 @@ class Transition(NamedTuple):
     next_obs: Obs
     terminated: torch.Tensor
     next_action_mask: torch.Tensor | None = None
+    discount: torch.Tensor | None = None  # n-step transitions: gamma^L of each (None: one step, gamma)
+    index: torch.Tensor | None = None  # storage rows sampled
+    weight: torch.Tensor | None = None  # prioritised replay: importance-sampling weights
+
+
+def bootstrap_discount(batch: Transition, gamma: float) -> torch.Tensor | float:
+    """Per-transition bootstrap discount: gamma, or gamma^L stored with an n-step transition."""
+    return gamma if batch.discount is None else batch.discount
 
 
 @dataclass(frozen=True)
@@ -38,17 +46,24 @@ class FieldSpec:
 Shard = dict[str, torch.Tensor]
 
 
-def transition_fields(obs_spec: ObsSpec, action_mask_dim: int | None = None) -> dict[str, FieldSpec]:
-    """Stored fields for a discrete-action transition over `obs_spec`."""
+def transition_fields(obs_spec: ObsSpec, action_mask_dim: int | None = None, action_spec: ActionSpec | None = None,
+                      n_step: bool = False) -> dict[str, FieldSpec]:
+    """Stored fields of a transition over `obs_spec` (discrete actions unless `action_spec` is a Box;
+    `n_step` adds each transition's discount)."""
     fields = {}
     for prefix in ("obs", "next_obs"):
         for p in obs_spec.parts:
             fields[f"{prefix}.{p.key}"] = FieldSpec(tuple(p.shape), p.dtype)
-    fields["action"] = FieldSpec((), torch.int64)
+    if action_spec is not None and not action_spec.discrete:
+        fields["action"] = FieldSpec((action_spec.dim,), torch.float32)
+    else:
+        fields["action"] = FieldSpec((), torch.int64)
     fields["reward"] = FieldSpec((), torch.float32)
     fields["terminated"] = FieldSpec((), torch.float32)
     if action_mask_dim is not None:
         fields["next_action_mask"] = FieldSpec((action_mask_dim,), torch.bool)
+    if n_step:
+        fields["discount"] = FieldSpec((), torch.float32)
     return fields
 
 
@@ -151,8 +166,9 @@ class ReplayBuffer:
         obs = {k: s[f"obs.{k}"].index_select(0, idx) for k in self._obs_keys}
         next_obs = {k: s[f"next_obs.{k}"].index_select(0, idx) for k in self._obs_keys}
         mask = s["next_action_mask"].index_select(0, idx) if "next_action_mask" in s else None
+        discount = s["discount"].index_select(0, idx) if "discount" in s else None
         return Transition(obs, s["action"].index_select(0, idx), s["reward"].index_select(0, idx), next_obs,
-                          s["terminated"].index_select(0, idx), mask)
+                          s["terminated"].index_select(0, idx), mask, discount, idx)
 
     # ---- introspection / persistence -----------------------------------------------------------------
     @property

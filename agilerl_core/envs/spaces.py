@@ -1,7 +1,7 @@
 """Observation and action space handling: what is stored, and how it becomes network input.
 
 Supported observations: Box (flat vectors; 3-d images, channels first or last), Discrete (one-hot),
-and a Dict of those. Supported actions (for now): Discrete. Observations travel through the engine
+and a Dict of those. Supported actions: Discrete and bounded Box (see :class:`ActionSpec`). Observations travel through the engine
 as ``dict[str, Tensor]`` keyed by the Dict key (``"obs"`` for a non-Dict space), in their stored
 dtype (images stay uint8); :meth:`ObsSpec.preprocess` turns them into network inputs.
 """
@@ -126,10 +126,73 @@ class ObsSpec:
         return vector, images
 
 
-def action_dim(space: spaces.Space) -> int:
-    """Number of discrete actions; raise a ConfigError naming the space otherwise."""
+@dataclass(frozen=True)
+class ActionSpec:
+    """An action space as the engine sees it.
+
+    ``discrete``: actions are integers in [0, n); ``dim`` = n. ``box``: actions are float vectors of
+    width ``dim`` (the Box flattened); agents act in [-1, 1] and :meth:`to_env` scales into [low, high]
+    (and :meth:`from_env` back), so one tanh-bounded actor serves every bounded Box.
+    """
+
+    kind: Literal["discrete", "box"]
+    dim: int
+    low: tuple[float, ...] = ()
+    high: tuple[float, ...] = ()
+    shape: tuple[int, ...] = ()  # the Box's own shape (flattened to `dim` inside the engine)
+
+    @property
+    def discrete(self) -> bool:
+        return self.kind == "discrete"
+
+    def to_env(self, action: np.ndarray) -> np.ndarray:
+        """Batch of actions as the agent produced them -> what the vector env takes."""
+        if self.discrete:
+            return action
+        low, high = np.asarray(self.low, np.float32), np.asarray(self.high, np.float32)
+        a = np.clip(np.asarray(action, dtype=np.float32), -1.0, 1.0)
+        return (low + (a + 1.0) * 0.5 * (high - low)).reshape(a.shape[0], *self.shape)
+
+    def from_env(self, action: np.ndarray) -> np.ndarray:
+        """Batch of env actions -> the agent's scale ([-1, 1] for a Box)."""
+        if self.discrete:
+            return np.asarray(action)
+        low, high = np.asarray(self.low, np.float32), np.asarray(self.high, np.float32)
+        a = np.asarray(action, dtype=np.float32).reshape(-1, self.dim)
+        return 2.0 * (a - low) / (high - low) - 1.0
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "dim": self.dim, "low": list(self.low), "high": list(self.high),
+                "shape": list(self.shape)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ActionSpec:
+        return cls(d["kind"], int(d["dim"]), tuple(float(x) for x in d.get("low", ())),
+                   tuple(float(x) for x in d.get("high", ())), tuple(int(x) for x in d.get("shape", ())))
+
+
+def action_spec(space: spaces.Space) -> ActionSpec:
+    """The ActionSpec of a Gymnasium action space; a ConfigError naming the space when unsupported."""
     if isinstance(space, spaces.Discrete):
         if int(space.start) != 0:
             raise ConfigError(f"env_id: Discrete action space starts at {space.start}; only start=0 is supported")
-        return int(space.n)
-    raise ConfigError(f"env_id: action space {space} is not supported by DQN; supported action spaces: Discrete")
+        return ActionSpec("discrete", int(space.n))
+    if isinstance(space, spaces.Box):
+        low, high = np.asarray(space.low, np.float64).reshape(-1), np.asarray(space.high, np.float64).reshape(-1)
+        if not (np.isfinite(low).all() and np.isfinite(high).all()):
+            raise ConfigError(f"env_id: the action space {space} is unbounded; continuous-action algorithms act in "
+                              f"[-1, 1] scaled to the bounds, so wrap the env to give the Box finite low/high")
+        if (high <= low).any():
+            raise ConfigError(f"env_id: the action space {space} has high <= low in some dimension")
+        return ActionSpec("box", int(low.size), tuple(low.tolist()), tuple(high.tolist()), tuple(space.shape))
+    raise ConfigError(f"env_id: action space {space} is not supported; supported action spaces: Discrete and "
+                      f"bounded Box")
+
+
+def action_dim(space: spaces.Space) -> int:
+    """Number of discrete actions; raise a ConfigError naming the space otherwise."""
+    spec = action_spec(space)
+    if not spec.discrete:
+        raise ConfigError(f"env_id: action space {space} is continuous; DQN needs Discrete actions (use td3, ddpg, "
+                          f"sac or ppo)")
+    return spec.dim

@@ -78,7 +78,7 @@ class Mutations:
     @torch.no_grad()
     def parameters(self, agent: RLAlgorithm, rng: np.random.Generator) -> str:
         gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
-        for name in agent.online_networks:
+        for name in agent.noise_networks or agent.online_networks:
             for p in agent.networks[name].parameters():
                 if p.ndim >= 2 and p.numel() > 1:
                     noise = torch.randn(p.shape, generator=gen).to(p.device)

@@ -88,12 +88,13 @@ def initial_arch(obs_spec: ObsSpec, out_dim: int, net) -> ArchSpec:
 class EvolvableNetwork(nn.Module):
     """obs -> [conv encoder per image key] ++ flat vector -> MLP -> outputs."""
 
-    def __init__(self, obs_spec: ObsSpec, arch: ArchSpec, generator: torch.Generator | None = None) -> None:
+    def __init__(self, obs_spec: ObsSpec, arch: ArchSpec, generator: torch.Generator | None = None,
+                 noisy_std: float = 0.5) -> None:
         super().__init__()
         self.obs_spec = obs_spec
         self.arch = arch
         self.cnns = nn.ModuleDict({key: EvolvableCNN(spec, generator) for key, spec in arch.cnns})
-        self.mlp = EvolvableMLP(arch.mlp, generator)
+        self.mlp = EvolvableMLP(arch.mlp, generator, noisy_std)
         self.plain_mlp = not arch.cnns
 
     def features(self, obs: Obs) -> torch.Tensor:
@@ -105,8 +106,12 @@ class EvolvableNetwork(nn.Module):
         parts += [self.cnns[p.key](x) for p, x in zip(self.obs_spec.image_parts, images, strict=True)]
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
-    def forward(self, obs: Obs) -> torch.Tensor:
-        return self.mlp(self.features(obs))
+    def forward(self, obs: Obs, action: torch.Tensor | None = None) -> torch.Tensor:
+        """Outputs for a batch of observations; a Q(s, a) critic also takes the (agent-scale) actions."""
+        x = self.features(obs)
+        if action is not None:
+            x = torch.cat([x, action], dim=1)
+        return self.mlp(x)
 
     def rebuilt(self, arch: ArchSpec, generator: torch.Generator | None = None) -> EvolvableNetwork:
         """A new network with `arch` that keeps every weight that still exists."""
@@ -121,6 +126,16 @@ class EvolvableNetwork(nn.Module):
 
     def param_count(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+    def resample_noise(self, generator: torch.Generator | None) -> None:
+        """Draw fresh noise for every noisy layer (and switch it on)."""
+        for layer in self.mlp.noisy_layers():
+            layer.resample(generator)
+
+    def noise_off(self) -> None:
+        """Mean weights only (greedy evaluation)."""
+        for layer in self.mlp.noisy_layers():
+            layer.noise_on = False
 
 
 # ---- architecture mutations (pure functions of the spec) -------------------------------------------

@@ -13,7 +13,8 @@ import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 
-from agilerl_core.algorithms.dqn import DQN
+from agilerl_core.algorithms.base import RLAlgorithm
+from agilerl_core.buffers.nstep import NStepCollector
 from agilerl_core.buffers.replay import ReplayBuffer
 
 
@@ -68,7 +69,7 @@ def _action_masks(info: dict, num_envs: int, action_dim: int) -> tuple[np.ndarra
     return current, nxt
 
 
-def train_member(agent: DQN, slot: int, env: VectorEnv, buffer: ReplayBuffer, evo_steps: int,
+def train_member(agent: RLAlgorithm, slot: int, env: VectorEnv, buffer: ReplayBuffer, evo_steps: int,
                  seed: int) -> TrainResult:
     """Collect `evo_steps` env steps (rounded up to whole vector steps) into `slot`'s staging area,
     learning every `learn_step` steps once `learning_delay` steps have passed.
@@ -78,11 +79,16 @@ def train_member(agent: DQN, slot: int, env: VectorEnv, buffer: ReplayBuffer, ev
     """
     t0 = time.perf_counter()
     spec = agent.obs_spec
+    act_spec = agent.action_spec
+    action_dtype = torch.int64 if act_spec.discrete else torch.float32
     hp = agent.hp
     num_envs = env.num_envs
     obs, info = env.reset(seed=seed)
+    agent.begin_rollout(num_envs)
     mask, _ = _action_masks(info, num_envs, agent.action_dim)
     has_mask = mask is not None
+    n_step = getattr(hp, "n_step", 1)
+    nstep = NStepCollector(num_envs, n_step, hp.gamma) if n_step > 1 else None
     returns = np.zeros(num_envs)
     finished: list[float] = []
     loss_sum = torch.zeros(())
@@ -91,19 +97,23 @@ def train_member(agent: DQN, slot: int, env: VectorEnv, buffer: ReplayBuffer, ev
     vector_steps = math.ceil(evo_steps / num_envs)
     for _ in range(vector_steps):
         obs_t = spec.to_tensors(obs, agent.device)
-        actions = agent.act(obs_t, agent.epsilon(), mask)
-        next_obs, reward, terminated, truncated, info = env.step(actions)
+        actions = agent.explore_action(obs_t, mask)
+        next_obs, reward, terminated, truncated, info = env.step(act_spec.to_env(actions))
         done = terminated | truncated
+        agent.episodes_done(done)
         real_next = _real_next_obs(next_obs, info, done)
         data = {f"obs.{k}": v for k, v in obs_t.items()}
         data.update({f"next_obs.{k}": v for k, v in spec.to_tensors(real_next, agent.device).items()})
-        data["action"] = torch.as_tensor(actions, dtype=torch.int64)
+        data["action"] = torch.as_tensor(actions, dtype=action_dtype)
         data["reward"] = torch.as_tensor(reward, dtype=torch.float32)
         data["terminated"] = torch.as_tensor(terminated, dtype=torch.float32)
         if has_mask:
             mask, next_mask = _action_masks(info, num_envs, agent.action_dim)
             data["next_action_mask"] = torch.as_tensor(next_mask)
-        buffer.add(slot, data)
+        if nstep is not None:  # n-step transitions leave the collector as their n steps (or episode) complete
+            data = nstep.push(data, done)
+        if data is not None:
+            buffer.add(slot, data)
         agent.env_steps += num_envs
         returns += reward
         if done.any():
@@ -113,17 +123,20 @@ def train_member(agent: DQN, slot: int, env: VectorEnv, buffer: ReplayBuffer, ev
         if agent.env_steps >= hp.learning_delay and buffer.available(slot) >= hp.batch_size:
             credit += num_envs
             while credit >= hp.learn_step:
-                batch = buffer.sample(hp.batch_size, slot, agent.torch_gen)
-                loss_sum += agent.learn(batch)
+                loss_sum += agent.learn(agent.sample(buffer, slot))
                 learn_steps += 1
                 credit -= hp.learn_step
+    if nstep is not None:  # the unfinished tails bootstrap from the state they stop at
+        tail = nstep.flush()
+        if tail is not None:
+            buffer.add(slot, tail)
     return TrainResult(slot, vector_steps * num_envs, learn_steps, len(finished),
                        float(np.mean(finished)) if finished else float("nan"),
                        float(loss_sum) / learn_steps if learn_steps else float("nan"),
                        time.perf_counter() - t0)
 
 
-def evaluate_member(agent: DQN, env: VectorEnv, seed: int, max_steps: int | None = None) -> float:
+def evaluate_member(agent: RLAlgorithm, env: VectorEnv, seed: int, max_steps: int | None = None) -> float:
     """Fitness: mean return of one greedy episode per sub-env of `env`, after a reset with `seed`."""
     spec = agent.obs_spec
     n = env.num_envs
@@ -133,7 +146,7 @@ def evaluate_member(agent: DQN, env: VectorEnv, seed: int, max_steps: int | None
     active = np.ones(n, dtype=bool)
     steps = 0
     while active.any() and (max_steps is None or steps < max_steps):
-        actions = agent.act(spec.to_tensors(obs, agent.device), 0.0, mask)
+        actions = agent.env_action(spec.to_tensors(obs, agent.device), mask)
         obs, reward, terminated, truncated, info = env.step(actions)
         returns += reward * active
         active &= ~(terminated | truncated)

@@ -17,7 +17,7 @@ from agilerl_core.algorithms.registry import get_algorithm
 from agilerl_core.buffers.replay import ReplayBuffer, Shard, transition_fields
 from agilerl_core.config import ExperimentConfig
 from agilerl_core.envs.make import make_vector_env, probe_spaces
-from agilerl_core.envs.spaces import ObsSpec, action_dim
+from agilerl_core.envs.spaces import ActionSpec, ObsSpec, action_spec
 from agilerl_core.errors import CheckpointError, ConfigError
 from agilerl_core.hpo.mutation import Mutations
 from agilerl_core.hpo.population import Population
@@ -63,6 +63,17 @@ class RunResult:
                 "elite_uri": self.elite_uri, "reached_target": self.reached_target}
 
 
+def check_action_space(cfg: ExperimentConfig, algo_cls: type, spec: ActionSpec, space) -> None:
+    """A ConfigError naming the algorithms that fit when `cfg.algorithm` cannot act in `space`."""
+    if spec.kind in algo_cls.action_kinds:
+        return
+    from agilerl_core.algorithms.registry import algorithms_for
+
+    kinds = " or ".join("Discrete" if k == "discrete" else "Box" for k in algo_cls.action_kinds)
+    raise ConfigError(f"algorithm: {cfg.algorithm} needs {kinds} actions, but {cfg.env_id} has {space}; use one of "
+                      f"{', '.join(algorithms_for(spec.kind))}")
+
+
 def _probe_action_mask(env) -> int | None:
     _, info = env.reset(seed=0)
     mask = info.get("action_mask")
@@ -77,10 +88,11 @@ class Experiment:
         self.envs = [make_vector_env(cfg.env_id, cfg.num_envs, cfg.env_kwargs) for _ in range(cfg.population_size)]
         self.eval_env = make_vector_env(cfg.env_id, cfg.eval_episodes, cfg.env_kwargs)
         mask_dim = _probe_action_mask(self.envs[0])
-        self.buffer = ReplayBuffer(transition_fields(self.obs_spec, mask_dim), cfg.hyperparameters.buffer_size,
-                                   self.device)
+        n_step = getattr(cfg.hyperparameters, "n_step", 1) > 1
+        self.buffer = ReplayBuffer(transition_fields(self.obs_spec, mask_dim, self.action_spec, n_step),
+                                   cfg.hyperparameters.buffer_size, self.device)
         self.slot_capacity = math.ceil(cfg.evo_steps / cfg.num_envs) * cfg.num_envs
-        agents = [self.algo_cls(self.obs_spec, self.action_dim, self.arch, cfg.hyperparameters,
+        agents = [self.algo_cls(self.obs_spec, self.action_spec, self.arch, cfg.hyperparameters,
                                 derive_seed(cfg.seed, 1, i), self.device) for i in range(cfg.population_size)]
         self.population = Population.create(agents, cfg.seed)
         self.global_steps = 0
@@ -94,10 +106,12 @@ class Experiment:
         torch.set_num_threads(cfg.torch_threads)
         obs_space, act_space = probe_spaces(cfg.env_id, cfg.env_kwargs)
         self.obs_spec = ObsSpec(obs_space, cfg.network.cnn.channels_last)
-        self.action_dim = action_dim(act_space)
+        self.action_spec = action_spec(act_space)
+        self.algo_cls = get_algorithm(cfg.algorithm)
+        check_action_space(cfg, self.algo_cls, self.action_spec, act_space)
+        self.action_dim = self.action_spec.dim
         self.env_desc = {"env_id": cfg.env_id, "env_kwargs": cfg.env_kwargs,
                          "channels_last": cfg.network.cnn.channels_last}
-        self.algo_cls = get_algorithm(cfg.algorithm)
         self.space = merge_space(self.algo_cls.default_hp_space, cfg.hp_space)
         for name, spec in self.space.items():
             value = getattr(cfg.hyperparameters, name)
@@ -138,7 +152,12 @@ class Experiment:
         """Commit the fresh experience (the staged shards, or `shards` from other processes) in member
         order, record fitness and the generation's stats."""
         pop = self.population
-        self.buffer.commit(shards if shards is not None else [self.buffer.shard(r.slot) for r in results])
+        first = self.buffer.pos
+        shards = shards if shards is not None else [self.buffer.shard(r.slot) for r in results]
+        self.buffer.commit(shards)
+        count = sum(next(iter(sh.values())).shape[0] for sh in shards) if shards else 0
+        for m in pop.members:  # e.g. prioritised replay: the new rows enter every member's priorities
+            m.agent.committed(first, count)
         self.global_steps += sum(r.env_steps for r in results)
         pop.record_fitness(fitnesses)
         stats = GenerationStats(pop.generation, self.global_steps, list(fitnesses), max(fitnesses),

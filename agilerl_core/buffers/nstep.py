@@ -1,0 +1,82 @@
+"""n-step returns over vectorised envs (Sutton 1988; used by Rainbow, Hessel et al. 2018).
+
+Every env step yields one single-step transition per sub-env. :class:`NStepCollector` holds the last
+``n`` of them and emits, per sub-env, the transition that starts ``n`` steps back::
+
+    (s_t, a_t, R = sum_{k<L} gamma^k r_{t+k}, s_{t+L}, terminated_{t+L-1}, discount = gamma^L)
+
+with ``L = n``. When a sub-env's episode ends (terminated or truncated) every pending transition of
+that sub-env is emitted at once with the horizon that is left (``L < n``), so no return ever reaches
+across an episode boundary; a truncated episode bootstraps from its final observation as usual
+(terminated = 0). :meth:`flush` does the same for every sub-env at the end of a training phase.
+Each single-step transition starts exactly one n-step transition, so the count is unchanged.
+
+Output order is deterministic: longest horizon first, then sub-env index.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+import torch
+
+# fields taken from the first step of a window; every other field except reward comes from the last
+_START_FIELDS = ("action",)
+
+
+def _is_start(key: str) -> bool:
+    return key.startswith("obs.") or key in _START_FIELDS
+
+
+class NStepCollector:
+    """Turns per-step batched transitions (leading dim = num_envs) into n-step transitions."""
+
+    def __init__(self, num_envs: int, n: int, gamma: float) -> None:
+        if n < 1:
+            raise ValueError("n must be >= 1")
+        self.num_envs, self.n, self.gamma = num_envs, n, float(gamma)
+        self.history: deque[dict[str, torch.Tensor]] = deque(maxlen=n)
+        self.age = np.zeros(num_envs, dtype=np.int64)  # pending single-step transitions per sub-env
+
+    def _window(self, length: int, envs: np.ndarray) -> dict[str, torch.Tensor]:
+        """The transitions of `envs` whose window is the last `length` steps."""
+        idx = torch.as_tensor(envs, dtype=torch.int64)
+        first, last = self.history[-length], self.history[-1]
+        out = {k: (first[k] if _is_start(k) else last[k]).index_select(0, idx) for k in last if k != "reward"}
+        reward = torch.zeros(len(envs), dtype=torch.float32)
+        for k in range(length):
+            reward += (self.gamma ** k) * self.history[-length + k]["reward"].index_select(0, idx)
+        out["reward"] = reward
+        out["discount"] = torch.full((len(envs),), self.gamma ** length, dtype=torch.float32)
+        return out
+
+    def _emit(self, plan: list[tuple[int, np.ndarray]]) -> dict[str, torch.Tensor] | None:
+        parts = [self._window(length, envs) for length, envs in plan if len(envs)]
+        if not parts:
+            return None
+        return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+
+    def push(self, data: dict[str, torch.Tensor], done: np.ndarray) -> dict[str, torch.Tensor] | None:
+        """Add one vector step; return the n-step transitions it completes (None when none)."""
+        self.history.append(data)
+        self.age += 1
+        done = np.asarray(done, dtype=bool)
+        full = (self.age >= self.n) & ~done
+        plan = []
+        for length in range(self.n, 0, -1):
+            ends = done & (self.age >= length)
+            if length == self.n:
+                ends = ends | full
+            plan.append((length, np.flatnonzero(ends)))
+        self.age[full] -= 1
+        self.age[done] = 0
+        return self._emit(plan)
+
+    def flush(self) -> dict[str, torch.Tensor] | None:
+        """Emit every pending transition (each bootstraps from the last observation seen)."""
+        if not self.history:
+            return None
+        plan = [(length, np.flatnonzero(self.age >= length)) for length in range(self.n, 0, -1)]
+        self.age[:] = 0
+        return self._emit(plan)

@@ -1,0 +1,264 @@
+"""Known answers, on hand-built batches, for the loss maths of Rainbow's parts, TD3 and SAC."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from agilerl_core.algorithms.dqn import DQN, categorical_projection
+from agilerl_core.algorithms.sac import SAC, alpha_loss, squashed_log_prob
+from agilerl_core.algorithms.td3 import DDPG, TD3
+from agilerl_core.buffers.nstep import NStepCollector
+from agilerl_core.buffers.prioritized import MemberPriorities, SumTree
+from agilerl_core.buffers.replay import ReplayBuffer, Transition, transition_fields
+from agilerl_core.config import (
+    DDPGHyperparameters,
+    DQNHyperparameters,
+    NetworkConfig,
+    SACHyperparameters,
+    TD3Hyperparameters,
+)
+from agilerl_core.envs.spaces import ActionSpec, ObsSpec, action_spec
+from agilerl_core.networks import initial_arch
+
+SPEC = ObsSpec(spaces.Box(-1, 1, (3,), np.float32))
+BOX = ActionSpec("box", 1, (-2.0,), (2.0,), (1,))
+
+
+def _arch(out=2):
+    return initial_arch(SPEC, out, NetworkConfig(hidden_sizes=[16, 16], min_nodes=1))
+
+
+def _constant(agent, net, values):
+    """Make `net` output `values` for every input (zero weights, output bias = values)."""
+    with torch.no_grad():
+        for p in agent.networks[net].parameters():
+            p.zero_()
+        agent.networks[net].mlp.out.bias.copy_(torch.as_tensor(values, dtype=torch.float32))
+
+
+def _batch(reward, terminated, action, discount=None):
+    n = len(reward)
+    obs = {"obs": torch.zeros(n, 3)}
+    return Transition(obs, torch.as_tensor(action), torch.tensor(reward, dtype=torch.float32), obs,
+                      torch.tensor(terminated, dtype=torch.float32), None,
+                      None if discount is None else torch.tensor(discount, dtype=torch.float32))
+
+
+# ---- n-step returns ----------------------------------------------------------------------------------
+def _step(t, reward, envs=2):
+    return {"obs.obs": torch.full((envs, 1), float(t)), "next_obs.obs": torch.full((envs, 1), float(t + 1)),
+            "action": torch.full((envs,), t), "reward": torch.tensor(reward, dtype=torch.float32),
+            "terminated": torch.zeros(envs)}
+
+
+def test_nstep_returns_combine_within_episodes_and_per_env():
+    g = 0.5
+    c = NStepCollector(num_envs=2, n=3, gamma=g)
+    assert c.push(_step(0, [1, 10]), np.array([False, False])) is None
+    assert c.push(_step(1, [2, 20]), np.array([False, False])) is None
+    out = c.push(_step(2, [4, 40]), np.array([False, True]))  # env 1's episode ends (truncated) at t=2
+    # full window for both envs (env 0 by length, env 1 by its end), then env 1's shorter tails
+    assert out["obs.obs"][:, 0].tolist() == [0, 0, 1, 2]
+    assert out["reward"].tolist() == pytest.approx([1 + g * 2 + g * g * 4, 10 + g * 20 + g * g * 40,
+                                                    20 + g * 40, 40])
+    assert out["discount"].tolist() == pytest.approx([g ** 3, g ** 3, g ** 2, g])
+    assert out["next_obs.obs"][:, 0].tolist() == [3, 3, 3, 3]  # every window bootstraps from s_3
+    out = c.push(_step(3, [8, 80]), np.array([False, False]))  # env 0: window 1..3; env 1: only 1 pending
+    assert out["obs.obs"][:, 0].tolist() == [1] and out["reward"].tolist() == pytest.approx([2 + g * 4 + g * g * 8])
+    tail = c.flush()  # env 0: t=2,3 pending; env 1: t=3
+    assert sorted(zip(tail["obs.obs"][:, 0].tolist(), tail["reward"].tolist(), strict=True)) == \
+        pytest.approx([(2, 4 + g * 8), (3, 8), (3, 80)])
+    assert c.flush() is None  # nothing pending twice
+
+
+def test_nstep_terminal_transition_stops_the_return():
+    c = NStepCollector(num_envs=1, n=3, gamma=0.9)
+    c.push(_step(0, [1], envs=1), np.array([False]))
+    step = _step(1, [5], envs=1)
+    step["terminated"] = torch.ones(1)
+    out = c.push(step, np.array([True]))
+    assert out["reward"].tolist() == pytest.approx([1 + 0.9 * 5, 5])
+    assert out["terminated"].tolist() == [1, 1]
+
+
+# ---- prioritised replay ------------------------------------------------------------------------------
+def test_sum_tree_sampling_follows_priorities():
+    tree = SumTree(5)
+    tree.update(np.arange(5), np.array([1.0, 0.0, 2.0, 3.0, 4.0]))
+    assert tree.total == 10.0
+    assert tree.find(np.array([0.0, 0.999, 1.0, 2.99, 3.0, 5.99, 6.0, 9.99])).tolist() == [0, 0, 2, 2, 3, 3, 4, 4]
+    rng = np.random.default_rng(0)
+    draws = tree.find(rng.uniform(0, tree.total, 200_000))
+    freq = np.bincount(draws, minlength=5) / draws.size
+    assert freq == pytest.approx([0.1, 0.0, 0.2, 0.3, 0.4], abs=0.005)
+    rebuilt = SumTree(5)
+    rebuilt.set_all(tree.leaves.copy())
+    assert np.array_equal(rebuilt.tree, tree.tree)  # a pure function of the leaves (exact resume)
+
+
+def test_per_weights_and_priority_updates():
+    fields = transition_fields(SPEC)
+    buf = ReplayBuffer(fields, capacity=4)
+    buf.reserve_staging(1, 4)
+    buf.extend({k: torch.zeros((4, *f.shape), dtype=f.dtype) for k, f in fields.items()})
+    per = MemberPriorities(capacity=4, staging=4, alpha=0.5, eps=0.0)
+    per.committed(0, 4)
+    per.update(np.arange(4), np.array([1.0, 4.0, 9.0, 16.0]))  # priorities sqrt: 1, 2, 3, 4
+    assert per.tree.total == pytest.approx(10.0)
+    batch, leaves = per.sample(buf, 0, 4, beta=1.0, generator=torch.Generator().manual_seed(0))
+    probs = np.array([1, 2, 3, 4])[leaves] / 10.0
+    expected = (4 * probs) ** -1.0
+    assert batch.weight.numpy() == pytest.approx(expected / expected.max(), rel=1e-6)
+    assert list(leaves) == sorted(leaves)  # stratified: one draw per equal segment of the mass, in order
+    per.update(np.array([3]), np.array([0.0]))  # a learned transition loses its priority
+    assert per.tree.leaves[3] == 0.0 and per.max_priority == pytest.approx(4.0)
+    per.committed(3, 1)  # overwritten by a new transition: the largest priority seen
+    assert per.tree.leaves[3] == pytest.approx(4.0)
+
+
+# ---- C51 ---------------------------------------------------------------------------------------------
+def test_categorical_projection_known_answers():
+    support = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0])
+    p = torch.tensor([[0.0, 1.0, 0.0, 0.0, 0.0],   # all mass on z=1
+                      [0.0, 0.0, 0.0, 0.0, 1.0],   # all mass on z=4
+                      [0.2, 0.2, 0.2, 0.2, 0.2]])
+    reward = torch.tensor([0.5, 1.0, 10.0])
+    discount = torch.tensor([1.0, 0.5, 0.0])
+    m = categorical_projection(p, reward, discount, support)
+    assert m[0].tolist() == pytest.approx([0, 0.5, 0.5, 0, 0])  # 0.5 + 1 = 1.5: split between atoms 1 and 2
+    assert m[1].tolist() == pytest.approx([0, 0, 0, 1.0, 0])  # 1 + 0.5 * 4 = 3: exactly on an atom
+    assert m[2].tolist() == pytest.approx([0, 0, 0, 0, 1.0])  # terminal (discount 0): r clipped to v_max
+    assert m.sum(dim=1).tolist() == pytest.approx([1, 1, 1])
+
+
+def test_c51_loss_is_the_cross_entropy_to_the_projected_target():
+    agent = DQN(SPEC, 2, _arch(), DQNHyperparameters(distributional=True, num_atoms=3, v_min=0, v_max=2,
+                                                     gamma=1.0, double=False), 0)
+    _constant(agent, "q_target", [0.0, 10.0, 0.0, 0.0, 0.0, 10.0])  # action 0: all on z=1; action 1: on z=2
+    _constant(agent, "q", [0.0] * 6)  # uniform predictions
+    b = _batch([0.0], [0.0], [0])
+    target = agent.target_distribution(b)  # greedy next action is 1 (mean 2), shifted by r=0: z=2
+    assert target[0].tolist() == pytest.approx([0, 0, 1], abs=1e-4)
+    losses, _ = agent.sample_losses(b)
+    assert losses.item() == pytest.approx(math.log(3), abs=1e-4)
+
+
+def test_dueling_and_noisy_heads_mutate_with_the_network():
+    hp = DQNHyperparameters(dueling=True, noisy=True, distributional=True, num_atoms=5, v_min=0, v_max=4)
+    agent = DQN(SPEC, 2, _arch(), hp, 0)
+    mlp = agent.networks["q"].mlp
+    assert mlp.spec.dueling == 5 and mlp.value is not None and mlp.noisy_layers()
+    obs = {"obs": torch.randn(4, 3)}
+    agent.networks["q"].noise_off()
+    before = agent.q_values(obs)
+    from dataclasses import replace
+    arch = replace(agent.arch, mlp=replace(agent.arch.mlp, hidden=(16, 16, 16)))
+    agent.apply_architecture(arch)  # a new identity layer keeps the function (noise scales start at 0)
+    agent.networks["q"].noise_off()
+    assert torch.allclose(agent.q_values(obs), before, atol=1e-5)
+    assert agent.networks["q_target"].mlp.spec.hidden == (16, 16, 16)
+
+
+# ---- TD3 / DDPG --------------------------------------------------------------------------------------
+def _td3(cls=TD3, hp_cls=TD3Hyperparameters, **hp):
+    return cls(SPEC, BOX, _arch(), hp_cls(**hp), 0)
+
+
+def test_td3_target_with_clipped_double_q_and_smoothing():
+    agent = _td3(gamma=0.5, target_noise=0.2, target_noise_clip=0.3)
+    _constant(agent, "actor_target", [0.0])  # mu'(s') = tanh(0) = 0
+    for name, bias in (("critic_1_target", 3.0), ("critic_2_target", 1.0)):
+        _constant(agent, name, [bias])
+        with torch.no_grad():  # Q_i'(s', a) = bias + 10 a: depends on the smoothed action
+            agent.networks[name].mlp.out.weight.zero_()
+            agent.networks[name].mlp.hidden[0].weight.zero_()
+    # make the critics linear in the action: one hidden unit passes a through (relu of a + 1 > 0)
+    for name, bias in (("critic_1_target", 3.0), ("critic_2_target", 1.0)):
+        net = agent.networks[name].mlp
+        with torch.no_grad():
+            net.hidden[0].weight[0, 3] = 1.0
+            net.hidden[0].bias[0] = 1.0
+            net.hidden[1].weight[0, 0] = 1.0
+            net.out.weight[0, 0] = 10.0
+            net.out.bias.fill_(bias - 10.0)
+    b = _batch([1.0, 1.0], [0.0, 1.0], torch.zeros(2, 1))
+    noise = torch.tensor([[1.0], [-5.0]])  # scaled by 0.2: 0.2 and -1.0, clipped to 0.2 and -0.3
+    y = agent.target(b, smoothing_noise=noise)
+    # min(3 + 10a, 1 + 10a) = 1 + 10a; a = 0.2 -> 3; second transition is terminal
+    assert y.tolist() == pytest.approx([1 + 0.5 * 3.0, 1.0])
+    ddpg = _td3(DDPG, DDPGHyperparameters, gamma=0.5)
+    assert ddpg.critics == ["critic_1"] and ddpg.hp.policy_freq == 1 and ddpg.hp.target_noise == 0
+
+
+def test_td3_delays_actor_and_target_updates():
+    agent = _td3(policy_freq=2)
+    b = Transition({"obs": torch.randn(8, 3)}, torch.rand(8, 1) * 2 - 1, torch.randn(8), {"obs": torch.randn(8, 3)},
+                   torch.zeros(8))
+    actor0 = agent.optimizers["actor"].flat.clone()
+    target0 = agent.target_flat["critic_1_target"].clone()
+    agent.learn(b)
+    assert torch.equal(agent.optimizers["actor"].flat, actor0) and torch.equal(agent.target_flat["critic_1_target"], target0)
+    agent.learn(b)
+    assert not torch.equal(agent.optimizers["actor"].flat, actor0)
+    assert not torch.equal(agent.target_flat["critic_1_target"], target0)
+
+
+def test_ou_noise_resets_per_finished_episode():
+    agent = _td3(noise_type="ou", expl_noise=0.5)
+    agent.begin_rollout(3)
+    obs = {"obs": torch.zeros(3, 3)}
+    for _ in range(5):
+        agent.explore_action(obs)
+    assert (agent._noise.x != 0).all()
+    agent.episodes_done(np.array([False, True, False]))
+    assert (agent._noise.x[1] == 0).all() and (agent._noise.x[[0, 2]] != 0).all()
+
+
+def test_box_actions_scale_in_and_out():
+    spec = action_spec(spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 10.0], np.float32)))
+    a = np.array([[-1.0, 1.0], [0.0, 0.0]])
+    assert spec.to_env(a).tolist() == [[-2.0, 10.0], [0.0, 5.0]]
+    assert spec.from_env(spec.to_env(a)) == pytest.approx(a)
+    from agilerl_core.errors import ConfigError
+    with pytest.raises(ConfigError, match="unbounded"):
+        action_spec(spaces.Box(-np.inf, np.inf, (2,)))
+
+
+# ---- SAC ---------------------------------------------------------------------------------------------
+def test_sac_squashed_log_prob_matches_change_of_variables():
+    mean, log_std = torch.tensor([[0.3]]), torch.tensor([[-0.5]])
+    u = torch.tensor([[0.8]])
+    gauss = torch.distributions.Normal(mean, log_std.exp()).log_prob(u)
+    expected = gauss - torch.log(1 - torch.tanh(u) ** 2)
+    assert squashed_log_prob(u, mean, log_std).item() == pytest.approx(expected.item(), abs=1e-5)
+
+
+def test_sac_entropy_target_and_temperature_update():
+    agent = SAC(SPEC, BOX, _arch(), SACHyperparameters(init_alpha=0.5, lr_alpha=0.1, gamma=0.9), 0)
+    assert agent.target_entropy == -1.0
+    # the critic target subtracts alpha * log pi of the next action
+    _constant(agent, "actor", [0.0, math.log(0.5)])  # mean 0, std 0.5
+    for name in ("critic_1_target", "critic_2_target"):
+        _constant(agent, name, [2.0 if name.endswith("1_target") else 1.0])
+    b = _batch([1.0], [0.0], torch.zeros(1, 1))
+    noise = torch.tensor([[0.4]])
+    u = 0.5 * noise
+    logp = squashed_log_prob(u, torch.zeros(1, 1), torch.full((1, 1), math.log(0.5)))
+    assert agent.target(b, noise).item() == pytest.approx(1 + 0.9 * (1.0 - 0.5 * logp.item()), abs=1e-5)
+    # alpha loss gradient: d/dlog_alpha = -(log pi + target_entropy)
+    la = torch.tensor(0.0, requires_grad=True)
+    alpha_loss(la, torch.tensor([0.5, 1.5]), -1.0).backward()
+    assert la.grad.item() == pytest.approx(-(1.0 - 1.0))
+    # entropy below target (log pi high) -> alpha rises; above target -> alpha falls (Adam: first step = lr)
+    low_entropy, high_entropy = torch.tensor([3.0]), torch.tensor([-3.0])
+    before = agent.alpha
+    agent.update_alpha(low_entropy)
+    assert agent.log_alpha.item() == pytest.approx(math.log(before) + 0.1, abs=1e-6)
+    agent2 = SAC(SPEC, BOX, _arch(), SACHyperparameters(init_alpha=0.5, lr_alpha=0.1), 0)
+    agent2.update_alpha(high_entropy)
+    assert agent2.log_alpha.item() == pytest.approx(math.log(0.5) - 0.1, abs=1e-6)
