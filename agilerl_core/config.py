@@ -92,9 +92,6 @@ class Hyperparameters(_Strict):
     fixed_fields: ClassVar[frozenset[str]] = frozenset({"buffer_size", "n_step", "num_atoms", "v_min", "v_max",
                                                         "rollout_steps"})
 
-    normalize_obs: bool = Field(False, description="Normalise vector observations by a running mean/std "
-                                                   "(per member, saved in its checkpoint).")
-
     @model_validator(mode="before")
     @classmethod
     def _drop_tag(cls, data: Any) -> Any:

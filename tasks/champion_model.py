@@ -3,7 +3,7 @@
 The model's one artifact is a member checkpoint directory (safetensors + JSON); loading it goes
 through :func:`agilerl_core.io.checkpoint.load_member`, which verifies checksums and never unpickles.
 ``predict`` takes a batch of observations (an array, a DataFrame, or a dict of arrays for Dict
-observation spaces) and returns the greedy actions.
+observation spaces) and returns the greedy actions as the env takes them (a Box's bounds applied).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ class ChampionPolicy(PythonModel):
                 obs = obs.reshape(-1, *shape)
         mask = params.get("action_mask") if params else None
         with torch.no_grad():
-            actions = self.agent.act(spec.to_tensors(obs, self.agent.device), 0.0,
-                                     None if mask is None else np.asarray(mask, dtype=bool))
+            actions = self.agent.env_action(spec.to_tensors(obs, self.agent.device),
+                                            None if mask is None else np.asarray(mask, dtype=bool))
         return np.asarray(actions)
 
 

@@ -124,6 +124,8 @@ def _sync_worker(ctx: RunContext, generation: int) -> None:
     """Bring a worker's buffer to the commit of `generation - 1` and reserve this generation's staging."""
     with ctx.lock:
         target = generation - 1
+        if ctx.exp.buffer is None:  # on-policy: nothing shared to sync
+            ctx.synced = target
         if ctx.synced != target:
             if ctx.synced == target - 1 and target >= 0:
                 ctx.store.extend_buffer(target, ctx.exp.buffer)
@@ -146,7 +148,8 @@ def train_member_task(job: GenerationJob, slot: int, state: MemberState | None =
     ctx.exp.load_member_state(slot, state.tensors, state.meta)
     result = ctx.exp.train(slot, job.generation)
     tensors, meta = ctx.exp.population.members[slot].agent.state()
-    shard = ctx.store.put_shard(job.generation, slot, ctx.exp.buffer.shard(slot))
+    buf = ctx.exp.buffer
+    shard = None if buf is None else ctx.store.put_shard(job.generation, slot, buf.shard(slot))
     return TrainOutput(result, MemberState(tensors, meta), shard)
 
 
@@ -171,16 +174,20 @@ def commit_generation_task(job: GenerationJob, outputs: list[TrainOutput], fitne
     done = bool(exp.history) and exp.history[-1].generation == job.generation
     if not done:
         results = [o.result for o in outputs]
-        if job.mode == "threads":  # the shards leave the staging slots before the in-memory commit empties them
+        if job.mode == "process":  # the trained agents come back as data
+            for slot, o in enumerate(outputs):
+                exp.load_member_state(slot, o.state.tensors, o.state.meta)
+        if exp.buffer is None:  # on-policy: members keep no shared experience
+            ctx.pending = []
+            exp.finish_generation(results, fitnesses)
+        elif job.mode == "threads":  # the shards leave the staging slots before the in-memory commit empties them
             shards = [exp.buffer.shard(r.slot) for r in results]
             ctx.pending = [ctx.store.put_shard(job.generation, r.slot, sh) for r, sh in zip(results, shards, strict=True)]
             exp.finish_generation(results, fitnesses, shards)
         else:
-            for slot, o in enumerate(outputs):
-                exp.load_member_state(slot, o.state.tensors, o.state.meta)
             ctx.pending = [o.shard for o in outputs]
             exp.finish_generation(results, fitnesses, [ctx.store.get_shard(ref) for ref in ctx.pending])
-    elif job.mode == "threads" and not ctx.pending:
+    elif job.mode == "threads" and not ctx.pending and exp.buffer is not None:
         raise RuntimeError(f"generation {job.generation} was folded in but its shards were never written")
     exp.commit(ctx.store, ctx.pending)
     ctx.store.prune(job.config.storage.keep_generations)

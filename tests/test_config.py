@@ -48,7 +48,8 @@ def test_bad_fields_are_named(data, pattern):
 
 @pytest.mark.parametrize("overrides, pattern", [
     ({"env_id": "CartPol-v1"}, r"env_id: 'CartPol-v1' is not a registered .*Did you mean 'CartPole-v1'"),
-    ({"env_id": "Pendulum-v1"}, r"algorithm: dqn needs Discrete actions, but Pendulum-v1 has Box.*; use one of ddpg, ppo, sac, td3"),
+    ({"env_id": "Pendulum-v1"},
+     r"algorithm: dqn needs Discrete actions, but Pendulum-v1 has Box.*; use one of ddpg, ppo, sac, td3"),
     ({"env_id": "CartPole-v1", "algorithm": "td3"}, r"algorithm: td3 needs Box actions, but CartPole-v1 has "
                                                      r"Discrete\(2\); use one of dqn, ppo, rainbow"),
     ({"env_kwargs": {"no_such_arg": 1}}, r"env_kwargs: gymnasium\.make\('CartPole-v1', \*\*env_kwargs\) failed"),

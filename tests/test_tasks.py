@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
 import torch
 
 from agilerl_core.io.run_store import RunStore
@@ -46,8 +47,17 @@ def _generations(cfg, store, run_id: str, mode: str, n: int) -> Experiment:
     return exp
 
 
-def test_thread_and_process_tasks_match_the_local_loop(tmp_path):
-    cfg = tiny_config(**{"hyperparameters.buffer_size": 1000})
+def _config(kind: str):
+    if kind == "dqn":
+        return tiny_config(**{"hyperparameters.buffer_size": 1000})
+    from tests.test_algorithms import _tiny
+
+    return _tiny(kind)
+
+
+@pytest.mark.parametrize("kind", ["dqn", "cartpole_rainbow.yaml", "pendulum_td3.yaml", "cartpole_ppo.yaml"])
+def test_thread_and_process_tasks_match_the_local_loop(kind, tmp_path):
+    cfg = _config(kind)
     local = Experiment(cfg)
     for _ in range(3):
         if local.history:
@@ -61,7 +71,8 @@ def test_thread_and_process_tasks_match_the_local_loop(tmp_path):
     for exp in runs.values():
         assert [h.fitnesses for h in exp.history] == [h.fitnesses for h in local.history]
         assert [e.to_dict() for e in exp.population.lineage] == [e.to_dict() for e in local.population.lineage]
-        assert (exp.buffer.size, exp.buffer.pos) == (local.buffer.size, local.buffer.pos)
+        if local.buffer is not None:
+            assert (exp.buffer.size, exp.buffer.pos) == (local.buffer.size, local.buffer.pos)
         for a, b in zip(exp.population.members, local.population.members, strict=True):
             ta, tb = a.agent.state()[0], b.agent.state()[0]
             assert all(torch.equal(ta[k], tb[k]) for k in tb)

@@ -7,10 +7,11 @@ from agilerl_core.hpo.space import HyperparameterSpec
 
 def _algorithms() -> dict[str, type]:
     from agilerl_core.algorithms.dqn import DQN, Rainbow
+    from agilerl_core.algorithms.ppo import PPO
     from agilerl_core.algorithms.sac import SAC
     from agilerl_core.algorithms.td3 import DDPG, TD3
 
-    return {cls.name: cls for cls in (DQN, Rainbow, DDPG, TD3, SAC)}
+    return {cls.name: cls for cls in (DQN, Rainbow, DDPG, TD3, SAC, PPO)}
 
 
 def algorithms_for(action_kind: str) -> list[str]:

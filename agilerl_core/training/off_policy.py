@@ -26,7 +26,13 @@ from agilerl_core.hpo.tournament import TournamentSelection
 from agilerl_core.io.checkpoint import load_population, save_member, save_population
 from agilerl_core.io.run_store import RunStore, ShardRef
 from agilerl_core.networks.evolvable import ArchBounds, initial_arch
-from agilerl_core.training.generation import TrainResult, derive_seed, evaluate_member, train_member
+from agilerl_core.training.generation import (
+    TrainResult,
+    derive_seed,
+    evaluate_member,
+    train_member,
+    train_member_on_policy,
+)
 
 
 @dataclass
@@ -87,10 +93,12 @@ class Experiment:
         self._setup_spec(cfg)
         self.envs = [make_vector_env(cfg.env_id, cfg.num_envs, cfg.env_kwargs) for _ in range(cfg.population_size)]
         self.eval_env = make_vector_env(cfg.env_id, cfg.eval_episodes, cfg.env_kwargs)
-        mask_dim = _probe_action_mask(self.envs[0])
-        n_step = getattr(cfg.hyperparameters, "n_step", 1) > 1
-        self.buffer = ReplayBuffer(transition_fields(self.obs_spec, mask_dim, self.action_spec, n_step),
-                                   cfg.hyperparameters.buffer_size, self.device)
+        self.buffer: ReplayBuffer | None = None  # on-policy algorithms: each member's own rollouts only
+        if self.algo_cls.uses_replay:
+            mask_dim = _probe_action_mask(self.envs[0])
+            n_step = getattr(cfg.hyperparameters, "n_step", 1) > 1
+            self.buffer = ReplayBuffer(transition_fields(self.obs_spec, mask_dim, self.action_spec, n_step),
+                                       cfg.hyperparameters.buffer_size, self.device)
         self.slot_capacity = math.ceil(cfg.evo_steps / cfg.num_envs) * cfg.num_envs
         agents = [self.algo_cls(self.obs_spec, self.action_spec, self.arch, cfg.hyperparameters,
                                 derive_seed(cfg.seed, 1, i), self.device) for i in range(cfg.population_size)]
@@ -133,14 +141,18 @@ class Experiment:
     def begin_generation(self) -> None:
         """Empty every member's staging area (the committed buffer stays as it is)."""
         self._gen_t0 = time.perf_counter()
-        self.buffer.reserve_staging(len(self.population.members), self.slot_capacity)
+        if self.buffer is not None:
+            self.buffer.reserve_staging(len(self.population.members), self.slot_capacity)
 
     def train(self, slot: int, generation: int | None = None) -> TrainResult:
         """Train member `slot` for evo_steps into its staging area (thread-safe across distinct slots)."""
         gen = self.population.generation if generation is None else generation
+        seed = derive_seed(self.cfg.seed, 2, gen, slot)
+        agent = self.population.members[slot].agent
+        if self.buffer is None:
+            return train_member_on_policy(agent, slot, self.envs[slot], self.cfg.evo_steps, seed)
         self.buffer.reset_slot(slot)
-        return train_member(self.population.members[slot].agent, slot, self.envs[slot], self.buffer,
-                            self.cfg.evo_steps, derive_seed(self.cfg.seed, 2, gen, slot))
+        return train_member(agent, slot, self.envs[slot], self.buffer, self.cfg.evo_steps, seed)
 
     def evaluate(self, slot: int, generation: int | None = None, eval_env=None) -> float:
         gen = self.population.generation if generation is None else generation
@@ -152,12 +164,13 @@ class Experiment:
         """Commit the fresh experience (the staged shards, or `shards` from other processes) in member
         order, record fitness and the generation's stats."""
         pop = self.population
-        first = self.buffer.pos
-        shards = shards if shards is not None else [self.buffer.shard(r.slot) for r in results]
-        self.buffer.commit(shards)
-        count = sum(next(iter(sh.values())).shape[0] for sh in shards) if shards else 0
-        for m in pop.members:  # e.g. prioritised replay: the new rows enter every member's priorities
-            m.agent.committed(first, count)
+        if self.buffer is not None:
+            first = self.buffer.pos
+            shards = shards if shards is not None else [self.buffer.shard(r.slot) for r in results]
+            self.buffer.commit(shards)
+            count = sum(next(iter(sh.values())).shape[0] for sh in shards) if shards else 0
+            for m in pop.members:  # e.g. prioritised replay: the new rows enter every member's priorities
+                m.agent.committed(first, count)
         self.global_steps += sum(r.env_steps for r in results)
         pop.record_fitness(fitnesses)
         stats = GenerationStats(pop.generation, self.global_steps, list(fitnesses), max(fitnesses),
@@ -215,7 +228,8 @@ class Experiment:
 
     def commit(self, store: RunStore, shards: list[ShardRef]) -> None:
         """Write the evaluated generation (members, evolution state, shard refs, buffer ring) to `store`."""
-        buf = {"size": self.buffer.size, "pos": self.buffer.pos, "capacity": self.buffer.capacity}
+        b = self.buffer
+        buf = {"size": b.size, "pos": b.pos, "capacity": b.capacity} if b else {"size": 0, "pos": 0, "capacity": 0}
         elite = self.population.members.index(self.population.elite())
         store.commit_generation(self.population, self.env_desc, shards, self.extra_state(), buf, elite)
 
@@ -228,7 +242,8 @@ class Experiment:
         self.population = pop
         self.global_steps = int(meta["extra"]["global_steps"])
         self.history = [GenerationStats(**h) for h in meta["extra"]["history"]]
-        store.rebuild_buffer(generation, self.buffer)
+        if self.buffer is not None:
+            store.rebuild_buffer(generation, self.buffer)
 
     def load_member_state(self, slot: int, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
         """Replace member `slot`'s agent with one rebuilt from :meth:`RLAlgorithm.state` output."""

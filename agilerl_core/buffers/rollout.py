@@ -1,0 +1,68 @@
+"""On-policy rollouts: what a PPO member collects from its own envs, and GAE over them.
+
+Generalised advantage estimation (Schulman et al., ICLR 2016) over T steps of N vectorised envs::
+
+    delta_t = r_t + gamma * V(s_{t+1}) * (1 - done_t) - V(s_t)
+    A_t     = delta_t + gamma * lambda * (1 - done_t) * A_{t+1},      returns_t = A_t + V(s_t)
+
+with V(s_T) the value of the observation after the last step. An episode cut by a time limit
+(truncated) still has a future: its reward is credited with gamma * V(final observation) when the
+step is collected (:meth:`Rollout.bootstrap_truncated`), and done_t stops the recursion at the
+episode boundary either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from agilerl_core.envs.spaces import Obs
+
+
+def compute_gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, last_value: torch.Tensor,
+                gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(advantages, returns), each [T, N], from rewards/values/dones [T, N] and last_value [N]."""
+    steps = rewards.shape[0]
+    adv = torch.zeros_like(rewards)
+    next_adv = torch.zeros_like(last_value)
+    next_value = last_value
+    for t in range(steps - 1, -1, -1):
+        alive = 1.0 - dones[t]
+        delta = rewards[t] + gamma * next_value * alive - values[t]
+        next_adv = delta + gamma * lam * alive * next_adv
+        adv[t] = next_adv
+        next_value = values[t]
+    return adv, adv + values
+
+
+@dataclass
+class Rollout:
+    """T steps x N envs of one member's experience (obs as stored tensors)."""
+
+    obs: dict[str, torch.Tensor]  # key -> [T, N, ...]
+    actions: torch.Tensor  # [T, N] (discrete) or [T, N, dim]
+    logprobs: torch.Tensor  # [T, N]
+    rewards: torch.Tensor  # [T, N]
+    dones: torch.Tensor  # [T, N] terminated or truncated
+    values: torch.Tensor  # [T, N]
+    masks: torch.Tensor | None = None  # [T, N, A] action masks (discrete, when the env gives them)
+
+    @classmethod
+    def allocate(cls, steps: int, num_envs: int, obs: Obs, action_shape: tuple[int, ...],
+                 action_dtype: torch.dtype, mask_dim: int | None = None) -> Rollout:
+        return cls({k: torch.zeros((steps, *v.shape), dtype=v.dtype) for k, v in obs.items()},
+                   torch.zeros((steps, num_envs, *action_shape), dtype=action_dtype),
+                   torch.zeros(steps, num_envs), torch.zeros(steps, num_envs), torch.zeros(steps, num_envs),
+                   torch.zeros(steps, num_envs),
+                   None if mask_dim is None else torch.ones(steps, num_envs, mask_dim, dtype=torch.bool))
+
+    def flat(self, steps: int) -> dict[str, torch.Tensor | dict[str, torch.Tensor]]:
+        """The first `steps` rows with T and N merged (what the minibatches index)."""
+        def f(x: torch.Tensor) -> torch.Tensor:
+            return x[:steps].reshape(-1, *x.shape[2:])
+        out = {"obs": {k: f(v) for k, v in self.obs.items()}, "actions": f(self.actions),
+               "logprobs": f(self.logprobs), "values": f(self.values)}
+        if self.masks is not None:
+            out["masks"] = f(self.masks)
+        return out
