@@ -309,8 +309,20 @@ class RunnerConfig(_Strict):
                                                   "(4 threads measured 2.7x slower); use dask for CPU parallelism.")
 
 
+def _schema_any_hyperparameters(schema: dict[str, Any]) -> None:
+    """JSON Schema `oneOf` demands exactly one match, but a DQN section also matches Rainbow's (same
+    fields, other defaults), so servers validating parameters (Prefect) would refuse it: use anyOf.
+    Which model applies is decided by `algorithm` when the config is validated."""
+    hp = schema.get("properties", {}).get("hyperparameters", {})
+    if "oneOf" in hp:
+        hp["anyOf"] = hp.pop("oneOf")
+        hp.pop("discriminator", None)
+
+
 class ExperimentConfig(_Strict):
     """One evolution run: env, algorithm, population, evolution and budget."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, json_schema_extra=_schema_any_hyperparameters)
 
     name: str = Field("experiment", min_length=1, description="Experiment name (tracking groups runs by it).")
     env_id: str = Field(description="Gymnasium env id, e.g. CartPole-v1.")
