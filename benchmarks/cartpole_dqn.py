@@ -20,8 +20,8 @@ from pathlib import Path
 from agilerl_core.config import load_config
 from agilerl_core.envs.make import make_vector_env
 from agilerl_core.io.checkpoint import load_member
+from agilerl_core.training.experiment import train_local
 from agilerl_core.training.generation import evaluate_member
-from agilerl_core.training.off_policy import train_off_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,7 +36,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:
             cfg = load_config(args.config, {"seed": seed, "max_env_steps": args.budget, "output_dir": tmp})
-            res = train_off_policy(cfg, progress=False)
+            res = train_local(cfg, progress=False)
             elite, _ = load_member(res.elite_uri)
             env = make_vector_env(cfg.env_id, 10, cfg.env_kwargs)
             fresh = evaluate_member(elite.agent, env, seed=10_000 + seed)

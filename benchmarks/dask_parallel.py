@@ -33,7 +33,7 @@ def main() -> None:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from agilerl_core.config import load_config
-    from agilerl_core.training.off_policy import train_off_policy
+    from agilerl_core.training.experiment import train_local
     from flows.online import online_evolution
 
     with tempfile.TemporaryDirectory(prefix="agilerl-bench-") as tmp:
@@ -42,7 +42,7 @@ def main() -> None:
                 "storage.uri": str(Path(tmp) / "storage")}
         cfg_path = ROOT / "deployments/configs/cartpole_dqn.yaml"
         t0 = time.perf_counter()
-        seq = train_off_policy(load_config(cfg_path, over), progress=False, run_dir=Path(tmp) / "seq")
+        seq = train_local(load_config(cfg_path, over), progress=False, run_dir=Path(tmp) / "seq")
         seq_total = time.perf_counter() - t0
         seq_gen = [h.wall_s for h in seq.history]
         cfg = load_config(cfg_path, {**over, "runner.kind": "dask", "runner.workers": args.workers})

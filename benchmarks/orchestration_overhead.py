@@ -1,5 +1,5 @@
 """Orchestration overhead: the same CartPole evolution (population 4, 5 generations of 10k env steps per
-member, no early stop) run in-process (`--local`: train_off_policy) and as the Prefect flow against a
+member, no early stop) run in-process (`--local`: train_local) and as the Prefect flow against a
 running Prefect server with MLflow server tracking (local-disk storage), alternating, in one process.
 
 Target: flow wall time <= 1.05x the in-process wall time (median of --repeats).
@@ -54,7 +54,7 @@ def main() -> None:
         import_s = _import_cost(env)
 
         from agilerl_core.config import load_config
-        from agilerl_core.training.off_policy import train_off_policy
+        from agilerl_core.training.experiment import train_local
         from flows.online import online_evolution, preflight
 
         budget = args.evo_steps * args.population * args.generations
@@ -71,7 +71,7 @@ def main() -> None:
                 cfg = load_config(cfg_path, over)
                 t0 = time.perf_counter()
                 if kind == "local":
-                    res = train_off_policy(cfg, progress=False, run_dir=tmp / f"local-{r}")
+                    res = train_local(cfg, progress=False, run_dir=tmp / f"local-{r}")
                     fitness = res.best_fitness
                 else:
                     preflight(cfg)

@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 from agilerl_core.config import ExperimentConfig
-from agilerl_core.training.off_policy import train_off_policy
+from agilerl_core.training.experiment import train_local
 
 ROOT = Path(__file__).resolve().parents[1]
 PEER_DIR = ROOT.parent / "shared" / "bench"
@@ -41,7 +41,7 @@ def ours(budget: int, evo_steps: int, seed: int, out: str) -> dict:
                   "activation": 0.0, "rl_hp": 0.2},
         hp_space={"learn_step": None},  # keep one gradient step per env step, as the peer's run does
     )
-    res = train_off_policy(cfg, progress=False)
+    res = train_local(cfg, progress=False)
     return {"wall_s": res.wall_s, "train_env_steps": res.global_steps, "env_steps_per_s": res.env_steps_per_s}
 
 

@@ -80,10 +80,10 @@ def _run(args: argparse.Namespace) -> dict:
         overrides["storage.uri"] = args.storage
     cfg = load_config(args.config, overrides)
     if args.local:
-        from agilerl_core.training.off_policy import Experiment, train_off_policy
+        from agilerl_core.training.experiment import Experiment, train_local
 
         experiment = Experiment(cfg)  # every check (env id, spaces, bounds) happens here, before training
-        return train_off_policy(cfg, progress=not args.no_progress, run_dir=args.run_dir,
+        return train_local(cfg, progress=not args.no_progress, run_dir=args.run_dir,
                                 experiment=experiment).summary()
     return _flow(cfg, args.run_id, not args.no_progress)
 

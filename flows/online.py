@@ -36,7 +36,7 @@ from agilerl_core.config import ExperimentConfig
 from agilerl_core.errors import CheckpointError
 from agilerl_core.io.run_store import RunStore, check_run_id
 from agilerl_core.io.storage import storage_from_config
-from agilerl_core.training.off_policy import Experiment
+from agilerl_core.training.experiment import Experiment
 from tasks.generation import (
     GenerationJob,
     MemberState,

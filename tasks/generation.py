@@ -27,8 +27,8 @@ from agilerl_core.config import ExperimentConfig
 from agilerl_core.envs.make import make_vector_env
 from agilerl_core.io.run_store import RunStore, ShardRef
 from agilerl_core.io.storage import storage_from_config
+from agilerl_core.training.experiment import Experiment
 from agilerl_core.training.generation import TrainResult
-from agilerl_core.training.off_policy import Experiment
 
 Mode = Literal["threads", "process"]
 

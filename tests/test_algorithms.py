@@ -10,7 +10,7 @@ import torch
 
 from agilerl_core.buffers.rollout import compute_gae
 from agilerl_core.config import load_config
-from agilerl_core.training.off_policy import Experiment, train_off_policy
+from agilerl_core.training.experiment import Experiment, train_local
 
 CONFIGS = Path(__file__).resolve().parents[1] / "deployments" / "configs"
 SHIPPED = sorted(p.name for p in CONFIGS.glob("*.yaml"))
@@ -37,7 +37,7 @@ def _tiny(name: str, **extra):
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_shipped_config_trains(name, tmp_path):
     cfg = _tiny(name)
-    res = train_off_policy(cfg, progress=False, run_dir=tmp_path)
+    res = train_local(cfg, progress=False, run_dir=tmp_path)
     assert res.generations == 3 and res.global_steps == 1440
     assert all(np.isfinite(h.fitnesses).all() for h in res.history)
     assert (tmp_path / "elite" / "weights.safetensors").is_file()

@@ -11,7 +11,7 @@ import torch
 from agilerl_core.errors import CheckpointError
 from agilerl_core.hpo.population import Member
 from agilerl_core.io import load_member, load_population, save_member
-from agilerl_core.training.off_policy import Experiment
+from agilerl_core.training.experiment import Experiment
 from tests.conftest import tiny_config
 from tests.test_dqn import SPEC, make_dqn
 

@@ -8,7 +8,7 @@ import pytest
 
 from agilerl_core.config import load_config, parse_overrides, validate_config
 from agilerl_core.errors import ConfigError
-from agilerl_core.training.off_policy import Experiment
+from agilerl_core.training.experiment import Experiment
 from tests.conftest import tiny_config
 
 SHIPPED = Path(__file__).resolve().parents[1] / "deployments" / "configs" / "cartpole_dqn.yaml"

@@ -145,7 +145,7 @@ def test_partial_hp_space_override_keeps_the_algorithms_kind():
     import numpy as np
 
     from agilerl_core.config import load_config
-    from agilerl_core.training.off_policy import Experiment
+    from agilerl_core.training.experiment import Experiment
     from tests.conftest import ROOT_DIR
 
     cfg = load_config(ROOT_DIR / "deployments/configs/cartpole_dqn.yaml")

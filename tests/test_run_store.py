@@ -10,7 +10,7 @@ import torch
 from agilerl_core.errors import CheckpointError, ConfigError
 from agilerl_core.io.run_store import RunStore, check_run_id, ring_after
 from agilerl_core.io.storage import LocalStorage
-from agilerl_core.training.off_policy import Experiment
+from agilerl_core.training.experiment import Experiment
 from tests.conftest import tiny_config
 
 

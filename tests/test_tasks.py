@@ -10,7 +10,7 @@ import torch
 
 from agilerl_core.io.run_store import RunStore
 from agilerl_core.io.storage import LocalStorage
-from agilerl_core.training.off_policy import Experiment
+from agilerl_core.training.experiment import Experiment
 from tasks.generation import (
     GenerationJob,
     MemberState,

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from agilerl_core.training.off_policy import Experiment, train_off_policy
+from agilerl_core.training.experiment import Experiment, train_local
 from tests.conftest import tiny_config
 
 
 def _fitness_history(cfg, tmp_path):
-    res = train_off_policy(cfg, progress=False, run_dir=tmp_path)
+    res = train_local(cfg, progress=False, run_dir=tmp_path)
     return [h.fitnesses for h in res.history], [h.mutations for h in res.history], res
 
 
@@ -30,13 +30,13 @@ def test_same_seed_same_result(tmp_path):
 
 def test_budget_and_steps_are_counted(tmp_path):
     cfg = tiny_config(max_env_steps=1000, evo_steps=198)  # 198 -> 50 vector steps of 4 envs = 200 per member
-    res = train_off_policy(cfg, progress=False, run_dir=tmp_path)
+    res = train_local(cfg, progress=False, run_dir=tmp_path)
     assert res.global_steps == 1200 and res.generations == 2
     assert (tmp_path / "elite" / "member.json").is_file() and (tmp_path / "population" / "population.json").is_file()
 
 
 def test_target_fitness_stops_early(tmp_path):
-    res = train_off_policy(tiny_config(target_fitness=1.0), progress=False, run_dir=tmp_path)
+    res = train_local(tiny_config(target_fitness=1.0), progress=False, run_dir=tmp_path)
     assert res.generations == 1 and res.reached_target
 
 
@@ -56,7 +56,7 @@ def test_image_env_trains_with_the_cnn(tmp_path):
 def test_dict_env_with_action_masks_never_takes_invalid_actions(tmp_path):
     # MaskedDictEnv raises on an invalid action, in training and in evaluation
     cfg = tiny_config(env_id="agilerl_test/MaskedDict-v0", **{"hyperparameters.eps_decay_steps": 10_000})
-    res = train_off_policy(cfg, progress=False, run_dir=tmp_path)
+    res = train_local(cfg, progress=False, run_dir=tmp_path)
     assert res.generations == 2
     exp = Experiment(cfg)
     assert "next_action_mask" in exp.buffer.fields
@@ -67,7 +67,7 @@ def test_cartpole_population_learns(tmp_path):
     cfg = tiny_config(num_envs=8, population_size=4, evo_steps=2000, max_env_steps=48_000, target_fitness=400,
                       eval_episodes=5, **{"hyperparameters": {"learning_delay": 1000, "buffer_size": 100_000},
                                           "network.hidden_sizes": [64, 64]})
-    res = train_off_policy(cfg, progress=False, run_dir=tmp_path)
+    res = train_local(cfg, progress=False, run_dir=tmp_path)
     assert res.best_fitness >= 400, [h.fitnesses for h in res.history]
 
 

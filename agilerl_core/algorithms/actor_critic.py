@@ -7,6 +7,7 @@ to the env's bounds.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import ClassVar
 
 import numpy as np
@@ -15,6 +16,7 @@ import torch.nn.functional as F
 
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.buffers.replay import Transition
+from agilerl_core.hpo.space import HyperparameterSpec
 
 
 class GaussianNoise:
@@ -51,12 +53,39 @@ class OUNoise:
         return self.x.copy()
 
 
+ACTOR_CRITIC_SPACE: dict[str, HyperparameterSpec] = {
+    "lr_actor": HyperparameterSpec(min=1e-5, max=1e-2, kind="log", grow=1.5, shrink=1 / 1.5),
+    "lr_critic": HyperparameterSpec(min=1e-5, max=1e-2, kind="log", grow=1.5, shrink=1 / 1.5),
+    "batch_size": HyperparameterSpec(min=32, max=1024, kind="int", grow=1.5, shrink=0.75),
+    "learn_step": HyperparameterSpec(min=1, max=16, kind="int", grow=1.5, shrink=0.75),
+}
+
+
 class ContinuousActorCritic(RLAlgorithm):
     """Base of DDPG/TD3 and SAC: an actor, one or two Q(s, a) critics, their targets."""
 
     action_kinds: ClassVar[tuple[str, ...]] = ("box",)
     optimizer_lrs: ClassVar[dict[str, str]] = {"actor": "lr_actor", "critic_1": "lr_critic", "critic_2": "lr_critic"}
     noise_networks: ClassVar[tuple[str, ...]] = ("actor",)
+    delayed_targets: ClassVar[bool] = True  # targets move only with the actor (TD3); False: every step
+
+    @abstractmethod
+    def actor_objective(self, batch: Transition) -> torch.Tensor:
+        """The actor's loss on `batch` (differentiable), with any side step that goes with it."""
+
+    def learn(self, batch: Transition) -> torch.Tensor:
+        """One step of every critic; every `policy_freq`-th call also an actor step; soft target updates
+        with the actor (delayed_targets) or after every critic step. Returns the summed critic loss."""
+        loss = self.update_critics(batch, self.target(batch))
+        self.learn_steps += 1
+        actor_turn = self.learn_steps % self.hp.policy_freq == 0
+        if actor_turn:
+            self.optimizers["actor"].zero_grad()
+            self.actor_objective(batch).backward()
+            self._step("actor")
+        if actor_turn or not self.delayed_targets:
+            self.update_targets(self.hp.tau)
+        return loss
 
     def network_io(self, name: str) -> tuple[int, int]:
         if name.startswith("critic"):

@@ -8,6 +8,7 @@ architecture spec, flat-buffer Adam, target updates, hyperparameter changes, arc
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -22,7 +23,7 @@ from agilerl_core.networks.evolvable import ArchSpec, EvolvableNetwork
 from agilerl_core.networks.transfer import copy_overlap
 
 
-class RLAlgorithm:
+class RLAlgorithm(ABC):
     """Base of all algorithms: networks built from one ArchSpec, evolvable as a group."""
 
     name: ClassVar[str]
@@ -129,13 +130,13 @@ class RLAlgorithm:
                 opt.lr = float(value)
 
     # ---- acting (what the training loops call) ------------------------------------------------------
+    @abstractmethod
     def explore_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
         """Actions to take while collecting experience (agent scale: ints, or floats in [-1, 1])."""
-        raise NotImplementedError
 
+    @abstractmethod
     def greedy_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
         """The policy's best actions (evaluation, deployment), agent scale."""
-        raise NotImplementedError
 
     def env_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
         """Greedy actions as the env takes them (a Box's bounds applied)."""
@@ -146,20 +147,24 @@ class RLAlgorithm:
         return buffer.sample(self.hp.batch_size, slot, self.torch_gen)
 
     def committed(self, first: int, count: int) -> None:
-        """Called after the shared ring received `count` new transitions starting at row `first`."""
+        """Called after the shared ring received `count` new transitions starting at row `first`. Default: nothing to do."""
+        return None
 
     def begin_rollout(self, num_envs: int) -> None:
-        """Called before a training phase collects experience from `num_envs` freshly reset envs."""
+        """Called before a training phase collects experience from `num_envs` freshly reset envs. Default: nothing to do."""
+        return None
 
     def episodes_done(self, done: np.ndarray) -> None:
-        """Called after every vector step with the sub-envs whose episode just ended."""
+        """Called after every vector step with the sub-envs whose episode just ended. Default: nothing to do."""
+        return None
 
     def extra_tensors(self) -> dict[str, torch.Tensor]:
         """Algorithm-specific state beyond networks, optimisers and RNGs (saved in checkpoints)."""
         return {}
 
     def load_extra_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
-        """Restore :meth:`extra_tensors` output."""
+        """Restore :meth:`extra_tensors` output. Default: nothing to do."""
+        return None
 
     def param_count(self) -> int:
         return sum(self.networks[n].param_count() for n in self.online_networks)

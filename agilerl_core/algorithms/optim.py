@@ -103,3 +103,19 @@ class FlatAdam:
 
     def scalars(self) -> dict:
         return {"lr": self.lr, "betas": list(self.betas), "eps": self.eps}
+
+
+@torch.no_grad()
+def adam_update_(param: torch.Tensor, grad: torch.Tensor, state: torch.Tensor, lr: float,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+    """One Adam step, in place, on a small tensor kept outside the networks (SAC's temperature, PPO's
+    log std). `state` holds [m (n), v (n), step], flattened, zeros at the start; it is updated in place."""
+    n = param.numel()
+    b1, b2 = betas
+    m, v, t = state[:n], state[n: 2 * n], state[2 * n]
+    g = grad.reshape(-1)
+    t += 1
+    m.mul_(b1).add_(g, alpha=1.0 - b1)
+    v.mul_(b2).addcmul_(g, g, value=1.0 - b2)
+    step = (m / (1 - b1 ** float(t))) / ((v / (1 - b2 ** float(t))).sqrt() + eps)
+    param.sub_(lr * step.view_as(param))

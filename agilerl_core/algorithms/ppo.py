@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from agilerl_core.algorithms.base import RLAlgorithm
+from agilerl_core.algorithms.optim import adam_update_
 from agilerl_core.buffers.rollout import Rollout
 from agilerl_core.config import PPOHyperparameters
 from agilerl_core.envs.spaces import Obs
@@ -152,8 +153,8 @@ class PPO(RLAlgorithm):
                     if hp.max_grad_norm is not None:
                         opt.clip_grad_norm(hp.max_grad_norm)
                     opt.step()
-                if self.continuous:
-                    self._step_log_std(log_std.grad)
+                if self.continuous:  # Adam with the actor's learning rate
+                    adam_update_(self.log_std, log_std.grad, self.log_std_adam, hp.lr)
                 self.learn_steps += 1
                 with torch.no_grad():
                     log_ratio = new_logp.detach() - old_logp
@@ -168,17 +169,6 @@ class PPO(RLAlgorithm):
                 break
         stats["loss"] /= max(stats["updates"], 1)
         return stats
-
-    @torch.no_grad()
-    def _step_log_std(self, grad: torch.Tensor) -> None:
-        """Adam (betas 0.9/0.999) on the log std with the actor's learning rate."""
-        d = self.action_dim
-        m, v, t = self.log_std_adam[:d], self.log_std_adam[d:2 * d], self.log_std_adam[2 * d]
-        t += 1
-        m.mul_(0.9).add_(grad, alpha=0.1)
-        v.mul_(0.999).addcmul_(grad, grad, value=0.001)
-        step = (m / (1 - 0.9 ** float(t))) / ((v / (1 - 0.999 ** float(t))).sqrt() + 1e-8)
-        self.log_std.sub_(self.hp.lr * step)
 
     # ---- state ----------------------------------------------------------------------------------------
     def extra_tensors(self) -> dict[str, torch.Tensor]:

@@ -18,7 +18,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from agilerl_core.algorithms.actor_critic import ContinuousActorCritic
+from agilerl_core.algorithms.actor_critic import ACTOR_CRITIC_SPACE, ContinuousActorCritic
+from agilerl_core.algorithms.optim import adam_update_
 from agilerl_core.buffers.replay import Transition, bootstrap_discount
 from agilerl_core.config import SACHyperparameters
 from agilerl_core.envs.spaces import Obs
@@ -47,12 +48,8 @@ class SAC(ContinuousActorCritic):
     hp_model = SACHyperparameters
     online_networks = ("actor", "critic_1", "critic_2")
     target_networks: ClassVar[dict[str, str]] = {"critic_1_target": "critic_1", "critic_2_target": "critic_2"}
-    default_hp_space: ClassVar[dict[str, HyperparameterSpec]] = {
-        "lr_actor": HyperparameterSpec(min=1e-5, max=1e-2, kind="log", grow=1.5, shrink=1 / 1.5),
-        "lr_critic": HyperparameterSpec(min=1e-5, max=1e-2, kind="log", grow=1.5, shrink=1 / 1.5),
-        "batch_size": HyperparameterSpec(min=32, max=1024, kind="int", grow=1.5, shrink=0.75),
-        "learn_step": HyperparameterSpec(min=1, max=16, kind="int", grow=1.5, shrink=0.75),
-    }
+    default_hp_space: ClassVar[dict[str, HyperparameterSpec]] = ACTOR_CRITIC_SPACE
+    delayed_targets: ClassVar[bool] = False  # the critics' targets move after every critic step
 
     def __init__(self, obs_spec, action, arch, hp, seed, device="cpu") -> None:
         super().__init__(obs_spec, action, arch, hp, seed, device)
@@ -116,28 +113,13 @@ class SAC(ContinuousActorCritic):
         log_alpha = self.log_alpha.clone().requires_grad_(True)
         loss = alpha_loss(log_alpha, log_prob, self.target_entropy)
         (grad,) = torch.autograd.grad(loss, log_alpha)
-        m, v, t = self.alpha_adam
-        t = t + 1
-        m = 0.9 * m + 0.1 * grad
-        v = 0.999 * v + 0.001 * grad * grad
-        step = self.hp.lr_alpha * (m / (1 - 0.9 ** t)) / ((v / (1 - 0.999 ** t)).sqrt() + 1e-8)
-        self.log_alpha = (self.log_alpha - step).detach()
-        self.alpha_adam = torch.stack([m, v, t]).detach()
+        adam_update_(self.log_alpha, grad, self.alpha_adam, self.hp.lr_alpha)
         return float(loss.detach())
 
-    # ---- learning -------------------------------------------------------------------------------------
-    def learn(self, batch: Transition) -> torch.Tensor:
-        loss = self.update_critics(batch, self.target(batch))
-        self.learn_steps += 1
-        if self.learn_steps % self.hp.policy_freq == 0:
-            opt = self.optimizers["actor"]
-            opt.zero_grad()
-            actor_loss, logp = self.actor_loss(batch)
-            actor_loss.backward()
-            self._step("actor")
-            if self.hp.auto_entropy:
-                self.update_alpha(logp)
-        self.update_targets(self.hp.tau)
+    def actor_objective(self, batch: Transition) -> torch.Tensor:
+        loss, logp = self.actor_loss(batch)
+        if self.hp.auto_entropy:  # alpha only enters the actor loss as a number already read
+            self.update_alpha(logp)
         return loss
 
     # ---- state ----------------------------------------------------------------------------------------

@@ -19,18 +19,11 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from agilerl_core.algorithms.actor_critic import ContinuousActorCritic, GaussianNoise, OUNoise
+from agilerl_core.algorithms.actor_critic import ACTOR_CRITIC_SPACE, ContinuousActorCritic, GaussianNoise, OUNoise
 from agilerl_core.buffers.replay import Transition, bootstrap_discount
 from agilerl_core.config import DDPGHyperparameters, TD3Hyperparameters
 from agilerl_core.envs.spaces import Obs
 from agilerl_core.hpo.space import HyperparameterSpec
-
-_SPACE = {
-    "lr_actor": HyperparameterSpec(min=1e-5, max=1e-2, kind="log", grow=1.5, shrink=1 / 1.5),
-    "lr_critic": HyperparameterSpec(min=1e-5, max=1e-2, kind="log", grow=1.5, shrink=1 / 1.5),
-    "batch_size": HyperparameterSpec(min=32, max=1024, kind="int", grow=1.5, shrink=0.75),
-    "learn_step": HyperparameterSpec(min=1, max=16, kind="int", grow=1.5, shrink=0.75),
-}
 
 
 class TD3(ContinuousActorCritic):
@@ -38,7 +31,7 @@ class TD3(ContinuousActorCritic):
 
     name: ClassVar[str] = "td3"
     hp_model = TD3Hyperparameters
-    default_hp_space: ClassVar[dict[str, HyperparameterSpec]] = _SPACE
+    default_hp_space: ClassVar[dict[str, HyperparameterSpec]] = ACTOR_CRITIC_SPACE
 
     def __init__(self, obs_spec, action, arch, hp, seed, device="cpu") -> None:
         twin = hp.twin_q
@@ -98,18 +91,8 @@ class TD3(ContinuousActorCritic):
         """-Q_1(s, mu(s)), averaged (the deterministic policy gradient)."""
         return -self.q("critic_1", batch.obs, torch.tanh(self.networks["actor"](batch.obs))).mean()
 
-    # ---- learning -------------------------------------------------------------------------------------
-    def learn(self, batch: Transition) -> torch.Tensor:
-        """One critic step; every `policy_freq`-th call also an actor step and a soft target update."""
-        loss = self.update_critics(batch, self.target(batch))
-        self.learn_steps += 1
-        if self.learn_steps % self.hp.policy_freq == 0:
-            opt = self.optimizers["actor"]
-            opt.zero_grad()
-            self.actor_loss(batch).backward()
-            self._step("actor")
-            self.update_targets(self.hp.tau)
-        return loss
+    def actor_objective(self, batch: Transition) -> torch.Tensor:
+        return self.actor_loss(batch)
 
 
 class DDPG(TD3):

@@ -36,6 +36,24 @@ class TrainResult:
     wall_s: float
 
 
+class EpisodeReturns:
+    """Running undiscounted returns per sub-env and those of the episodes that finished."""
+
+    def __init__(self, num_envs: int) -> None:
+        self.running = np.zeros(num_envs)
+        self.finished: list[float] = []
+
+    def step(self, reward: np.ndarray, done: np.ndarray) -> None:
+        self.running += reward
+        if done.any():
+            self.finished.extend(self.running[done].tolist())
+            self.running[done] = 0.0
+
+    def mean(self) -> float:
+        """Mean return of the finished episodes (nan if none)."""
+        return float(np.mean(self.finished)) if self.finished else float("nan")
+
+
 def _real_next_obs(next_obs, info: dict, done: np.ndarray):
     """With same-step autoreset, the true next observation of a finished episode is in final_obs."""
     if not done.any():
@@ -87,10 +105,9 @@ def train_member(agent: RLAlgorithm, slot: int, env: VectorEnv, buffer: ReplayBu
     agent.begin_rollout(num_envs)
     mask, _ = _action_masks(info, num_envs, agent.action_dim)
     has_mask = mask is not None
+    episodes = EpisodeReturns(num_envs)
     n_step = getattr(hp, "n_step", 1)
     nstep = NStepCollector(num_envs, n_step, hp.gamma) if n_step > 1 else None
-    returns = np.zeros(num_envs)
-    finished: list[float] = []
     loss_sum = torch.zeros(())
     learn_steps = 0
     credit = 0
@@ -115,10 +132,7 @@ def train_member(agent: RLAlgorithm, slot: int, env: VectorEnv, buffer: ReplayBu
         if data is not None:
             buffer.add(slot, data)
         agent.env_steps += num_envs
-        returns += reward
-        if done.any():
-            finished.extend(returns[done].tolist())
-            returns[done] = 0.0
+        episodes.step(reward, done)
         obs = next_obs
         if agent.env_steps >= hp.learning_delay and buffer.available(slot) >= hp.batch_size:
             credit += num_envs
@@ -130,8 +144,7 @@ def train_member(agent: RLAlgorithm, slot: int, env: VectorEnv, buffer: ReplayBu
         tail = nstep.flush()
         if tail is not None:
             buffer.add(slot, tail)
-    return TrainResult(slot, vector_steps * num_envs, learn_steps, len(finished),
-                       float(np.mean(finished)) if finished else float("nan"),
+    return TrainResult(slot, vector_steps * num_envs, learn_steps, len(episodes.finished), episodes.mean(),
                        float(loss_sum) / learn_steps if learn_steps else float("nan"),
                        time.perf_counter() - t0)
 
@@ -175,8 +188,7 @@ def train_member_on_policy(agent, slot: int, env: VectorEnv, evo_steps: int, see
     rollout = Rollout.allocate(hp.rollout_steps, num_envs, obs_t, () if act_spec.discrete else (act_spec.dim,),
                                torch.int64 if act_spec.discrete else torch.float32,
                                None if mask is None else mask.shape[1])
-    returns = np.zeros(num_envs)
-    finished: list[float] = []
+    episodes = EpisodeReturns(num_envs)
     losses: list[float] = []
     done_steps = 0
     learn0 = agent.learn_steps
@@ -202,10 +214,7 @@ def train_member_on_policy(agent, slot: int, env: VectorEnv, evo_steps: int, see
             rollout.rewards[t] = r
             rollout.dones[t] = torch.as_tensor(done, dtype=torch.float32)
             agent.env_steps += num_envs
-            returns += reward
-            if done.any():
-                finished.extend(returns[done].tolist())
-                returns[done] = 0.0
+            episodes.step(reward, done)
             obs = next_obs
             obs_t = spec.to_tensors(obs, agent.device)
             mask, _ = _action_masks(info, num_envs, agent.action_dim)
@@ -215,6 +224,5 @@ def train_member_on_policy(agent, slot: int, env: VectorEnv, evo_steps: int, see
                                hp.gamma, hp.gae_lambda)
         losses.append(agent.learn_rollout(rollout, steps, adv, ret)["loss"])
         done_steps += steps
-    return TrainResult(slot, vector_steps * num_envs, agent.learn_steps - learn0, len(finished),
-                       float(np.mean(finished)) if finished else float("nan"),
-                       float(np.mean(losses)) if losses else float("nan"), time.perf_counter() - t0)
+    return TrainResult(slot, vector_steps * num_envs, agent.learn_steps - learn0, len(episodes.finished),
+                       episodes.mean(), float(np.mean(losses)) if losses else float("nan"), time.perf_counter() - t0)

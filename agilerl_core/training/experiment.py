@@ -1,4 +1,4 @@
-"""The in-process off-policy evolution loop, built from the generation step functions."""
+"""The Experiment (one run's population, envs and shared buffer, off- or on-policy) and the in-process loop."""
 
 from __future__ import annotations
 
@@ -250,7 +250,7 @@ class Experiment:
         self.population.members[slot].agent = self.algo_cls.from_state(self.obs_spec, tensors, meta, self.device)
 
 
-def train_off_policy(cfg: ExperimentConfig, progress: bool = True, run_dir: str | Path | None = None,
+def train_local(cfg: ExperimentConfig, progress: bool = True, run_dir: str | Path | None = None,
                      experiment: Experiment | None = None) -> RunResult:
     """Evolve a population until the target fitness or the global env-step budget; save the elite."""
     exp = experiment or Experiment(cfg)
