@@ -90,7 +90,11 @@ class Hyperparameters(_Strict):
     algorithm_name: ClassVar[str]
     # structural: they size the shared buffer or the networks' outputs, so they never mutate
     fixed_fields: ClassVar[frozenset[str]] = frozenset({"buffer_size", "n_step", "num_atoms", "v_min", "v_max",
-                                                        "rollout_steps"})
+                                                        "rollout_steps", "obs_norm_clip"})
+
+    normalize_obs: bool = Field(False, description="Normalise the observation vector by its running mean and "
+                                "std (updated from training experience, saved in checkpoints).")
+    obs_norm_clip: float = Field(10.0, gt=0, description="Clip normalised observations to [-clip, clip].")
 
     @model_validator(mode="before")
     @classmethod

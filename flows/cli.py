@@ -89,7 +89,7 @@ def _run(args: argparse.Namespace) -> dict:
 
 
 def _flow(cfg, run_id: str | None, progress: bool) -> dict:
-    _quiet_prefect()
+    _prefect_defaults()
     from flows.online import online_evolution, preflight
     from tasks.tracking import tracking_uri
 
@@ -104,10 +104,13 @@ def _flow(cfg, run_id: str | None, progress: bool) -> dict:
     return summary
 
 
-def _quiet_prefect() -> None:
-    """Prefect's per-task console lines drown the progress bar; keep warnings and our flow's own lines."""
+def _prefect_defaults() -> None:
+    """Prefect's per-task console lines drown the progress bar: keep warnings and our flow's own lines.
+    The ephemeral server (no PREFECT_API_URL) gets 120 s to start instead of Prefect's 20: on a busy
+    2-core machine it took longer (measured: 1 start in 3 timed out while the test suite ran)."""
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 
 def _resume(args: argparse.Namespace) -> dict:
@@ -127,7 +130,7 @@ def _resume(args: argparse.Namespace) -> dict:
 
 
 def _trigger(args: argparse.Namespace) -> dict:
-    _quiet_prefect()
+    _prefect_defaults()
     from flows.trigger import trigger_deployment
 
     summary = trigger_deployment(args.deployment, args.params, wait=args.wait, timeout=args.timeout)

@@ -99,3 +99,65 @@ def test_ppo_clip_known_answers():
     assert value_loss(v, ret, old_v, 0.5).item() == pytest.approx(4.5)  # max(9, 1.5^2) / 2
     assert value_loss(torch.tensor([-1.0]), ret, old_v, 0.5).item() == pytest.approx(0.5)  # max(1, 0.5^2) / 2
     assert value_loss(torch.tensor([0.2]), ret, old_v, 0.5).item() == pytest.approx(0.125)  # clipped: 0.5^2 / 2
+
+
+# ---- observation normalisation ----------------------------------------------------------------------
+
+
+def test_running_obs_norm_matches_the_statistics_of_all_batches():
+    from agilerl_core.networks.obs_norm import RunningObsNorm
+
+    g = torch.Generator().manual_seed(0)
+    batches = [torch.randn(k, 3, generator=g) * torch.tensor([1.0, 5.0, 0.1]) + 2.0 for k in (1, 7, 30)]
+    norm = RunningObsNorm(3, clip=3.0)
+    for b in batches:
+        norm.update(b)
+    every = torch.cat(batches).double()
+    assert torch.allclose(norm.mean, every.mean(0), atol=1e-12)
+    assert torch.allclose(norm.var, every.var(0, unbiased=False), atol=1e-12)
+    assert norm.count.item() == 38
+    x = torch.tensor([[2.0, 2.0, 2.0], [1e6, -1e6, 0.0]])
+    expected = ((x.double() - every.mean(0)) / torch.sqrt(every.var(0, unbiased=False) + 1e-8)).clamp(-3, 3)
+    assert torch.allclose(norm(x), expected.float(), atol=1e-5)
+    assert norm(x)[1].tolist()[:2] == [3.0, -3.0]  # clipped
+
+
+@pytest.mark.parametrize("name", ["cartpole_dqn.yaml", "cartpole_ppo.yaml", "pendulum_sac.yaml"])
+def test_normalize_obs_trains_saves_and_resumes_identically(name, tmp_path):
+    cfg = _tiny(name, **{"hyperparameters.normalize_obs": True, "mutation.parameters": 1.0})
+    straight = Experiment(cfg)
+    for g in range(3):
+        if g:
+            straight.evolve()
+        straight.run_generation()
+    for m in straight.population.members:
+        norm = m.agent.obs_norm
+        assert norm is not None and norm.count.item() > 0 and not torch.equal(norm.mean, torch.zeros(norm.dim))
+        # every network of the agent (targets too, after architecture mutations) reads the same statistics
+        assert all(net.obs_norm is norm for net in m.agent.networks.values())
+        tensors, _ = m.agent.state()
+        assert torch.equal(tensors["obs_norm/mean"], norm.mean)
+    first = Experiment(cfg)
+    first.run_generation()
+    first.save(tmp_path / "ckpt")
+    resumed = Experiment(cfg)
+    resumed.restore(tmp_path / "ckpt")
+    for _ in range(2):
+        resumed.evolve()
+        resumed.run_generation()
+    assert [h.fitnesses for h in resumed.history] == [h.fitnesses for h in straight.history]
+    for a, b in zip(_agent_tensors(straight), _agent_tensors(resumed), strict=True):
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_normalize_obs_changes_what_the_networks_see():
+    cfg = _tiny("cartpole_dqn.yaml", **{"hyperparameters.normalize_obs": True})
+    agent = Experiment(cfg).population.members[0].agent
+    obs = {"obs": torch.tensor([[0.1, 2.0, -0.2, 3.0], [0.3, -2.0, 0.2, 1.0]])}
+    net = agent.networks["q"]
+    assert torch.equal(net.features(obs), obs["obs"])  # no statistics yet: identity
+    agent.observe(obs)
+    feats = net.features(obs)
+    assert torch.allclose(feats, torch.tensor([[-1.0, 1.0, -1.0, 1.0], [1.0, -1.0, 1.0, -1.0]]), atol=1e-4)
+    clone = agent.clone()
+    assert torch.equal(clone.networks["q"].features(obs), feats)  # a clone (selection) keeps the scale

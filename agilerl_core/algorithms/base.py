@@ -20,6 +20,7 @@ from agilerl_core.algorithms.optim import FlatAdam, flatten_parameters
 from agilerl_core.envs.spaces import ActionSpec, Obs, ObsSpec
 from agilerl_core.hpo.space import HyperparameterSpace
 from agilerl_core.networks.evolvable import ArchSpec, EvolvableNetwork
+from agilerl_core.networks.obs_norm import RunningObsNorm
 from agilerl_core.networks.transfer import copy_overlap
 
 
@@ -50,10 +51,26 @@ class RLAlgorithm(ABC):
         self.torch_gen = torch.Generator().manual_seed(int(seed))
         self.env_steps = 0  # env steps this member (and its ancestors) collected
         self.learn_steps = 0  # gradient steps taken
+        self.obs_norm = self._obs_norm_for(obs_spec) if getattr(self.hp, "normalize_obs", False) else None
         std = getattr(self.hp, "noisy_std", 0.5)
         online = {n: EvolvableNetwork(obs_spec, self.network_arch(arch, n), self.torch_gen, std)
                   for n in self.online_networks}
         self._install(arch, online, self._targets_from(online))
+
+    # ---- observations ---------------------------------------------------------------------------------
+    def _obs_norm_for(self, obs_spec: ObsSpec) -> RunningObsNorm:
+        if not obs_spec.vector_dim:
+            raise ValueError("hyperparameters.normalize_obs: the observation has no vector part to normalise "
+                             "(images are already scaled to [0, 1]); set normalize_obs: false")
+        return RunningObsNorm(obs_spec.vector_dim, self.hp.obs_norm_clip)
+
+    def observe(self, obs: Obs) -> None:
+        """Fold a batch of training observations into the running normalisation statistics (a no-op
+        unless normalize_obs). Leading dimensions are flattened: a rollout's [T, N, ...] works too."""
+        if self.obs_norm is None:
+            return
+        vector, _ = self.obs_spec.preprocess({p.key: obs[p.key].reshape(-1, *p.shape) for p in self.obs_spec.parts})
+        self.obs_norm.update(vector)
 
     # ---- networks ------------------------------------------------------------------------------------
     def network_io(self, name: str) -> tuple[int, int]:
@@ -84,6 +101,8 @@ class RLAlgorithm(ABC):
         self.networks: dict[str, EvolvableNetwork] = {}
         self.optimizers: dict[str, FlatAdam] = {}
         self.target_flat: dict[str, torch.Tensor] = {}
+        for net in (*online.values(), *targets.values()):
+            net.obs_norm = self.obs_norm
         for n, net in online.items():
             net.to(self.device)
             self.networks[n] = net
@@ -182,6 +201,8 @@ class RLAlgorithm(ABC):
         tensors["rng/torch"] = self.torch_gen.get_state().clone()
         for k, v in self.extra_tensors().items():
             tensors[f"extra/{k}"] = v.detach().cpu().clone()
+        if self.obs_norm is not None:
+            tensors.update({f"obs_norm/{k}": v for k, v in self.obs_norm.tensors().items()})
         meta = {
             "algorithm": self.name,
             "arch": self.arch.to_dict(),
@@ -221,6 +242,8 @@ class RLAlgorithm(ABC):
         agent.env_steps = int(meta["env_steps"])
         agent.learn_steps = int(meta["learn_steps"])
         agent.load_extra_tensors({k[6:]: v for k, v in tensors.items() if k.startswith("extra/")})
+        if agent.obs_norm is not None:
+            agent.obs_norm.load_tensors({k[9:]: v for k, v in tensors.items() if k.startswith("obs_norm/")})
         return agent
 
     def clone(self) -> RLAlgorithm:

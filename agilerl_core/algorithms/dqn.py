@@ -262,10 +262,10 @@ class DQN(RLAlgorithm):
     def _fused_loss_and_grad(self, batch: Transition) -> torch.Tensor:
         """Same maths as loss().backward() for a plain MLP, without autograd."""
         net = self.networks["q"]
-        x, _ = self.obs_spec.preprocess(batch.obs)
+        x = net.features(batch.obs)  # a plain MLP's input (normalised when normalize_obs)
         n = x.shape[0]
         if self.hp.double:
-            x_next, _ = self.obs_spec.preprocess(batch.next_obs)
+            x_next = net.features(batch.next_obs)
             out, inputs = forward_cached(net.mlp, torch.cat([x, x_next]))
             q, next_q_online = out[:n], out[n:]
             inputs = [t[:n] for t in inputs]

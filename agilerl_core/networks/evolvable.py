@@ -15,6 +15,7 @@ from torch import nn
 from agilerl_core.envs.spaces import Obs, ObsSpec
 from agilerl_core.networks.cnn import CNNSpec, EvolvableCNN
 from agilerl_core.networks.mlp import EvolvableMLP, MLPSpec
+from agilerl_core.networks.obs_norm import RunningObsNorm
 
 
 @dataclass(frozen=True)
@@ -96,10 +97,14 @@ class EvolvableNetwork(nn.Module):
         self.cnns = nn.ModuleDict({key: EvolvableCNN(spec, generator) for key, spec in arch.cnns})
         self.mlp = EvolvableMLP(arch.mlp, generator, noisy_std)
         self.plain_mlp = not arch.cnns
+        self.obs_norm: RunningObsNorm | None = None  # the agent's, shared by all its networks
 
     def features(self, obs: Obs) -> torch.Tensor:
-        """The MLP's input: flat vector part and conv latents, concatenated."""
+        """The MLP's input: flat vector part (normalised when the agent normalises observations) and conv
+        latents, concatenated."""
         vector, images = self.obs_spec.preprocess(obs)
+        if self.obs_norm is not None and vector is not None:
+            vector = self.obs_norm(vector)
         if self.plain_mlp:
             return vector
         parts = [] if vector is None else [vector]

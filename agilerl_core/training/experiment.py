@@ -118,6 +118,9 @@ class Experiment:
         self.algo_cls = get_algorithm(cfg.algorithm)
         check_action_space(cfg, self.algo_cls, self.action_spec, act_space)
         self.action_dim = self.action_spec.dim
+        if cfg.hyperparameters.normalize_obs and not self.obs_spec.vector_dim:
+            raise ConfigError(f"hyperparameters.normalize_obs: {cfg.env_id}'s observations have no vector part "
+                              f"to normalise (images are scaled to [0, 1] already); set normalize_obs: false")
         self.env_desc = {"env_id": cfg.env_id, "env_kwargs": cfg.env_kwargs,
                          "channels_last": cfg.network.cnn.channels_last}
         self.space = merge_space(self.algo_cls.default_hp_space, cfg.hp_space)

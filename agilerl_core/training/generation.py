@@ -114,6 +114,7 @@ def train_member(agent: RLAlgorithm, slot: int, env: VectorEnv, buffer: ReplayBu
     vector_steps = math.ceil(evo_steps / num_envs)
     for _ in range(vector_steps):
         obs_t = spec.to_tensors(obs, agent.device)
+        agent.observe(obs_t)
         actions = agent.explore_action(obs_t, mask)
         next_obs, reward, terminated, truncated, info = env.step(act_spec.to_env(actions))
         done = terminated | truncated
@@ -223,6 +224,8 @@ def train_member_on_policy(agent, slot: int, env: VectorEnv, evo_steps: int, see
         adv, ret = compute_gae(rollout.rewards[:steps], rollout.values[:steps], rollout.dones[:steps], last_value,
                                hp.gamma, hp.gae_lambda)
         losses.append(agent.learn_rollout(rollout, steps, adv, ret)["loss"])
+        # the statistics move between rollouts only, so a rollout's log-probs and its update see one scale
+        agent.observe({k: v[:steps] for k, v in rollout.obs.items()})
         done_steps += steps
     return TrainResult(slot, vector_steps * num_envs, agent.learn_steps - learn0, len(episodes.finished),
                        episodes.mean(), float(np.mean(losses)) if losses else float("nan"), time.perf_counter() - t0)
