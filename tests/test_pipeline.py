@@ -239,3 +239,44 @@ def test_deployment_trigger_waits_and_gates_on_fitness(servers, tmp_path):
     assert p.returncode == 1 and "below --min-fitness" in p.stderr
     p = _cli("trigger", "online-evolution/nope", "--wait", env=env, cwd=tmp_path)
     assert p.returncode == 2 and "not found" in p.stderr
+
+
+_ALGO_CONFIGS = {
+    # continuous actions with observation normalisation, and the on-policy algorithm (no shared buffer)
+    "td3": ("pendulum_td3.yaml", {"num_envs": 2, "evo_steps": 200, "max_env_steps": 1200, "eval_max_steps": 50,
+                                  "hyperparameters.learning_delay": 64, "hyperparameters.random_steps": 64,
+                                  "hyperparameters.batch_size": 32, "hyperparameters.buffer_size": 2000,
+                                  "hyperparameters.normalize_obs": True}),
+    "ppo": ("cartpole_ppo.yaml", {"num_envs": 2, "evo_steps": 256, "max_env_steps": 1536,
+                                  "hyperparameters.rollout_steps": 32}),
+}
+
+
+@pytest.mark.parametrize("algo", sorted(_ALGO_CONFIGS))
+def test_other_algorithms_run_through_the_flow_like_the_local_loop(servers, tmp_path, algo, monkeypatch):
+    import gymnasium as gym
+    import mlflow
+
+    name, over = _ALGO_CONFIGS[algo]
+    over = {**over, "population_size": 2, "eval_episodes": 2, "name": f"flow-{algo}", "target_fitness": None,
+            "network.hidden_sizes": [32, 32], "network.min_nodes": 16}
+    sets = [a for k, v in over.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+    config = str(ROOT / "deployments" / "configs" / name)
+    env = _env(servers, tmp_path)
+    s = _summary(_cli("run", config, *sets, "--run-id", f"{algo}-run", "--no-progress", env=env, cwd=tmp_path))
+    local = _summary(_cli("run", config, *sets, "--local", "--no-progress", "--run-dir", str(tmp_path / "local"),
+                          env=env, cwd=tmp_path))
+    assert (s["best_fitness"], s["global_steps"]) == (local["best_fitness"], local["global_steps"])
+    local_pop = json.loads((tmp_path / "local" / "population" / "population.json").read_text())
+    assert local_pop["lineage"] == _final(servers, f"{algo}-run")["lineage"]
+    # the registered champion acts as the env takes actions (Pendulum: floats within [-2, 2])
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", servers.mlflow_url)
+    mlflow.set_tracking_uri(servers.mlflow_url)
+    model = mlflow.pyfunc.load_model(s["champion_uri"])
+    genv = gym.make("Pendulum-v1" if algo == "td3" else "CartPole-v1")
+    obs = np.stack([genv.reset(seed=i)[0] for i in range(4)])
+    actions = np.asarray(model.predict(obs))
+    if algo == "td3":
+        assert actions.shape == (4, 1) and np.all(np.abs(actions) <= 2.0)
+    else:
+        assert actions.shape == (4,) and set(actions.tolist()) <= {0, 1}

@@ -1,0 +1,93 @@
+"""Learning targets of the shipped configs: population 4, the elite's 10-episode evaluation mean, for
+each seed, within a budget of global env steps (summed over the population, as the peer counts them).
+
+    python benchmarks/learning_targets.py [--only ppo-cartpole td3-pendulum ...] [--seeds 0 1 2]
+
+Each run uses the in-process loop (`train_local`; the flow gives the same result for the same seed,
+which the test suite checks) with the config's own hyperparameters, the seed and the budget as the
+only overrides. Reported per run: whether and where (global env steps of the first generation whose
+best member reached the target) the target was met, the best fitness, the final elite re-evaluated on
+10 fresh episodes (seeds never used in training or selection), wall time, and training env steps
+per wall second (everything included: learning, evaluation, selection, mutation, checkpoints).
+Prints one JSON object; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from agilerl_core.config import load_config
+from agilerl_core.envs.make import make_vector_env
+from agilerl_core.io.checkpoint import load_member
+from agilerl_core.training.experiment import train_local
+from agilerl_core.training.generation import evaluate_member
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "deployments" / "configs"
+
+# name -> (config, target, budget in global env steps, AgileRL 2.58 env steps/s on this machine or None).
+# The peer's figures are from ../shared/bench/README.md (pop 4, 8 CartPole envs, one thread): DQN ~550
+# env steps/s with nothing else running; PPO 200k steps in 41 s (~5,000/s). It ships no SAC; its Rainbow,
+# TD3 and DDPG were not measured here.
+TARGETS: dict[str, tuple[str, float, int, float | None]] = {
+    "dqn-cartpole": ("cartpole_dqn.yaml", 475, 150_000, 550.0),
+    "ppo-cartpole": ("cartpole_ppo.yaml", 475, 200_000, 5_000.0),
+    "rainbow-cartpole": ("cartpole_rainbow.yaml", 475, 150_000, None),
+    "td3-pendulum": ("pendulum_td3.yaml", -200, 60_000, None),
+    "sac-pendulum": ("pendulum_sac.yaml", -200, 60_000, None),
+    "ddpg-pendulum": ("pendulum_ddpg.yaml", -200, 100_000, None),
+    "ppo-lunarlander": ("lunarlander_ppo.yaml", 200, 1_000_000, None),
+    "dqn-lunarlander": ("lunarlander_dqn.yaml", 200, 1_000_000, None),
+}
+
+
+def run_one(name: str, seed: int, out_dir: str) -> dict:
+    config, target, budget, _ = TARGETS[name]
+    cfg = load_config(CONFIGS / config, {"seed": seed, "max_env_steps": budget, "target_fitness": target,
+                                         "output_dir": out_dir})
+    t0 = time.perf_counter()
+    res = train_local(cfg, progress=False)
+    wall = time.perf_counter() - t0
+    first = next((h for h in res.history if h.best_fitness >= target), None)
+    elite, _ = load_member(res.elite_uri)
+    env = make_vector_env(cfg.env_id, 10, cfg.env_kwargs)
+    fresh = evaluate_member(elite.agent, env, seed=10_000 + seed)
+    env.close()
+    return {"seed": seed, "reached_target": first is not None,
+            "steps_to_target": first.global_steps if first else None,
+            "best_fitness": round(res.best_fitness, 2), "fresh_eval10_mean": round(fresh, 2),
+            "global_steps": res.global_steps, "generations": res.generations,
+            "wall_s": round(wall, 1), "train_env_steps_per_s": round(res.global_steps / wall, 1)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--only", nargs="+", choices=sorted(TARGETS), default=sorted(TARGETS))
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    args = p.parse_args()
+    report = {}
+    with tempfile.TemporaryDirectory(prefix="agilerl-targets-") as tmp:
+        for name in args.only:
+            _, target, budget, peer = TARGETS[name]
+            runs = []
+            for seed in args.seeds:
+                runs.append(run_one(name, seed, tmp))
+                print(f"{name} seed {seed}: {json.dumps(runs[-1])}", file=sys.stderr, flush=True)
+            reached = [r["steps_to_target"] for r in runs if r["reached_target"]]
+            report[name] = {
+                "target": target, "budget": budget, "seeds": args.seeds,
+                "all_reached_within_budget": len(reached) == len(runs),
+                "median_steps_to_target": statistics.median(reached) if len(reached) == len(runs) else None,
+                "median_train_env_steps_per_s": statistics.median(r["train_env_steps_per_s"] for r in runs),
+                "agilerl_2_58_env_steps_per_s": peer, "runs": runs}
+    print(json.dumps({"benchmark": "learning_targets", "results": report}))
+
+
+if __name__ == "__main__":
+    main()
