@@ -54,7 +54,8 @@ def run_one(name: str, seed: int, out_dir: str) -> dict:
     t0 = time.perf_counter()
     res = train_local(cfg, progress=False)
     wall = time.perf_counter() - t0
-    first = next((h for h in res.history if h.best_fitness >= target), None)
+    # the last generation may end past the budget (whole generations): reaching the target there does not count
+    first = next((h for h in res.history if h.best_fitness >= target and h.global_steps <= budget), None)
     elite, _ = load_member(res.elite_uri)
     env = make_vector_env(cfg.env_id, 10, cfg.env_kwargs)
     fresh = evaluate_member(elite.agent, env, seed=10_000 + seed)
