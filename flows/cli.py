@@ -10,6 +10,7 @@ and exit non-zero (2 for configuration errors); ``--debug`` shows the traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -176,7 +177,10 @@ COMMANDS = {"run": _run, "resume": _resume, "trigger": _trigger, "lineage": _lin
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        summary = COMMANDS[args.command](args)
+        # stdout carries the JSON summary alone (CI parses it): whatever libraries print there while the
+        # command runs (MLflow's "View run ..." links against a server) goes to stderr with the logs
+        with contextlib.redirect_stdout(sys.stderr):
+            summary = COMMANDS[args.command](args)
     except KeyboardInterrupt:
         print("agilerl-flow: interrupted", file=sys.stderr)
         return 130

@@ -88,6 +88,7 @@ def threads_run(servers, tmp_path_factory):
 
 def test_flow_stores_tracks_and_matches_the_local_loop(servers, threads_run):
     s = threads_run["summary"]
+    assert threads_run["stdout"].strip().splitlines() == [json.dumps(s)]  # stdout is the JSON summary alone
     assert s["run_id"] == "threads-run" and s["storage_uri"] == "s3://agilerl/runs/threads-run"
     assert s["generations"] == 4 and s["global_steps"] == 2400 and s["mlflow_run_id"]
     assert s["elite_uri"] == "s3://agilerl/runs/threads-run/elite"
