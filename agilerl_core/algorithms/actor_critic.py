@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.buffers.replay import Transition
-from agilerl_core.hpo.space import HyperparameterSpec
+from agilerl_core.hpo.space import LEARNING_RATE, HyperparameterSpec
 
 
 class GaussianNoise:
@@ -54,8 +54,8 @@ class OUNoise:
 
 
 ACTOR_CRITIC_SPACE: dict[str, HyperparameterSpec] = {
-    "lr_actor": HyperparameterSpec(min=1e-5, max=1e-2, kind="log", grow=1.5, shrink=1 / 1.5),
-    "lr_critic": HyperparameterSpec(min=1e-5, max=1e-2, kind="log", grow=1.5, shrink=1 / 1.5),
+    "lr_actor": LEARNING_RATE,
+    "lr_critic": LEARNING_RATE,
     "batch_size": HyperparameterSpec(min=32, max=1024, kind="int", grow=1.5, shrink=0.75),
     "learn_step": HyperparameterSpec(min=1, max=16, kind="int", grow=1.5, shrink=0.75),
 }

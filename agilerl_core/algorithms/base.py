@@ -51,19 +51,13 @@ class RLAlgorithm(ABC):
         self.torch_gen = torch.Generator().manual_seed(int(seed))
         self.env_steps = 0  # env steps this member (and its ancestors) collected
         self.learn_steps = 0  # gradient steps taken
-        self.obs_norm = self._obs_norm_for(obs_spec) if getattr(self.hp, "normalize_obs", False) else None
+        self.obs_norm = RunningObsNorm(obs_spec.vector_dim, self.hp.obs_norm_clip) if self.hp.normalize_obs else None
         std = getattr(self.hp, "noisy_std", 0.5)
         online = {n: EvolvableNetwork(obs_spec, self.network_arch(arch, n), self.torch_gen, std)
                   for n in self.online_networks}
         self._install(arch, online, self._targets_from(online))
 
     # ---- observations ---------------------------------------------------------------------------------
-    def _obs_norm_for(self, obs_spec: ObsSpec) -> RunningObsNorm:
-        if not obs_spec.vector_dim:
-            raise ValueError("hyperparameters.normalize_obs: the observation has no vector part to normalise "
-                             "(images are already scaled to [0, 1]); set normalize_obs: false")
-        return RunningObsNorm(obs_spec.vector_dim, self.hp.obs_norm_clip)
-
     def observe(self, obs: Obs) -> None:
         """Fold a batch of training observations into the running normalisation statistics (a no-op
         unless normalize_obs). Leading dimensions are flattened: a rollout's [T, N, ...] works too."""

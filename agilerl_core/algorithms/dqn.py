@@ -24,7 +24,7 @@ from agilerl_core.buffers.prioritized import MemberPriorities
 from agilerl_core.buffers.replay import Transition, bootstrap_discount
 from agilerl_core.config import DQNHyperparameters, RainbowHyperparameters
 from agilerl_core.envs.spaces import Obs
-from agilerl_core.hpo.space import HyperparameterSpec
+from agilerl_core.hpo.space import LEARNING_RATE, HyperparameterSpec
 from agilerl_core.networks.evolvable import ArchSpec
 
 
@@ -71,7 +71,7 @@ class DQN(RLAlgorithm):
     online_networks = ("q",)
     target_networks: ClassVar[dict[str, str]] = {"q_target": "q"}
     default_hp_space: ClassVar[dict[str, HyperparameterSpec]] = {
-        "lr": HyperparameterSpec(min=1e-5, max=1e-2, kind="log", grow=1.5, shrink=1 / 1.5),
+        "lr": LEARNING_RATE,
         "batch_size": HyperparameterSpec(min=32, max=512, kind="int", grow=1.5, shrink=0.75),
         "learn_step": HyperparameterSpec(min=1, max=16, kind="int", grow=1.5, shrink=0.75),
     }

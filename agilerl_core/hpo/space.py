@@ -54,6 +54,10 @@ class HyperparameterSpec(BaseModel):
 HyperparameterSpace = dict[str, HyperparameterSpec]
 
 
+# Every Adam learning rate of the shipped algorithms mutates on a log scale within these bounds.
+LEARNING_RATE = HyperparameterSpec(min=1e-5, max=1e-2, kind="log", grow=1.5, shrink=1 / 1.5)
+
+
 def merge_space(
     defaults: HyperparameterSpace, overrides: dict[str, HyperparameterSpec | dict | None]
 ) -> HyperparameterSpace:

@@ -17,6 +17,8 @@ class RunningObsNorm:
     """Running mean and variance of the flat observation vector, applied at the networks' input."""
 
     def __init__(self, dim: int, clip: float = 10.0, eps: float = 1e-8) -> None:
+        if dim < 1:  # Experiment's config check names the field; this guards direct engine use
+            raise ValueError("observation normalisation needs a vector part in the observation")
         self.dim = int(dim)
         self.clip = float(clip)
         self.eps = float(eps)
