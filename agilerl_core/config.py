@@ -232,11 +232,52 @@ class PPOHyperparameters(Hyperparameters):
     log_std_init: float = Field(0.0, description="Continuous actions: initial log std of the Gaussian policy.")
 
 
+class CQNHyperparameters(DQNHyperparameters):
+    """CQN: conservative Q-learning (Kumar et al. 2020, CQL(H)) on a double DQN, for discrete actions."""
+
+    algorithm_name: ClassVar[str] = "cqn"
+    fixed_fields: ClassVar[frozenset[str]] = DQNHyperparameters.fixed_fields
+
+    cql_alpha: float = Field(1.0, ge=0, description="Weight of the conservative penalty "
+                                                    "E[logsumexp_a Q(s, a) - Q(s, a_data)].")
+
+    @model_validator(mode="after")
+    def _q_values(self) -> CQNHyperparameters:
+        for name in ("distributional", "per"):
+            if getattr(self, name):
+                raise ValueError(f"{name}: cqn's penalty is defined on Q-values learned from a fixed dataset; "
+                                 f"set {name}: false")
+        return self
+
+
+class CQLHyperparameters(SACHyperparameters):
+    """CQL on SAC (Kumar et al. 2020, CQL(H) with importance-sampled logsumexp) for continuous actions."""
+
+    algorithm_name: ClassVar[str] = "cql"
+
+    cql_alpha: float = Field(5.0, ge=0, description="Weight of the conservative penalty on each critic.")
+    cql_n_actions: int = Field(10, ge=1, description="Sampled actions per state (uniform, and from the policy at "
+                                                     "s and s') estimating logsumexp_a Q(s, a).")
+
+
+class BCHyperparameters(Hyperparameters):
+    """Behaviour cloning: supervised regression of the dataset's actions (the offline baseline)."""
+
+    algorithm_name: ClassVar[str] = "bc"
+
+    lr: float = Field(1e-3, gt=0, description="Adam learning rate.")
+    batch_size: int = Field(256, ge=1, description="Transitions per gradient step.")
+    max_grad_norm: float | None = Field(None, gt=0, description="Clip the gradient norm (None: off).")
+
+
 HYPERPARAMETER_MODELS: dict[str, type[Hyperparameters]] = {
     m.algorithm_name: m for m in (DQNHyperparameters, RainbowHyperparameters, DDPGHyperparameters,
-                                  TD3Hyperparameters, SACHyperparameters, PPOHyperparameters)}
+                                  TD3Hyperparameters, SACHyperparameters, PPOHyperparameters,
+                                  CQNHyperparameters, CQLHyperparameters, BCHyperparameters)}
 ALGORITHMS = tuple(HYPERPARAMETER_MODELS)
 _HP_TAG = "__algorithm__"
+OFFLINE_ONLY = ("bc",)  # algorithms that cannot collect their own experience
+ON_POLICY = ("ppo",)  # algorithms that cannot learn from a fixed dataset
 
 
 def _hp_tag(value: Any) -> str | None:
@@ -248,7 +289,9 @@ def _hp_tag(value: Any) -> str | None:
 AnyHyperparameters = Annotated[
     Annotated[DQNHyperparameters, Tag("dqn")] | Annotated[RainbowHyperparameters, Tag("rainbow")]
     | Annotated[DDPGHyperparameters, Tag("ddpg")] | Annotated[TD3Hyperparameters, Tag("td3")]
-    | Annotated[SACHyperparameters, Tag("sac")] | Annotated[PPOHyperparameters, Tag("ppo")],
+    | Annotated[SACHyperparameters, Tag("sac")] | Annotated[PPOHyperparameters, Tag("ppo")]
+    | Annotated[CQNHyperparameters, Tag("cqn")] | Annotated[CQLHyperparameters, Tag("cql")]
+    | Annotated[BCHyperparameters, Tag("bc")],
     Discriminator(_hp_tag),
 ]
 
@@ -313,6 +356,21 @@ class RunnerConfig(_Strict):
                                                   "(4 threads measured 2.7x slower); use dask for CPU parallelism.")
 
 
+class DatasetConfig(_Strict):
+    """An offline dataset: members learn from it instead of collecting experience."""
+
+    uri: str = Field(min_length=1, description="A flat HDF5 file, a Minari dataset directory, minari:DATASET_ID "
+                                               "(under $MINARI_DATASETS_PATH), or either at s3://BUCKET/KEY.")
+    format: Literal["auto", "hdf5", "minari"] = Field("auto", description="auto: a directory (or minari:) is "
+                                                                          "Minari, a file is flat HDF5.")
+    cache_dir: str | None = Field(None, description="Where s3:// datasets are cached; None: "
+                                                    "$AGILERL_DATASET_CACHE, else ~/.cache/agilerl/datasets.")
+    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$",
+                               description="Expected content hash (`agilerl-flow dataset info` prints it); a "
+                                           "different dataset is refused. The pipeline pins it in the run's "
+                                           "record, so a resumed run reads the same data.")
+
+
 def _schema_any_hyperparameters(schema: dict[str, Any]) -> None:
     """JSON Schema `oneOf` demands exactly one match, but a DQN section also matches Rainbow's (same
     fields, other defaults), so servers validating parameters (Prefect) would refuse it: use anyOf.
@@ -333,7 +391,8 @@ class ExperimentConfig(_Strict):
     env_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for gymnasium.make.")
     num_envs: int = Field(8, ge=1, description="Vectorised envs per member.")
     algorithm: Literal[ALGORITHMS] = Field("dqn", description="RL algorithm: dqn, rainbow (DQN with every "
-                                                               "Rainbow component on), ddpg, td3, sac, ppo.")
+                                                               "Rainbow component on), ddpg, td3, sac, ppo; "
+                                                               "offline: cqn, cql, bc.")
     hyperparameters: AnyHyperparameters = Field(default_factory=DQNHyperparameters,
                                                 description="Initial hyperparameters of every member (the "
                                                             "fields of the chosen algorithm).")
@@ -343,10 +402,12 @@ class ExperimentConfig(_Strict):
         default_factory=dict, description="Overrides of the algorithm's mutable hyperparameters (null removes one).")
     mutation: MutationConfig = Field(default_factory=MutationConfig, description="Mutation probabilities.")
     tournament: TournamentConfig = Field(default_factory=TournamentConfig, description="Selection.")
-    evo_steps: int = Field(10_000, ge=1, description="Env steps per member per generation.")
+    evo_steps: int = Field(10_000, ge=1, description="Env steps per member per generation "
+                                                     "(offline: gradient steps).")
     eval_episodes: int = Field(10, ge=1, description="Greedy episodes per member evaluation (fitness = mean).")
     eval_max_steps: int | None = Field(None, ge=1, description="Cap on steps per evaluation episode.")
-    max_env_steps: int = Field(150_000, ge=1, description="Global training env-step budget (whole population).")
+    max_env_steps: int = Field(150_000, ge=1, description="Global training env-step budget (whole "
+                                                            "population; offline: gradient steps).")
     target_fitness: float | None = Field(None, description="Stop once the best fitness reaches this.")
     seed: int = Field(0, ge=0, description="Master seed: same config + seed gives the same result on CPU.")
     output_dir: str = Field("runs", min_length=1, description="Where checkpoints are written.")
@@ -355,6 +416,19 @@ class ExperimentConfig(_Strict):
     storage: StorageConfig = Field(default_factory=StorageConfig, description="Pipeline persistence.")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow tracking.")
     runner: RunnerConfig = Field(default_factory=RunnerConfig, description="Task runner of the pipeline.")
+    dataset: DatasetConfig | None = Field(None, description="Offline training: members learn from this dataset "
+                                                            "for evo_steps gradient steps each generation (the "
+                                                            "budgets then count gradient steps), evaluated online.")
+
+    @model_validator(mode="after")
+    def _offline(self) -> ExperimentConfig:
+        if self.dataset is None and self.algorithm in OFFLINE_ONLY:
+            raise ValueError(f"algorithm: {self.algorithm} learns only from a dataset; add a dataset section "
+                             f"(dataset.uri: a file made with `agilerl-flow dataset collect`)")
+        if self.dataset is not None and self.algorithm in ON_POLICY:
+            raise ValueError(f"dataset: {self.algorithm} is on-policy and cannot learn from a fixed dataset; use "
+                             f"cqn (discrete), cql (continuous), bc, or an off-policy algorithm")
+        return self
 
     @model_validator(mode="before")
     @classmethod

@@ -19,3 +19,7 @@ class StorageError(AgileRLError):
 
 class TrackingError(AgileRLError):
     """The experiment tracker (MLflow) cannot be reached or refused a request."""
+
+
+class DatasetError(ConfigError):
+    """An offline dataset is missing, truncated, malformed or does not fit the env; names the key and the fix."""

@@ -6,12 +6,14 @@ from agilerl_core.hpo.space import HyperparameterSpec
 
 
 def _algorithms() -> dict[str, type]:
+    from agilerl_core.algorithms.bc import BC
+    from agilerl_core.algorithms.cql import CQL, CQN
     from agilerl_core.algorithms.dqn import DQN, Rainbow
     from agilerl_core.algorithms.ppo import PPO
     from agilerl_core.algorithms.sac import SAC
     from agilerl_core.algorithms.td3 import DDPG, TD3
 
-    return {cls.name: cls for cls in (DQN, Rainbow, DDPG, TD3, SAC, PPO)}
+    return {cls.name: cls for cls in (DQN, Rainbow, DDPG, TD3, SAC, PPO, CQN, CQL, BC)}
 
 
 def algorithms_for(action_kind: str) -> list[str]:

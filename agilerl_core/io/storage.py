@@ -257,6 +257,27 @@ class S3Storage(Storage):
                 return False
             raise self._error(err, key) from None
 
+    def head(self, key: str) -> tuple[str, int]:
+        """(ETag without quotes, size in bytes) of the object at `key`."""
+        from botocore.exceptions import ClientError
+
+        try:
+            h = self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+        except ClientError as err:
+            if err.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+                raise StorageError(f"{self.url(key)}: not found") from None
+            raise self._error(err, key) from None
+        return str(h["ETag"]).strip('"'), int(h["ContentLength"])
+
+    def download(self, key: str, dest: Path) -> None:
+        """Stream the object at `key` into the local file `dest` (chunked: no whole copy in memory)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self.client.download_file(self.bucket, self._key(key), str(dest))
+        except (ClientError, BotoCoreError) as err:
+            raise self._error(err, key) from None
+
     def list(self, prefix: str) -> list[str]:
         full = self._key(prefix)
         keys, token = [], None
@@ -296,12 +317,17 @@ def storage_uri(cfg) -> str:
     return cfg.storage.uri or os.environ.get("AGILERL_STORAGE_URI") or cfg.output_dir
 
 
-def storage_from_config(cfg, uri: str | None = None) -> Storage:
-    """Open the store an ExperimentConfig names (secrets read from SecretStr fields, never logged)."""
+def s3_options(cfg) -> S3Options:
+    """The S3 connection settings of an ExperimentConfig's storage section (secrets read from SecretStr
+    fields, never logged); s3:// datasets are read with the same settings."""
     st = cfg.storage
 
     def secret(v):
         return v.get_secret_value() if v is not None else None
 
-    return open_storage(uri or storage_uri(cfg), S3Options(st.endpoint_url, st.region, secret(st.access_key_id),
-                                                           secret(st.secret_access_key)))
+    return S3Options(st.endpoint_url, st.region, secret(st.access_key_id), secret(st.secret_access_key))
+
+
+def storage_from_config(cfg, uri: str | None = None) -> Storage:
+    """Open the store an ExperimentConfig names."""
+    return open_storage(uri or storage_uri(cfg), s3_options(cfg))

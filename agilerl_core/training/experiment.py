@@ -16,21 +16,24 @@ from tqdm import tqdm
 from agilerl_core.algorithms.registry import get_algorithm
 from agilerl_core.buffers.replay import ReplayBuffer, Shard, transition_fields
 from agilerl_core.config import ExperimentConfig
+from agilerl_core.data.loader import Dataset, check_fits, dataset_buffer, load_dataset
 from agilerl_core.envs.make import make_vector_env, probe_spaces
 from agilerl_core.envs.spaces import ActionSpec, ObsSpec, action_spec
-from agilerl_core.errors import CheckpointError, ConfigError
+from agilerl_core.errors import CheckpointError, ConfigError, DatasetError
 from agilerl_core.hpo.mutation import Mutations
 from agilerl_core.hpo.population import Population
 from agilerl_core.hpo.space import merge_space
 from agilerl_core.hpo.tournament import TournamentSelection
 from agilerl_core.io.checkpoint import load_population, save_member, save_population
 from agilerl_core.io.run_store import RunStore, ShardRef
+from agilerl_core.io.storage import s3_options
 from agilerl_core.networks.evolvable import ArchBounds, initial_arch
 from agilerl_core.training.generation import (
     TrainResult,
     derive_seed,
     evaluate_member,
     train_member,
+    train_member_offline,
     train_member_on_policy,
 )
 
@@ -91,10 +94,17 @@ class Experiment:
 
     def __init__(self, cfg: ExperimentConfig) -> None:
         self._setup_spec(cfg)
-        self.envs = [make_vector_env(cfg.env_id, cfg.num_envs, cfg.env_kwargs) for _ in range(cfg.population_size)]
         self.eval_env = make_vector_env(cfg.env_id, cfg.eval_episodes, cfg.env_kwargs)
-        self.buffer: ReplayBuffer | None = None  # on-policy algorithms: each member's own rollouts only
-        if self.algo_cls.uses_replay:
+        self.buffer: ReplayBuffer | None = None  # the shared experience; None: on-policy or offline
+        self.dataset_buffer: ReplayBuffer | None = None  # offline: the dataset, fixed for the whole run
+        if self.dataset is not None:
+            self.envs = []  # members never act in training
+            self.dataset_buffer = dataset_buffer(self.dataset.transitions, self.obs_spec, self.action_spec,
+                                                 self.device)
+        else:
+            self.envs = [make_vector_env(cfg.env_id, cfg.num_envs, cfg.env_kwargs)
+                         for _ in range(cfg.population_size)]
+        if self.algo_cls.uses_replay and self.dataset is None:
             mask_dim = _probe_action_mask(self.envs[0])
             n_step = getattr(cfg.hyperparameters, "n_step", 1) > 1
             self.buffer = ReplayBuffer(transition_fields(self.obs_spec, mask_dim, self.action_spec, n_step),
@@ -102,6 +112,10 @@ class Experiment:
         self.slot_capacity = math.ceil(cfg.evo_steps / cfg.num_envs) * cfg.num_envs
         agents = [self.algo_cls(self.obs_spec, self.action_spec, self.arch, cfg.hyperparameters,
                                 derive_seed(cfg.seed, 1, i), self.device) for i in range(cfg.population_size)]
+        if self.dataset_buffer is not None and cfg.hyperparameters.normalize_obs:
+            obs = {k.split(".", 1)[1]: v for k, v in self.dataset_buffer.committed().items() if k.startswith("obs.")}
+            for agent in agents:  # offline: the statistics of the whole dataset, from the start
+                agent.observe(obs)
         self.population = Population.create(agents, cfg.seed)
         self.global_steps = 0
         self.history: list[GenerationStats] = []
@@ -133,6 +147,20 @@ class Experiment:
         self.arch = initial_arch(self.obs_spec, self.action_dim, cfg.network)
         self.tournament = TournamentSelection(cfg.tournament.size, cfg.tournament.elitism)
         self.mutations = Mutations.from_config(cfg.mutation, self.space, self.bounds)
+        self.dataset = self._load_dataset(cfg, obs_space, act_space)
+
+    @staticmethod
+    def _load_dataset(cfg: ExperimentConfig, obs_space, act_space) -> Dataset | None:
+        """The offline dataset (downloaded into the cache if on S3), checked against the env and its pin."""
+        if cfg.dataset is None:
+            return None
+        ds = load_dataset(cfg.dataset.uri, cfg.dataset.format, s3_options(cfg), cfg.dataset.cache_dir)
+        if cfg.dataset.sha256 is not None and ds.sha256 != cfg.dataset.sha256:
+            raise DatasetError(f"dataset.uri {cfg.dataset.uri!r}: content hash {ds.sha256} differs from dataset.sha256 "
+                               f"{cfg.dataset.sha256} (the run was started on other data); restore that dataset or "
+                               f"start a new run")
+        check_fits(ds, cfg.env_id, obs_space, act_space)
+        return ds
 
     @classmethod
     def check(cls, cfg: ExperimentConfig) -> None:
@@ -152,6 +180,8 @@ class Experiment:
         gen = self.population.generation if generation is None else generation
         seed = derive_seed(self.cfg.seed, 2, gen, slot)
         agent = self.population.members[slot].agent
+        if self.dataset_buffer is not None:
+            return train_member_offline(agent, slot, self.dataset_buffer, self.cfg.evo_steps)
         if self.buffer is None:
             return train_member_on_policy(agent, slot, self.envs[slot], self.cfg.evo_steps, seed)
         self.buffer.reset_slot(slot)

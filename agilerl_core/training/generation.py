@@ -150,6 +150,20 @@ def train_member(agent: RLAlgorithm, slot: int, env: VectorEnv, buffer: ReplayBu
                        time.perf_counter() - t0)
 
 
+def train_member_offline(agent: RLAlgorithm, slot: int, dataset: ReplayBuffer, learn_steps: int) -> TrainResult:
+    """`learn_steps` gradient steps on batches drawn from the dataset's buffer (no env interaction).
+
+    Batches come from the agent's own generator, which its checkpoint carries, so the result depends
+    only on the agent and the dataset; ``env_steps`` reports the gradient steps (the offline budget unit).
+    """
+    t0 = time.perf_counter()
+    loss_sum = torch.zeros(())
+    for _ in range(learn_steps):
+        loss_sum += agent.learn(agent.sample(dataset, slot))
+    return TrainResult(slot, learn_steps, learn_steps, 0, float("nan"), float(loss_sum) / max(learn_steps, 1),
+                       time.perf_counter() - t0)
+
+
 def evaluate_member(agent: RLAlgorithm, env: VectorEnv, seed: int, max_steps: int | None = None) -> float:
     """Fitness: mean return of one greedy episode per sub-env of `env`, after a reset with `seed`."""
     spec = agent.obs_spec

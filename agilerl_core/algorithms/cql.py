@@ -1,0 +1,120 @@
+"""Conservative Q-learning: Kumar, Zhou, Tucker & Levine, "Conservative Q-Learning for Offline
+Reinforcement Learning", NeurIPS 2020, in its CQL(H) form.
+
+Learning from a fixed dataset, a Q-function overestimates actions the data never tried, and the greedy
+policy goes exactly there. CQL adds to each critic's TD loss a penalty that pushes Q down on all actions
+(a soft maximum) and up on the dataset's actions::
+
+    penalty = E_s[ logsumexp_a Q(s, a) ] - E_(s,a)~D[ Q(s, a) ]
+
+* **CQN** (discrete actions): the logsumexp is exact over the action set, on a double DQN.
+* **CQL** (continuous actions, on SAC): logsumexp over a continuous action space is estimated by
+  importance sampling (the paper's appendix F) with ``cql_n_actions`` actions per state from each of
+  the uniform distribution on [-1, 1]^d, the policy at s and the policy at s'::
+
+      logsumexp_a Q(s, a) ~= log( 1/(3n) * sum_i exp(Q(s, a_i) - log mu(a_i)) )
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from agilerl_core.algorithms.actor_critic import ACTOR_CRITIC_SPACE
+from agilerl_core.algorithms.dqn import DQN
+from agilerl_core.algorithms.sac import SAC
+from agilerl_core.buffers.replay import Transition
+from agilerl_core.config import CQLHyperparameters, CQNHyperparameters
+from agilerl_core.envs.spaces import Obs
+from agilerl_core.hpo.space import LEARNING_RATE, HyperparameterSpec
+
+# the penalty weight is the hyperparameter CQL is most sensitive to: it evolves on a log scale
+CQL_ALPHA = HyperparameterSpec(min=0.05, max=20.0, kind="log", grow=1.5, shrink=1 / 1.5)
+BATCH_SIZE = HyperparameterSpec(min=32, max=1024, kind="int", grow=1.5, shrink=0.75)
+
+
+def discrete_penalty(q: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    """Per-sample CQL(H) penalty for discrete actions: logsumexp_a Q(s, a) - Q(s, a_data). q: [B, A]."""
+    return torch.logsumexp(q, dim=1) - q.gather(1, action.long().unsqueeze(1)).squeeze(1)
+
+
+def sampled_logsumexp(q: torch.Tensor, log_density: torch.Tensor) -> torch.Tensor:
+    """Importance-sampled logsumexp_a Q(s, a) over a continuous action space: q [B, K] at K sampled
+    actions with proposal log densities log_density [B, K] -> log(mean_k exp(q - log_density)) [B]."""
+    return torch.logsumexp(q - log_density, dim=1) - math.log(q.shape[1])
+
+
+class CQN(DQN):
+    """Conservative Q-network: double DQN whose TD loss carries the CQL(H) penalty (discrete actions)."""
+
+    name: ClassVar[str] = "cqn"
+    hp_model = CQNHyperparameters
+    default_hp_space: ClassVar[dict[str, HyperparameterSpec]] = {
+        "lr": LEARNING_RATE, "batch_size": BATCH_SIZE, "cql_alpha": CQL_ALPHA}
+
+    @property
+    def fused(self) -> bool:
+        return False  # the penalty's gradient goes through autograd
+
+    def sample_losses(self, batch: Transition) -> tuple[torch.Tensor, torch.Tensor]:
+        """(TD loss + cql_alpha * penalty per sample, |TD error|)."""
+        target = self.td_target(batch)
+        q = self.q_values(batch.obs)
+        q_taken = q.gather(1, batch.action.unsqueeze(1)).squeeze(1)
+        td = F.smooth_l1_loss(q_taken, target, reduction="none") if self.hp.loss == "huber" \
+            else (q_taken - target).square()
+        return td + self.hp.cql_alpha * discrete_penalty(q, batch.action), (q_taken - target).detach().abs()
+
+
+def _repeat(obs: Obs, n: int) -> Obs:
+    return {k: v.repeat_interleave(n, dim=0) for k, v in obs.items()}
+
+
+class CQL(SAC):
+    """CQL on SAC for continuous actions: each twin critic's loss carries the sampled CQL(H) penalty."""
+
+    name: ClassVar[str] = "cql"
+    hp_model = CQLHyperparameters
+    default_hp_space: ClassVar[dict[str, HyperparameterSpec]] = {
+        "lr_actor": ACTOR_CRITIC_SPACE["lr_actor"], "lr_critic": ACTOR_CRITIC_SPACE["lr_critic"],
+        "batch_size": BATCH_SIZE, "cql_alpha": CQL_ALPHA}
+
+    @torch.no_grad()
+    def penalty_actions(self, batch: Transition) -> tuple[Obs, torch.Tensor, torch.Tensor]:
+        """(observations repeated n times [B*n], actions [3, B*n, d], their proposal log densities [3, B*n]):
+        uniform on [-1, 1]^d, the policy at s, the policy at s' (scored at s, as in the paper's code)."""
+        n, d = self.hp.cql_n_actions, self.action_dim
+        obs, next_obs = _repeat(batch.obs, n), _repeat(batch.next_obs, n)
+        rows = batch.reward.shape[0] * n
+        uniform = (torch.rand((rows, d), generator=self.torch_gen) * 2 - 1).to(batch.reward.device)
+        pi_a, pi_logp = self.sample_action(obs)
+        next_a, next_logp = self.sample_action(next_obs)
+        log_u = torch.full((rows,), d * math.log(0.5), device=uniform.device)
+        return obs, torch.stack([uniform, pi_a, next_a]), torch.stack([log_u, pi_logp, next_logp])
+
+    def penalty(self, name: str, batch: Transition, sampled: tuple[Obs, torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """Critic `name`'s CQL(H) penalty on `batch` (differentiable): mean over states of the sampled
+        logsumexp minus Q at the dataset's actions."""
+        obs, actions, log_density = sampled
+        b = batch.reward.shape[0]
+        q = torch.cat([self.q(name, obs, a).view(b, -1) for a in actions], dim=1)  # [B, 3n]
+        dens = log_density.view(3, b, -1).permute(1, 0, 2).reshape(b, -1)
+        return (sampled_logsumexp(q, dens) - self.q(name, batch.obs, batch.action)).mean()
+
+    def update_critics(self, batch: Transition, target: torch.Tensor) -> torch.Tensor:
+        """One Adam step of each critic on MSE(Q, target) + cql_alpha * penalty; returns the summed loss."""
+        sampled = self.penalty_actions(batch) if self.hp.cql_alpha > 0 else None
+        total = torch.zeros(())
+        for name in self.critics:
+            opt = self.optimizers[name]
+            opt.zero_grad()
+            loss = F.mse_loss(self.q(name, batch.obs, batch.action), target)
+            if sampled is not None:
+                loss = loss + self.hp.cql_alpha * self.penalty(name, batch, sampled)
+            loss.backward()
+            self._step(name)
+            total = total + loss.detach()
+        return total

@@ -1,0 +1,126 @@
+"""Record a dataset by running a policy in an env: uniformly random actions or a saved member (an elite)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from agilerl_core.data.hdf5 import write_hdf5
+from agilerl_core.data.transitions import Transitions
+from agilerl_core.envs.make import make_vector_env
+from agilerl_core.errors import ConfigError
+
+
+def collect_episodes(env_id: str, policy: str, episodes: int, seed: int = 0, num_envs: int = 8,
+                     epsilon: float = 0.0, env_kwargs: dict | None = None, progress: bool = False) -> list[dict]:
+    """The first `episodes` episodes that finish, each as {observations [T+1], actions, rewards,
+    terminations, truncations [T]} in the env's own scale.
+
+    `policy` is ``random`` or the path of a saved member (its greedy actions). With `epsilon`, each
+    step's action is replaced by a uniformly random one with that probability (a noisier behaviour
+    policy covers more states). Same arguments, same episodes.
+    """
+    if episodes < 1:
+        raise ConfigError("--episodes: must be at least 1")
+    if not 0.0 <= epsilon <= 1.0:
+        raise ConfigError("--epsilon: must lie in [0, 1]")
+    env = make_vector_env(env_id, num_envs, env_kwargs)
+    agent = None
+    if policy != "random":
+        from agilerl_core.io.checkpoint import load_member
+
+        if not Path(policy).is_dir():
+            raise ConfigError(f"--policy {policy!r}: neither 'random' nor a saved member directory (the elite/ "
+                              f"directory a run writes, e.g. runs/NAME-seed0/elite)")
+        member, recorded = load_member(policy)
+        if recorded.get("env_id") != env_id:
+            raise ConfigError(f"--policy {policy!r}: the member was trained on {recorded.get('env_id')}, not {env_id}")
+        agent = member.agent
+    rng = np.random.default_rng(seed)
+    env.action_space.seed(seed)
+    single = env.single_action_space
+    obs, info = env.reset(seed=seed)
+    running = [{"observations": [obs[i]], "actions": [], "rewards": [], "terminations": [], "truncations": []}
+               for i in range(num_envs)]
+    done_eps: list[dict] = []
+    bar = tqdm(total=episodes, unit="episode", desc=f"collect {env_id}", file=sys.stderr, disable=not progress)
+    try:
+        while len(done_eps) < episodes:
+            if agent is None:
+                actions = env.action_space.sample()
+            else:
+                actions = agent.env_action(agent.obs_spec.to_tensors(obs, agent.device), info.get("action_mask"))
+                if epsilon > 0:
+                    swap = rng.random(num_envs) < epsilon
+                    if swap.any():
+                        random = np.stack([single.sample() for _ in range(num_envs)])
+                        actions = np.where(swap.reshape(-1, *[1] * (np.ndim(actions) - 1)), random, actions)
+            next_obs, reward, terminated, truncated, info = env.step(actions)
+            for i in range(num_envs):
+                ep = running[i]
+                ep["actions"].append(actions[i])
+                ep["rewards"].append(reward[i])
+                ep["terminations"].append(bool(terminated[i]))
+                ep["truncations"].append(bool(truncated[i]))
+                if terminated[i] or truncated[i]:
+                    ep["observations"].append(info["final_obs"][i])
+                    if len(done_eps) < episodes:
+                        done_eps.append({k: np.asarray(v) for k, v in ep.items()})
+                        bar.update(1)
+                    running[i] = {"observations": [next_obs[i]], "actions": [], "rewards": [], "terminations": [],
+                                  "truncations": []}
+                else:
+                    ep["observations"].append(next_obs[i])
+    finally:
+        bar.close()
+        env.close()
+    for ep in done_eps:
+        ep["observations"] = ep["observations"].astype(single_dtype(env.single_observation_space), copy=False)
+        ep["rewards"] = ep["rewards"].astype(np.float64)
+    return done_eps
+
+
+def single_dtype(space) -> np.dtype:
+    return np.dtype(space.dtype) if getattr(space, "dtype", None) is not None else np.dtype(np.float32)
+
+
+def episodes_to_transitions(episodes: list[dict]) -> Transitions:
+    """Flat transitions of whole episodes (the next observation of each step included)."""
+    obs = np.concatenate([e["observations"][:-1] for e in episodes])
+    nxt = np.concatenate([e["observations"][1:] for e in episodes])
+    term = np.concatenate([e["terminations"] for e in episodes]).astype(bool)
+    trunc = np.concatenate([e["truncations"] for e in episodes]).astype(bool)
+    return Transitions(obs, np.concatenate([e["actions"] for e in episodes]),
+                       np.concatenate([e["rewards"] for e in episodes]).astype(np.float32), nxt, term, trunc & ~term)
+
+
+def write_dataset(out: str, episodes: list[dict], env_id: str, policy: str, fmt: str = "hdf5",
+                  s3=None) -> str:
+    """Write episodes to `out` (a local path, minari:ID, or s3://BUCKET/KEY); returns where it went."""
+    import tempfile
+
+    from agilerl_core.data.minari_format import write_minari
+
+    source = "random" if policy == "random" else f"member:{Path(policy).resolve()}"
+    if not out.startswith("s3://"):
+        if fmt == "minari":
+            return str(write_minari(out, episodes, env_id, source))
+        return str(write_hdf5(out, episodes_to_transitions(episodes), {"env_id": env_id, "source": source}))
+    from agilerl_core.io.storage import S3Storage
+
+    bucket, _, key = out[len("s3://"):].partition("/")
+    if not bucket or not key.strip("/"):
+        raise ConfigError(f"--out {out!r}: expected s3://BUCKET/KEY")
+    store = S3Storage(f"s3://{bucket}", s3)
+    with tempfile.TemporaryDirectory(prefix="agilerl-collect-") as tmp:
+        if fmt == "minari":
+            local = write_minari(Path(tmp) / "dataset", episodes, env_id, source)
+            store.upload_dir(local, key.strip("/"))
+        else:
+            local = write_hdf5(Path(tmp) / "dataset.hdf5", episodes_to_transitions(episodes),
+                               {"env_id": env_id, "source": source})
+            store.put_bytes(key.strip("/"), local.read_bytes())
+    return out

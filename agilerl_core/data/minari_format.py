@@ -1,0 +1,141 @@
+"""Minari datasets (https://minari.farama.org, format of Minari 0.5 with ``data_format: hdf5``).
+
+A dataset is a directory ``<root>/<dataset_id>/data/`` holding ``metadata.json`` (spaces, env spec,
+counts) and ``main_data.hdf5`` with one group per episode: ``observations`` [T+1, ...], ``actions`` [T],
+``rewards``, ``terminations``, ``truncations`` [T]. Reading goes straight to the HDF5 file with h5py (one
+slice per episode, no per-step Python), so loading needs no Minari install; writing uses Minari's own
+``create_dataset_from_buffers`` (the ``minari`` extra) so that Minari reads what we write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from agilerl_core.data.transitions import Transitions
+from agilerl_core.errors import DatasetError
+
+DATA = "data"
+
+
+def datasets_root() -> Path:
+    """$MINARI_DATASETS_PATH, else Minari's default ~/.minari/datasets."""
+    return Path(os.environ.get("MINARI_DATASETS_PATH") or Path.home() / ".minari" / "datasets")
+
+
+def is_minari_dir(path: Path) -> bool:
+    return (Path(path) / DATA / "metadata.json").is_file()
+
+
+def read_minari(path: str | Path) -> tuple[Transitions, dict]:
+    """(transitions, metadata) of the Minari dataset directory `path`."""
+    import h5py
+
+    path = Path(path)
+    meta_file, data_file = path / DATA / "metadata.json", path / DATA / "main_data.hdf5"
+    if not meta_file.is_file():
+        raise DatasetError(f"dataset {path}: not a Minari dataset directory (no {DATA}/metadata.json)")
+    try:
+        meta = json.loads(meta_file.read_text())
+    except json.JSONDecodeError as err:
+        raise DatasetError(f"dataset {meta_file}: metadata is not valid JSON ({err}); download it again") from None
+    fmt = meta.get("data_format", "hdf5")
+    if fmt != "hdf5":
+        raise DatasetError(f"dataset {path}: metadata data_format is {fmt!r}; only Minari's 'hdf5' format is read "
+                           f"(re-create the dataset with data_format='hdf5')")
+    try:
+        f = h5py.File(data_file, "r")
+    except OSError as err:
+        raise DatasetError(f"dataset {data_file}: not a readable HDF5 file ({err}); it may be truncated, so "
+                           f"download or record it again") from None
+    with f:
+        names = sorted((k for k in f if k.startswith("episode_")), key=lambda k: int(k.split("_", 1)[1]))
+        if not names:
+            raise DatasetError(f"dataset {data_file}: no episode_* groups; the dataset is empty")
+        parts = {k: [] for k in ("obs", "next", "actions", "rewards", "term", "trunc")}
+        for name in names:
+            g = f[name]
+            for key in ("observations", "actions", "rewards", "terminations", "truncations"):
+                if key not in g:
+                    raise DatasetError(f"dataset {data_file}: episode {name!r} lacks key {key!r}")
+                if not isinstance(g[key], h5py.Dataset):
+                    raise DatasetError(f"dataset {data_file}: {name}/{key} is a group (a Dict or Tuple space); "
+                                       f"offline training reads Box and Discrete spaces only")
+            try:
+                o = g["observations"][()]
+                arrays = {k: g[k][()] for k in ("actions", "rewards", "terminations", "truncations")}
+            except (OSError, ValueError) as err:
+                raise DatasetError(f"dataset {data_file}: episode {name!r} cannot be read ({err}); the file is "
+                                   f"truncated or corrupt, so download it again") from None
+            t = arrays["rewards"].shape[0]
+            if o.shape[0] != t + 1 or any(a.shape[0] != t for a in arrays.values()):
+                raise DatasetError(f"dataset {data_file}: episode {name!r} has {o.shape[0]} observations for {t} "
+                                   f"steps; Minari stores T+1 observations for T actions, rewards, "
+                                   f"terminations and truncations")
+            parts["obs"].append(o[:-1])
+            parts["next"].append(o[1:])
+            parts["actions"].append(arrays["actions"])
+            parts["rewards"].append(arrays["rewards"])
+            parts["term"].append(arrays["terminations"])
+            parts["trunc"].append(arrays["truncations"])
+    term = np.concatenate(parts["term"]).astype(bool)
+    trunc = np.concatenate(parts["trunc"]).astype(bool)
+    trans = Transitions(np.concatenate(parts["obs"]), np.concatenate(parts["actions"]),
+                        np.concatenate(parts["rewards"]).astype(np.float32), np.concatenate(parts["next"]),
+                        term, trunc & ~term)
+    env_spec = meta.get("env_spec")
+    info = {"source": "minari", "dataset_id": meta.get("dataset_id"), "minari_version": meta.get("minari_version"),
+            "env_id": json.loads(env_spec).get("id") if isinstance(env_spec, str) else None}
+    return trans, info
+
+
+def write_minari(out: Path | str, episodes: list[dict[str, np.ndarray]], env_id: str, algorithm_name: str) -> Path:
+    """Write episodes ({observations [T+1], actions, rewards, terminations, truncations [T]}) as a Minari
+    dataset. `out` is ``minari:DATASET_ID`` (created under $MINARI_DATASETS_PATH) or a directory."""
+    try:
+        import minari
+        from minari.data_collector.episode_buffer import EpisodeBuffer
+    except ImportError:
+        raise DatasetError("dataset collect --format minari needs Minari: pip install -e \".[minari]\" "
+                           "(or write --format hdf5)") from None
+    import warnings
+
+    out_s = str(out)
+    in_root = out_s.startswith("minari:")
+    dataset_id = out_s[len("minari:"):] if in_root else f"agilerl/{_slug(Path(out_s).name)}-v0"
+    buffers = [EpisodeBuffer(id=i, observations=e["observations"], actions=e["actions"], rewards=e["rewards"],
+                             terminations=e["terminations"], truncations=e["truncations"], infos={})
+               for i, e in enumerate(episodes)]
+    with tempfile.TemporaryDirectory(prefix="agilerl-minari-") as tmp:
+        old = os.environ.get("MINARI_DATASETS_PATH")
+        root = datasets_root() if in_root else Path(tmp)
+        os.environ["MINARI_DATASETS_PATH"] = str(root)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # eval_env / author / description notices
+                minari.create_dataset_from_buffers(dataset_id, buffers, env=env_id, algorithm_name=algorithm_name)
+        except ValueError as err:
+            raise DatasetError(f"--out {out_s}: Minari refused the dataset ({err})") from None
+        finally:
+            if old is None:
+                os.environ.pop("MINARI_DATASETS_PATH", None)
+            else:
+                os.environ["MINARI_DATASETS_PATH"] = old
+        if in_root:
+            return root / dataset_id
+        dest = Path(out_s)
+        if dest.exists():
+            shutil.rmtree(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(Path(tmp) / dataset_id), dest)
+        return dest
+
+
+def _slug(name: str) -> str:
+    s = "".join(c if c.isalnum() or c in "-_" else "-" for c in name.lower()).strip("-")
+    return s.removesuffix("-v0") or "dataset"

@@ -1,0 +1,56 @@
+"""A dataset as flat arrays of transitions, whatever file format it came from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Transitions:
+    """N transitions in the env's own scale (actions as the env takes them).
+
+    ``timeouts`` marks the last transition of an episode cut by a time limit (it still bootstraps from
+    ``next_observations``); ``terminals`` marks one that ended the episode.
+    """
+
+    observations: np.ndarray  # [N, *obs_shape]
+    actions: np.ndarray  # [N] ints or [N, *action_shape] floats
+    rewards: np.ndarray  # [N] float32
+    next_observations: np.ndarray  # [N, *obs_shape]
+    terminals: np.ndarray  # [N] bool
+    timeouts: np.ndarray  # [N] bool
+
+    def __len__(self) -> int:
+        return int(self.rewards.shape[0])
+
+    def episode_returns(self) -> np.ndarray:
+        """Undiscounted returns of the episodes that end in the dataset (a trailing partial one is left out)."""
+        ends = np.flatnonzero(self.terminals | self.timeouts)
+        if ends.size == 0:
+            return np.zeros(0)
+        total = np.concatenate([[0.0], np.cumsum(self.rewards, dtype=np.float64)])
+        starts = np.concatenate([[0], ends[:-1] + 1])
+        return total[ends + 1] - total[starts]
+
+    def stats(self) -> dict:
+        """Size and return statistics (what `agilerl-flow dataset info` prints)."""
+        rets = self.episode_returns()
+        out = {"transitions": len(self), "episodes": int(rets.size),
+               "observation_shape": list(self.observations.shape[1:]),
+               "observation_dtype": str(self.observations.dtype),
+               "action_shape": list(self.actions.shape[1:]), "action_dtype": str(self.actions.dtype),
+               "terminals": int(self.terminals.sum()), "timeouts": int(self.timeouts.sum())}
+        if rets.size:
+            out.update(return_mean=round(float(rets.mean()), 3), return_std=round(float(rets.std()), 3),
+                       return_min=round(float(rets.min()), 3), return_max=round(float(rets.max()), 3))
+        return out
+
+
+def concatenate(parts: list[Transitions]) -> Transitions:
+    """One Transitions holding `parts` in order."""
+    if len(parts) == 1:
+        return parts[0]
+    return Transitions(*(np.concatenate([getattr(p, f) for p in parts]) for f in
+                         ("observations", "actions", "rewards", "next_observations", "terminals", "timeouts")))
