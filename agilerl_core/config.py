@@ -277,6 +277,7 @@ HYPERPARAMETER_MODELS: dict[str, type[Hyperparameters]] = {
 ALGORITHMS = tuple(HYPERPARAMETER_MODELS)
 _HP_TAG = "__algorithm__"
 OFFLINE_ONLY = ("bc",)  # algorithms that cannot collect their own experience
+OFFLINE_ALGORITHMS = ("cqn", "cql", "bc")  # made for datasets (cqn and cql could also learn online)
 ON_POLICY = ("ppo",)  # algorithms that cannot learn from a fixed dataset
 
 

@@ -1,5 +1,6 @@
-"""Write deployments/prefect.yaml from the example configs: one deployment per config, on the process
-work pool, nightly, with the config file's contents as the flow's `config` parameter.
+"""Write deployments/prefect.yaml from the example configs: one deployment per config (the offline flow for
+configs with a dataset), on the process work pool, nightly, with the config file's contents as the
+flow's `config` parameter.
 
     python deployments/build.py          # rewrite prefect.yaml
     python deployments/build.py --check  # exit 1 when prefect.yaml is out of date (CI)
@@ -35,7 +36,8 @@ def render() -> str:
         deployments.append({
             "name": path.stem.replace("_", "-"),
             "description": f"Evolution from deployments/configs/{path.name}",
-            "entrypoint": "flows/online.py:online_evolution",
+            "entrypoint": "flows/offline.py:offline_evolution" if config.get("dataset") else
+                          "flows/online.py:online_evolution",
             "work_pool": {"name": WORK_POOL},
             "schedules": [{"cron": NIGHTLY, "timezone": "UTC", "active": True}],
             "parameters": {"config": config},

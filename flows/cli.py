@@ -1,4 +1,5 @@
-"""`agilerl-flow`: run, resume and trigger evolutions; draw lineages; run the local stack.
+"""`agilerl-flow`: run, resume and trigger evolutions; record and inspect datasets; draw lineages; run the
+local stack.
 
 ``run`` executes the Prefect flow (ephemeral Prefect, a local MLflow SQLite file and local storage when
 nothing else is configured; the servers when ``PREFECT_API_URL``, ``MLFLOW_TRACKING_URI`` or an ``s3://``
@@ -61,6 +62,25 @@ def _parser() -> argparse.ArgumentParser:
     lin.add_argument("--out", required=True, help="PNG file to write")
     lin.add_argument("--storage", default=None, metavar="URI", help="storage URI holding the run")
 
+    data = sub.add_parser("dataset", parents=[debug], help="record or inspect an offline dataset")
+    dsub = data.add_subparsers(dest="dataset_command", required=True)
+    col = dsub.add_parser("collect", parents=[debug], help="record episodes of a policy as a dataset")
+    col.add_argument("--env", required=True, help="Gymnasium env id, e.g. CartPole-v1")
+    col.add_argument("--policy", default="random", help="random, or a saved member directory (e.g. a run's elite/)")
+    col.add_argument("--episodes", type=int, required=True, help="episodes to record")
+    col.add_argument("--out", required=True, metavar="URI",
+                     help="file path (HDF5), directory or minari:DATASET_ID (Minari), or s3://BUCKET/KEY")
+    col.add_argument("--format", choices=["auto", "hdf5", "minari"], default="auto",
+                     help="auto: minari for minari:ID outs, else hdf5 (minari needs the minari extra)")
+    col.add_argument("--epsilon", type=float, default=0.0,
+                     help="probability of replacing each action by a random one (a noisier behaviour policy)")
+    col.add_argument("--seed", type=int, default=0)
+    col.add_argument("--num-envs", type=int, default=8, help="vectorised envs recording in parallel")
+    col.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    info = dsub.add_parser("info", parents=[debug], help="print a dataset's size, spaces and return statistics")
+    info.add_argument("uri", help="file, Minari directory, minari:DATASET_ID or s3://BUCKET/KEY")
+    info.add_argument("--format", choices=["auto", "hdf5", "minari"], default="auto")
+
     stack = sub.add_parser("stack", parents=[debug], help="start, stop or inspect the local stack")
     stack.add_argument("action", choices=["up", "down", "status"])
     stack.add_argument("--data-dir", default=None, help="where the stack keeps data, logs and pids "
@@ -91,11 +111,12 @@ def _run(args: argparse.Namespace) -> dict:
 
 def _flow(cfg, run_id: str | None, progress: bool) -> dict:
     _prefect_defaults()
-    from flows.online import online_evolution, preflight
+    from flows.offline import evolution_flow
+    from flows.online import preflight
     from tasks.tracking import tracking_uri
 
     preflight(cfg)
-    summary = online_evolution(config=cfg, run_id=run_id, progress=progress)
+    summary = evolution_flow(cfg)(config=cfg, run_id=run_id, progress=progress)
     if cfg.tracking.enabled:
         uri = tracking_uri(cfg)
         how = f"open {uri}" if uri.startswith("http") else f"run `mlflow ui --backend-store-uri {uri}` and open " \
@@ -167,11 +188,29 @@ def _stack(args: argparse.Namespace) -> dict:
     return {"up": stack.up, "down": stack.down, "status": stack.status}[args.action]()
 
 
+def _dataset(args: argparse.Namespace) -> dict:
+    from agilerl_core.data.loader import load_dataset
+
+    if args.dataset_command == "info":
+        return load_dataset(args.uri, args.format).describe()
+    from agilerl_core.data.collect import collect_episodes, write_dataset
+
+    fmt = args.format if args.format != "auto" else ("minari" if args.out.startswith("minari:") else "hdf5")
+    if args.out.startswith("minari:") and fmt != "minari":
+        raise ConfigError(f"--out {args.out}: minari:ID outs are Minari datasets; drop --format hdf5")
+    episodes = collect_episodes(args.env, args.policy, args.episodes, args.seed, args.num_envs, args.epsilon,
+                                progress=not args.no_progress)
+    where = write_dataset(args.out, episodes, args.env, args.policy, fmt)
+    read_back = f"minari:{args.out[len('minari:'):]}" if args.out.startswith("minari:") else where
+    return {"out": where, **load_dataset(read_back, fmt).describe()}
+
+
 class _Fail(AgileRLError):
     """A command ran but its outcome is a failure (a failed flow run, a fitness below the bar)."""
 
 
-COMMANDS = {"run": _run, "resume": _resume, "trigger": _trigger, "lineage": _lineage, "stack": _stack}
+COMMANDS = {"run": _run, "resume": _resume, "trigger": _trigger, "lineage": _lineage, "stack": _stack,
+            "dataset": _dataset}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,7 +33,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from tqdm import tqdm
 
 from agilerl_core.config import ExperimentConfig
-from agilerl_core.errors import CheckpointError
+from agilerl_core.errors import CheckpointError, ConfigError
 from agilerl_core.io.run_store import RunStore, check_run_id
 from agilerl_core.io.storage import storage_from_config
 from agilerl_core.training.experiment import Experiment
@@ -172,13 +172,27 @@ def online_evolution(config: ExperimentConfig, run_id: str | None = None, progre
     Running it again with the same `run_id` after a crash continues from the last committed generation
     and ends exactly as an uninterrupted run would.
     """
-    cfg = config
+    if config.dataset is not None:
+        raise ConfigError(f"dataset: {config.name} learns from a dataset; run it with the offline-evolution flow "
+                          f"(`agilerl-flow run` chooses it)")
+    return run_evolution(config, run_id, progress)
+
+
+def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> dict[str, Any]:
+    """The body of the online and offline flows (called inside a flow run): setup and every check,
+    resume, one DAG per generation, the elite, tracking."""
     logger = get_run_logger()
     run_id = check_run_id(run_id or new_run_id(cfg))
-    exp = Experiment(cfg)  # config, env id, spaces, bounds: checked here, before anything is written
+    exp = Experiment(cfg)  # config, env id, spaces, bounds, dataset: checked here, before anything is written
+    if exp.dataset is not None and cfg.dataset.sha256 is None:
+        # pin the data: the run's record, its MLflow params and every worker then name (and check) this content
+        cfg = cfg.model_copy(update={"dataset": cfg.dataset.model_copy(update={"sha256": exp.dataset.sha256})})
+        exp.cfg = cfg
     storage = storage_from_config(cfg)
     storage.check()  # URI, endpoint and credentials, before any training
     tracker = Tracker(cfg, run_id, storage.uri) if cfg.tracking.enabled else None
+    if tracker is not None and exp.dataset is not None:
+        tracker.log_dataset(exp.dataset.describe())
     store = RunStore(storage, run_id)
     store.init_run(stored_config(cfg))
     latest = store.latest_generation()

@@ -9,6 +9,7 @@ secret fields are dropped before logging.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import tempfile
@@ -128,6 +129,25 @@ class Tracker:
             "mlflow.parentRunId": self.parent_id, "agilerl.parent": self.parent_id, "agilerl.role": "member",
             "agilerl.slot": str(slot), "agilerl.run_id": self.run_id})
         return run.info.run_id
+
+    def log_dataset(self, info: dict[str, Any]) -> None:
+        """The offline dataset as the parent run's input (name, content hash, source, profile) and its size
+        and return statistics as params. Idempotent: a resumed run logs the same values again."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        profile = {k: info[k] for k in ("transitions", "episodes", "return_mean", "return_std") if k in info}
+        source_type = "s3" if info["uri"].startswith("s3://") else "local"
+        ds = Dataset(name=Path(info["uri"].rstrip("/")).name or info["uri"], digest=info["sha256"][:32],
+                     source_type=source_type, source=json.dumps({"uri": info["uri"], "format": info["format"]}),
+                     profile=json.dumps(profile))
+        try:
+            self.client.log_inputs(self.parent_id, [DatasetInput(ds, [InputTag("mlflow.data.context", "training")])])
+            params = [Param(f"dataset.{k}", str(v)) for k, v in info.items()
+                      if k in ("transitions", "episodes", "return_mean", "return_std")]  # the config's own
+            # dataset.* params (uri, format, the pinned sha256) are logged with the config
+            self.client.log_batch(self.parent_id, params=params, synchronous=True)
+        except mlflow.exceptions.MlflowException as err:
+            raise TrackingError(f"tracking server {self.uri}: logging the dataset failed: {err.message}") from None
 
     def logged_generations(self) -> set[int]:
         return {m.step for m in self.client.get_metric_history(self.parent_id, "best_fitness")}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +17,22 @@ CONFIGS = Path(__file__).resolve().parents[1] / "deployments" / "configs"
 SHIPPED = sorted(p.name for p in CONFIGS.glob("*.yaml"))
 
 
+_DATASETS: dict[str, str] = {}
+
+
+def _dataset_for(env_id: str) -> str:
+    """A small random-policy dataset of `env_id` (offline configs name files the user records)."""
+    if env_id not in _DATASETS:
+        from agilerl_core.data.collect import collect_episodes, write_dataset
+
+        path = Path(tempfile.mkdtemp(prefix="agilerl-test-data-")) / f"{env_id}.hdf5"
+        _DATASETS[env_id] = write_dataset(str(path), collect_episodes(env_id, "random", 6, seed=0), env_id, "random")
+    return _DATASETS[env_id]
+
+
 def _tiny(name: str, **extra):
-    """The shipped config, shrunk to a few hundred steps per member."""
+    """The shipped config, shrunk to a few hundred steps per member (offline: gradient steps on a small
+    random-policy dataset)."""
     cfg = load_config(CONFIGS / name)
     over = {"num_envs": 2, "population_size": 3, "evo_steps": 160, "max_env_steps": 1440, "eval_episodes": 2,
             "target_fitness": None, "eval_max_steps": 100, "network.hidden_sizes": [32, 32],
@@ -34,6 +49,10 @@ def _tiny(name: str, **extra):
         over.update({"evo_steps": 32, "max_env_steps": 288, "eval_max_steps": 8, "hyperparameters.rollout_steps": 8,
                      "network.cnn.channels": [8, 8], "network.cnn.kernel_sizes": [8, 4],
                      "network.cnn.strides": [4, 2], "network.cnn.latent_dim": 32})
+    if cfg.dataset is not None:
+        over["dataset.uri"] = _dataset_for(cfg.env_id)
+        if hasattr(hp, "cql_n_actions"):
+            over["hyperparameters.cql_n_actions"] = 2
     over.update(extra)
     return load_config(CONFIGS / name, over)
 

@@ -74,6 +74,7 @@ def collect_episodes(env_id: str, policy: str, episodes: int, seed: int = 0, num
                                   "truncations": []}
                 else:
                     ep["observations"].append(next_obs[i])
+            obs = next_obs
     finally:
         bar.close()
         env.close()

@@ -92,7 +92,7 @@ def from_arrays(data: dict[str, np.ndarray], where: str) -> Transitions:
     # the row before a dropped timeout ends its episode for return statistics: mark it as cut
     cut = np.zeros(n, bool)
     cut[:-1] = timeouts[1:] & ~keep[1:]
-    timeouts = (timeouts | cut) & keep
+    timeouts = (timeouts | cut)[keep]
     return Transitions(obs[keep], data["actions"][keep], rewards[keep], nxt[keep], terminals[keep], timeouts)
 
 

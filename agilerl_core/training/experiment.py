@@ -78,9 +78,13 @@ def check_action_space(cfg: ExperimentConfig, algo_cls: type, spec: ActionSpec, 
         return
     from agilerl_core.algorithms.registry import algorithms_for
 
+    from agilerl_core.config import OFFLINE_ALGORITHMS, ON_POLICY
+
     kinds = " or ".join("Discrete" if k == "discrete" else "Box" for k in algo_cls.action_kinds)
+    unfit = ON_POLICY if cfg.dataset is not None else OFFLINE_ALGORITHMS
+    fits = [a for a in algorithms_for(spec.kind) if a not in unfit]
     raise ConfigError(f"algorithm: {cfg.algorithm} needs {kinds} actions, but {cfg.env_id} has {space}; use one of "
-                      f"{', '.join(algorithms_for(spec.kind))}")
+                      f"{', '.join(fits)}")
 
 
 def _probe_action_mask(env) -> int | None:
