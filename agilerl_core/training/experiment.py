@@ -77,7 +77,6 @@ def check_action_space(cfg: ExperimentConfig, algo_cls: type, spec: ActionSpec, 
     if spec.kind in algo_cls.action_kinds:
         return
     from agilerl_core.algorithms.registry import algorithms_for
-
     from agilerl_core.config import OFFLINE_ALGORITHMS, ON_POLICY
 
     kinds = " or ".join("Discrete" if k == "discrete" else "Box" for k in algo_cls.action_kinds)
