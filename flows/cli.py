@@ -201,8 +201,7 @@ def _dataset(args: argparse.Namespace) -> dict:
     episodes = collect_episodes(args.env, args.policy, args.episodes, args.seed, args.num_envs, args.epsilon,
                                 progress=not args.no_progress)
     where = write_dataset(args.out, episodes, args.env, args.policy, fmt)
-    read_back = f"minari:{args.out[len('minari:'):]}" if args.out.startswith("minari:") else where
-    return {"out": where, **load_dataset(read_back, fmt).describe()}
+    return {"out": where, **load_dataset(where, fmt).describe()}  # read back: what a run would load
 
 
 class _Fail(AgileRLError):

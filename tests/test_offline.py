@@ -17,11 +17,12 @@ from agilerl_core.algorithms.bc import BC
 from agilerl_core.algorithms.cql import CQL, CQN, discrete_penalty, sampled_logsumexp
 from agilerl_core.buffers.replay import Transition
 from agilerl_core.config import BCHyperparameters, CQLHyperparameters, CQNHyperparameters, NetworkConfig
-from agilerl_core.data.collect import collect_episodes, episodes_to_transitions, write_dataset
+from agilerl_core.data.collect import collect_episodes, write_dataset
 from agilerl_core.data.fetch import resolve_dataset
 from agilerl_core.data.hdf5 import read_hdf5, write_hdf5
 from agilerl_core.data.loader import check_fits, dataset_buffer, load_dataset
 from agilerl_core.data.minari_format import read_minari
+from agilerl_core.data.transitions import from_episodes
 from agilerl_core.envs.spaces import ActionSpec, ObsSpec
 from agilerl_core.errors import DatasetError
 from agilerl_core.io.storage import S3Options
@@ -139,7 +140,7 @@ def episodes():
 
 
 def test_hdf5_round_trip_and_episode_statistics(tmp_path, episodes):
-    t = episodes_to_transitions(episodes)
+    t = from_episodes(episodes)
     write_hdf5(tmp_path / "d.hdf5", t, {"env_id": "CartPole-v1"})
     back, attrs = read_hdf5(tmp_path / "d.hdf5")
     for f in ("observations", "actions", "rewards", "next_observations", "terminals", "timeouts"):
@@ -182,7 +183,7 @@ def test_minari_round_trip_with_minari_itself(tmp_path, episodes, monkeypatch):
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
     where = write_dataset("minari:agilerl-test/cartpole-v0", episodes, "CartPole-v1", "random", fmt="minari")
     ds = load_dataset("minari:agilerl-test/cartpole-v0")
-    t = episodes_to_transitions(episodes)
+    t = from_episodes(episodes)
     assert ds.format == "minari" and ds.info["env_id"] == "CartPole-v1"
     for f in ("observations", "actions", "rewards", "next_observations", "terminals", "timeouts"):
         assert np.array_equal(getattr(ds.transitions, f), getattr(t, f)), f
@@ -216,14 +217,14 @@ def test_bad_datasets_name_the_key_and_the_fix(tmp_path, episodes):
         read_hdf5(_h5(tmp_path / "b.hdf5", **{**ok, "rewards": np.zeros(4, np.float32)}))
     with pytest.raises(DatasetError, match="does not exist; record a dataset"):
         load_dataset(str(tmp_path / "missing.hdf5"))
-    good = write_hdf5(tmp_path / "good.hdf5", episodes_to_transitions(episodes))
+    good = write_hdf5(tmp_path / "good.hdf5", from_episodes(episodes))
     data = good.read_bytes()
     (tmp_path / "cut.hdf5").write_bytes(data[: len(data) // 2])
     with pytest.raises(DatasetError, match="truncated"):
         load_dataset(str(tmp_path / "cut.hdf5"))
     cartpole = spaces.Box(-5, 5, (4,), np.float32), spaces.Discrete(2)
     pendulum = collect_episodes("Pendulum-v1", "random", 1, seed=0)
-    wrong = load_dataset(str(write_hdf5(tmp_path / "p.hdf5", episodes_to_transitions(pendulum),
+    wrong = load_dataset(str(write_hdf5(tmp_path / "p.hdf5", from_episodes(pendulum),
                                         {"env_id": "Pendulum-v1"})))
     with pytest.raises(DatasetError, match=r"key 'observations' holds observations of shape \(3,\), but "
                                            r"CartPole-v1 observes \(4,\) \(it was recorded on Pendulum-v1\)"):
@@ -257,14 +258,14 @@ def test_s3_dataset_is_downloaded_once_then_served_from_the_verified_cache(s3, t
     healed = resolve_dataset("s3://agilerl/datasets/cartpole.hdf5", opts, cache)
     assert healed.downloaded and healed.sha256 == first.sha256
     assert np.array_equal(load_dataset("s3://agilerl/datasets/cartpole.hdf5", s3=opts, cache_dir=cache)
-                          .transitions.actions, episodes_to_transitions(episodes).actions)
+                          .transitions.actions, from_episodes(episodes).actions)
     # a changed object is fetched again; a Minari directory travels as a prefix
     write_dataset("s3://agilerl/datasets/cartpole.hdf5", episodes[:5], "CartPole-v1", "random", s3=opts)
     changed = resolve_dataset("s3://agilerl/datasets/cartpole.hdf5", opts, cache)
     assert changed.downloaded and changed.sha256 != first.sha256
     write_dataset("s3://agilerl/datasets/cartpole-minari", episodes, "CartPole-v1", "random", fmt="minari", s3=opts)
     ds = load_dataset("s3://agilerl/datasets/cartpole-minari", s3=opts, cache_dir=cache)
-    assert ds.format == "minari" and len(ds.transitions) == len(episodes_to_transitions(episodes))
+    assert ds.format == "minari" and len(ds.transitions) == len(from_episodes(episodes))
     assert not resolve_dataset("s3://agilerl/datasets/cartpole-minari", opts, cache).downloaded
     with pytest.raises(DatasetError, match="nothing stored there"):
         resolve_dataset("s3://agilerl/datasets/absent.hdf5", opts, cache)

@@ -8,6 +8,7 @@ to the env's bounds.
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
@@ -108,13 +109,22 @@ class ContinuousActorCritic(RLAlgorithm):
     def in_warmup(self) -> bool:
         return self.env_steps < getattr(self.hp, "random_steps", 0)
 
+    def critic_penalty(self, batch: Transition) -> Callable[[str], torch.Tensor] | None:
+        """A term added to each critic's loss on `batch` (critic name -> differentiable scalar), built
+        once per learn step; None (the default): plain TD regression."""
+        return None
+
     def update_critics(self, batch: Transition, target: torch.Tensor) -> torch.Tensor:
-        """One Adam step of every critic towards `target` (MSE); returns the summed loss."""
+        """One Adam step of every critic towards `target` (MSE, plus any critic_penalty); returns the
+        summed loss."""
+        penalty = self.critic_penalty(batch)
         total = torch.zeros(())
         for name in self.critics:
             opt = self.optimizers[name]
             opt.zero_grad()
             loss = F.mse_loss(self.q(name, batch.obs, batch.action), target)
+            if penalty is not None:
+                loss = loss + penalty(name)
             loss.backward()
             self._step(name)
             total = total + loss.detach()

@@ -18,10 +18,10 @@ policy goes exactly there. CQL adds to each critic's TD loss a penalty that push
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import ClassVar
 
 import torch
-import torch.nn.functional as F
 
 from agilerl_core.algorithms.actor_critic import ACTOR_CRITIC_SPACE
 from agilerl_core.algorithms.dqn import DQN
@@ -64,9 +64,8 @@ class CQN(DQN):
         target = self.td_target(batch)
         q = self.q_values(batch.obs)
         q_taken = q.gather(1, batch.action.unsqueeze(1)).squeeze(1)
-        td = F.smooth_l1_loss(q_taken, target, reduction="none") if self.hp.loss == "huber" \
-            else (q_taken - target).square()
-        return td + self.hp.cql_alpha * discrete_penalty(q, batch.action), (q_taken - target).detach().abs()
+        penalty = self.hp.cql_alpha * discrete_penalty(q, batch.action)
+        return self.td_per_sample(q_taken, target) + penalty, (q_taken - target).detach().abs()
 
 
 def _repeat(obs: Obs, n: int) -> Obs:
@@ -104,17 +103,9 @@ class CQL(SAC):
         dens = log_density.view(3, b, -1).permute(1, 0, 2).reshape(b, -1)
         return (sampled_logsumexp(q, dens) - self.q(name, batch.obs, batch.action)).mean()
 
-    def update_critics(self, batch: Transition, target: torch.Tensor) -> torch.Tensor:
-        """One Adam step of each critic on MSE(Q, target) + cql_alpha * penalty; returns the summed loss."""
-        sampled = self.penalty_actions(batch) if self.hp.cql_alpha > 0 else None
-        total = torch.zeros(())
-        for name in self.critics:
-            opt = self.optimizers[name]
-            opt.zero_grad()
-            loss = F.mse_loss(self.q(name, batch.obs, batch.action), target)
-            if sampled is not None:
-                loss = loss + self.hp.cql_alpha * self.penalty(name, batch, sampled)
-            loss.backward()
-            self._step(name)
-            total = total + loss.detach()
-        return total
+    def critic_penalty(self, batch: Transition) -> Callable[[str], torch.Tensor] | None:
+        """cql_alpha * penalty for each critic, on one set of sampled actions per learn step."""
+        if self.hp.cql_alpha <= 0:
+            return None
+        sampled = self.penalty_actions(batch)
+        return lambda name: self.hp.cql_alpha * self.penalty(name, batch, sampled)

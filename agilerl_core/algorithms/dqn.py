@@ -216,11 +216,13 @@ class DQN(RLAlgorithm):
             return ce, ce.detach()
         target = self.td_target(batch)
         q_taken = self.q_values(batch.obs).gather(1, batch.action.unsqueeze(1)).squeeze(1)
+        return self.td_per_sample(q_taken, target), (q_taken - target).detach().abs()
+
+    def td_per_sample(self, q_taken: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Per-sample regression loss of Q towards the TD target (MSE or Huber)."""
         if self.hp.loss == "huber":
-            per = F.smooth_l1_loss(q_taken, target, reduction="none")
-        else:
-            per = (q_taken - target).square()
-        return per, (q_taken - target).detach().abs()
+            return F.smooth_l1_loss(q_taken, target, reduction="none")
+        return (q_taken - target).square()
 
     def loss(self, batch: Transition) -> torch.Tensor:
         """The (importance-weighted) loss of the online network on `batch` (differentiable)."""

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
 from agilerl_core.data.hdf5 import write_hdf5
-from agilerl_core.data.transitions import Transitions
+from agilerl_core.data.transitions import from_episodes
 from agilerl_core.envs.make import make_vector_env
 from agilerl_core.errors import ConfigError
 
@@ -79,49 +80,36 @@ def collect_episodes(env_id: str, policy: str, episodes: int, seed: int = 0, num
         bar.close()
         env.close()
     for ep in done_eps:
-        ep["observations"] = ep["observations"].astype(single_dtype(env.single_observation_space), copy=False)
+        ep["observations"] = ep["observations"].astype(env.single_observation_space.dtype, copy=False)
         ep["rewards"] = ep["rewards"].astype(np.float64)
     return done_eps
 
 
-def single_dtype(space) -> np.dtype:
-    return np.dtype(space.dtype) if getattr(space, "dtype", None) is not None else np.dtype(np.float32)
-
-
-def episodes_to_transitions(episodes: list[dict]) -> Transitions:
-    """Flat transitions of whole episodes (the next observation of each step included)."""
-    obs = np.concatenate([e["observations"][:-1] for e in episodes])
-    nxt = np.concatenate([e["observations"][1:] for e in episodes])
-    term = np.concatenate([e["terminations"] for e in episodes]).astype(bool)
-    trunc = np.concatenate([e["truncations"] for e in episodes]).astype(bool)
-    return Transitions(obs, np.concatenate([e["actions"] for e in episodes]),
-                       np.concatenate([e["rewards"] for e in episodes]).astype(np.float32), nxt, term, trunc & ~term)
-
-
-def write_dataset(out: str, episodes: list[dict], env_id: str, policy: str, fmt: str = "hdf5",
-                  s3=None) -> str:
-    """Write episodes to `out` (a local path, minari:ID, or s3://BUCKET/KEY); returns where it went."""
-    import tempfile
-
+def write_dataset(out: str, episodes: list[dict], env_id: str, policy: str, fmt: str = "hdf5", s3=None) -> str:
+    """Write episodes to `out` (a local path, minari:ID, or s3://BUCKET/KEY: written locally, then
+    uploaded); returns where it went."""
     from agilerl_core.data.minari_format import write_minari
 
     source = "random" if policy == "random" else f"member:{Path(policy).resolve()}"
-    if not out.startswith("s3://"):
+
+    def write_local(dest: str) -> Path:
         if fmt == "minari":
-            return str(write_minari(out, episodes, env_id, source))
-        return str(write_hdf5(out, episodes_to_transitions(episodes), {"env_id": env_id, "source": source}))
+            return write_minari(dest, episodes, env_id, source)
+        return write_hdf5(dest, from_episodes(episodes), {"env_id": env_id, "source": source})
+
+    if not out.startswith("s3://"):
+        return str(write_local(out))
     from agilerl_core.io.storage import S3Storage
 
     bucket, _, key = out[len("s3://"):].partition("/")
-    if not bucket or not key.strip("/"):
+    key = key.strip("/")
+    if not bucket or not key:
         raise ConfigError(f"--out {out!r}: expected s3://BUCKET/KEY")
     store = S3Storage(f"s3://{bucket}", s3)
     with tempfile.TemporaryDirectory(prefix="agilerl-collect-") as tmp:
-        if fmt == "minari":
-            local = write_minari(Path(tmp) / "dataset", episodes, env_id, source)
-            store.upload_dir(local, key.strip("/"))
+        local = write_local(str(Path(tmp) / "dataset"))
+        if local.is_dir():
+            store.upload_dir(local, key)
         else:
-            local = write_hdf5(Path(tmp) / "dataset.hdf5", episodes_to_transitions(episodes),
-                               {"env_id": env_id, "source": source})
-            store.put_bytes(key.strip("/"), local.read_bytes())
+            store.put_bytes(key, local.read_bytes())
     return out

@@ -43,10 +43,10 @@ def _read(f, key: str, path: Path) -> np.ndarray:
 
 def read_hdf5(path: str | Path) -> tuple[Transitions, dict]:
     """(transitions, file attributes) of a flat HDF5 dataset; a DatasetError names any bad key."""
+    import h5py
+
     path = Path(path)
     with _open(path) as f:
-        import h5py
-
         missing = [k for k in REQUIRED if k not in f or not isinstance(f[k], h5py.Dataset)]
         if missing:
             raise DatasetError(f"dataset {path}: missing key(s) {missing}; a flat HDF5 dataset needs "

@@ -67,7 +67,9 @@ def load_dataset(uri: str, fmt: str = "auto", s3: S3Options | None = None, cache
 
 
 def check_fits(ds: Dataset, env_id: str, obs_space: spaces.Space, act_space: spaces.Space) -> None:
-    """A DatasetError naming the key when the dataset's observations or actions do not fit the env."""
+    """A DatasetError naming the key when the dataset's observations or actions do not fit the env.
+    Fitting action layouts are normalised in place: [N, 1] discrete actions to [N], integral floats to
+    int64, [N] actions of a one-dimensional Box to [N, 1]."""
     t = ds.transitions
     where = f"dataset {ds.uri}"
     made = f" (it was recorded on {ds.info['env_id']})" if ds.info.get("env_id") not in (None, env_id) else ""

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from agilerl_core.data.transitions import Transitions
+from agilerl_core.data.transitions import Transitions, from_episodes
 from agilerl_core.errors import DatasetError
 
 DATA = "data"
+EPISODE_KEYS = ("observations", "actions", "rewards", "terminations", "truncations")
 
 
 def datasets_root() -> Path:
@@ -57,37 +58,27 @@ def read_minari(path: str | Path) -> tuple[Transitions, dict]:
         names = sorted((k for k in f if k.startswith("episode_")), key=lambda k: int(k.split("_", 1)[1]))
         if not names:
             raise DatasetError(f"dataset {data_file}: no episode_* groups; the dataset is empty")
-        parts = {k: [] for k in ("obs", "next", "actions", "rewards", "term", "trunc")}
+        episodes = []
         for name in names:
             g = f[name]
-            for key in ("observations", "actions", "rewards", "terminations", "truncations"):
+            for key in EPISODE_KEYS:
                 if key not in g:
                     raise DatasetError(f"dataset {data_file}: episode {name!r} lacks key {key!r}")
                 if not isinstance(g[key], h5py.Dataset):
                     raise DatasetError(f"dataset {data_file}: {name}/{key} is a group (a Dict or Tuple space); "
                                        f"offline training reads Box and Discrete spaces only")
             try:
-                o = g["observations"][()]
-                arrays = {k: g[k][()] for k in ("actions", "rewards", "terminations", "truncations")}
+                ep = {k: g[k][()] for k in EPISODE_KEYS}
             except (OSError, ValueError) as err:
                 raise DatasetError(f"dataset {data_file}: episode {name!r} cannot be read ({err}); the file is "
                                    f"truncated or corrupt, so download it again") from None
-            t = arrays["rewards"].shape[0]
-            if o.shape[0] != t + 1 or any(a.shape[0] != t for a in arrays.values()):
-                raise DatasetError(f"dataset {data_file}: episode {name!r} has {o.shape[0]} observations for {t} "
-                                   f"steps; Minari stores T+1 observations for T actions, rewards, "
-                                   f"terminations and truncations")
-            parts["obs"].append(o[:-1])
-            parts["next"].append(o[1:])
-            parts["actions"].append(arrays["actions"])
-            parts["rewards"].append(arrays["rewards"])
-            parts["term"].append(arrays["terminations"])
-            parts["trunc"].append(arrays["truncations"])
-    term = np.concatenate(parts["term"]).astype(bool)
-    trunc = np.concatenate(parts["trunc"]).astype(bool)
-    trans = Transitions(np.concatenate(parts["obs"]), np.concatenate(parts["actions"]),
-                        np.concatenate(parts["rewards"]).astype(np.float32), np.concatenate(parts["next"]),
-                        term, trunc & ~term)
+            t = ep["rewards"].shape[0]
+            if ep["observations"].shape[0] != t + 1 or any(ep[k].shape[0] != t for k in ep if k != "observations"):
+                raise DatasetError(f"dataset {data_file}: episode {name!r} has {ep['observations'].shape[0]} "
+                                   f"observations for {t} steps; Minari stores T+1 observations for T actions, "
+                                   f"rewards, terminations and truncations")
+            episodes.append(ep)
+    trans = from_episodes(episodes)
     env_spec = meta.get("env_spec")
     info = {"source": "minari", "dataset_id": meta.get("dataset_id"), "minari_version": meta.get("minari_version"),
             "env_id": json.loads(env_spec).get("id") if isinstance(env_spec, str) else None}

@@ -54,3 +54,14 @@ def concatenate(parts: list[Transitions]) -> Transitions:
         return parts[0]
     return Transitions(*(np.concatenate([getattr(p, f) for p in parts]) for f in
                          ("observations", "actions", "rewards", "next_observations", "terminals", "timeouts")))
+
+
+def from_episodes(episodes: list[dict[str, np.ndarray]]) -> Transitions:
+    """Flat transitions of whole episodes, each {observations [T+1], actions, rewards, terminations,
+    truncations [T]} (the layout Minari stores and the collector records)."""
+    term = np.concatenate([e["terminations"] for e in episodes]).astype(bool)
+    trunc = np.concatenate([e["truncations"] for e in episodes]).astype(bool)
+    return Transitions(np.concatenate([e["observations"][:-1] for e in episodes]),
+                       np.concatenate([e["actions"] for e in episodes]),
+                       np.concatenate([e["rewards"] for e in episodes]).astype(np.float32),
+                       np.concatenate([e["observations"][1:] for e in episodes]), term, trunc & ~term)

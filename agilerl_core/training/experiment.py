@@ -116,7 +116,7 @@ class Experiment:
         agents = [self.algo_cls(self.obs_spec, self.action_spec, self.arch, cfg.hyperparameters,
                                 derive_seed(cfg.seed, 1, i), self.device) for i in range(cfg.population_size)]
         if self.dataset_buffer is not None and cfg.hyperparameters.normalize_obs:
-            obs = {k.split(".", 1)[1]: v for k, v in self.dataset_buffer.committed().items() if k.startswith("obs.")}
+            obs = self.obs_spec.to_tensors(self.dataset.transitions.observations)
             for agent in agents:  # offline: the statistics of the whole dataset, from the start
                 agent.observe(obs)
         self.population = Population.create(agents, cfg.seed)
