@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 import yaml
 from pydantic import (
@@ -19,10 +19,15 @@ from pydantic import (
     Field,
     SecretStr,
     Tag,
+    TypeAdapter,
     ValidationError,
     model_validator,
 )
 
+from agilerl_core.algorithms.cql_hp import CQNHyperparameters
+from agilerl_core.algorithms.dqn_hp import DQNHyperparameters
+from agilerl_core.algorithms.hp_base import HP_TAG, Hyperparameters
+from agilerl_core.algorithms.registry import ALGORITHMS, algorithms_for_kind
 from agilerl_core.errors import ConfigError
 from agilerl_core.hpo.space import HyperparameterSpec
 
@@ -82,219 +87,6 @@ class NetworkConfig(_Strict):
             raise ValueError(f"hidden_sizes {bad} outside [min_nodes, max_nodes] = "
                              f"[{self.min_nodes}, {self.max_nodes}]")
         return self
-
-
-class Hyperparameters(_Strict):
-    """What every algorithm's hyperparameters share."""
-
-    algorithm_name: ClassVar[str]
-    # structural: they size the shared buffer or the networks' outputs, so they never mutate
-    fixed_fields: ClassVar[frozenset[str]] = frozenset({"buffer_size", "n_step", "num_atoms", "v_min", "v_max",
-                                                        "rollout_steps", "obs_norm_clip"})
-
-    normalize_obs: bool = Field(False, description="Normalise the observation vector by its running mean and "
-                                "std (updated from training experience, saved in checkpoints).")
-    obs_norm_clip: float = Field(10.0, gt=0, description="Clip normalised observations to [-clip, clip].")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _drop_tag(cls, data: Any) -> Any:
-        if isinstance(data, dict) and _HP_TAG in data:
-            data = {k: v for k, v in data.items() if k != _HP_TAG}
-        return data
-
-
-class OffPolicyHyperparameters(Hyperparameters):
-    """Replay-based learning: how much, how often, from how large a shared buffer."""
-
-    batch_size: int = Field(128, ge=1, description="Transitions per gradient step.")
-    learn_step: int = Field(1, ge=1, description="Env steps (transitions) per gradient step.")
-    gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
-    tau: float = Field(0.005, gt=0, le=1, description="Soft target update rate.")
-    max_grad_norm: float | None = Field(None, gt=0, description="Clip each network's gradient norm (None: off).")
-    learning_delay: int = Field(1_000, ge=0, description="Member env steps before the first gradient step.")
-    buffer_size: int = Field(100_000, ge=1, description="Capacity of the shared replay buffer (transitions).")
-
-
-class DQNHyperparameters(OffPolicyHyperparameters):
-    """DQN (Mnih et al. 2015; double Q: van Hasselt et al. 2016) and each Rainbow component (Hessel et al.
-    2018), every one usable alone."""
-
-    algorithm_name: ClassVar[str] = "dqn"
-
-    lr: float = Field(1e-3, gt=0, description="Adam learning rate.")
-    hard_update_every: int | None = Field(None, ge=1, description="Copy online -> target every N gradient steps "
-                                                                  "(None: soft updates with tau).")
-    double: bool = Field(True, description="Double Q-learning target.")
-    loss: Literal["mse", "huber"] = Field("mse", description="TD loss (ignored when distributional).")
-    eps_start: float = Field(1.0, ge=0, le=1, description="Initial exploration rate.")
-    eps_end: float = Field(0.05, ge=0, le=1, description="Final exploration rate.")
-    eps_decay_steps: int = Field(10_000, ge=1, description="Member env steps over which epsilon decays linearly.")
-    n_step: int = Field(1, ge=1, description="n-step returns (1: one-step TD).")
-    per: bool = Field(False, description="Prioritised experience replay (Schaul et al. 2016).")
-    per_alpha: float = Field(0.6, ge=0, le=1, description="PER: priority exponent.")
-    per_beta: float = Field(0.4, ge=0, le=1, description="PER: initial importance-weight exponent.")
-    per_beta_steps: int = Field(100_000, ge=1, description="PER: member env steps over which beta anneals to 1.")
-    per_eps: float = Field(1e-6, gt=0, description="PER: added to every priority.")
-    noisy: bool = Field(False, description="Noisy linear layers for exploration (Fortunato et al. 2018).")
-    noisy_std: float = Field(0.5, gt=0, description="Noisy layers: initial sigma scale.")
-    dueling: bool = Field(False, description="Dueling value/advantage heads (Wang et al. 2016).")
-    distributional: bool = Field(False, description="C51 distributional Q (Bellemare et al. 2017).")
-    num_atoms: int = Field(51, ge=2, description="C51: atoms of the return distribution.")
-    v_min: float = Field(-10.0, description="C51: smallest return atom.")
-    v_max: float = Field(10.0, description="C51: largest return atom.")
-
-    @model_validator(mode="after")
-    def _support(self) -> DQNHyperparameters:
-        if self.distributional and self.v_min >= self.v_max:
-            raise ValueError(f"v_min ({self.v_min}) must be below v_max ({self.v_max})")
-        return self
-
-
-class RainbowHyperparameters(DQNHyperparameters):
-    """Rainbow DQN: DQN with n-step returns, PER, noisy nets, dueling heads and C51 on."""
-
-    algorithm_name: ClassVar[str] = "rainbow"
-
-    n_step: int = Field(3, ge=1, description="n-step returns (1: one-step TD).")
-    per: bool = Field(True, description="Prioritised experience replay (Schaul et al. 2016).")
-    noisy: bool = Field(True, description="Noisy linear layers for exploration (Fortunato et al. 2018).")
-    dueling: bool = Field(True, description="Dueling value/advantage heads (Wang et al. 2016).")
-    distributional: bool = Field(True, description="C51 distributional Q (Bellemare et al. 2017).")
-    eps_start: float = Field(0.0, ge=0, le=1, description="Initial exploration rate (noisy nets explore).")
-    eps_end: float = Field(0.0, ge=0, le=1, description="Final exploration rate.")
-
-
-class TD3Hyperparameters(OffPolicyHyperparameters):
-    """TD3 (Fujimoto et al. 2018): clipped double Q, target policy smoothing, delayed actor updates."""
-
-    algorithm_name: ClassVar[str] = "td3"
-
-    batch_size: int = Field(256, ge=1, description="Transitions per gradient step.")
-    lr_actor: float = Field(1e-3, gt=0, description="Actor Adam learning rate.")
-    lr_critic: float = Field(1e-3, gt=0, description="Critic Adam learning rate.")
-    twin_q: bool = Field(True, description="Clipped double Q: two critics, the target takes their minimum.")
-    policy_freq: int = Field(2, ge=1, description="Critic updates per actor (and target) update.")
-    target_noise: float = Field(0.2, ge=0, description="Target policy smoothing: noise std (0: off).")
-    target_noise_clip: float = Field(0.5, ge=0, description="Target policy smoothing: noise clip.")
-    expl_noise: float = Field(0.1, ge=0, description="Exploration noise scale (actions in [-1, 1]).")
-    noise_type: Literal["gaussian", "ou"] = Field("gaussian", description="Exploration noise process.")
-    ou_theta: float = Field(0.15, gt=0, description="Ornstein-Uhlenbeck mean reversion.")
-    ou_dt: float = Field(1e-2, gt=0, description="Ornstein-Uhlenbeck time step.")
-    random_steps: int = Field(0, ge=0, description="Member env steps of uniformly random actions at the start.")
-
-
-class DDPGHyperparameters(TD3Hyperparameters):
-    """DDPG (Lillicrap et al. 2016): TD3 with its three tricks off."""
-
-    algorithm_name: ClassVar[str] = "ddpg"
-
-    twin_q: bool = Field(False, description="Clipped double Q: two critics, the target takes their minimum.")
-    policy_freq: int = Field(1, ge=1, description="Critic updates per actor (and target) update.")
-    target_noise: float = Field(0.0, ge=0, description="Target policy smoothing: noise std (0: off).")
-
-
-class SACHyperparameters(OffPolicyHyperparameters):
-    """SAC (Haarnoja et al. 2018, "applications" version): twin critics, squashed Gaussian actor,
-    automatic entropy tuning."""
-
-    algorithm_name: ClassVar[str] = "sac"
-
-    batch_size: int = Field(256, ge=1, description="Transitions per gradient step.")
-    lr_actor: float = Field(3e-4, gt=0, description="Actor Adam learning rate.")
-    lr_critic: float = Field(3e-4, gt=0, description="Critic Adam learning rate.")
-    lr_alpha: float = Field(3e-4, gt=0, description="Temperature Adam learning rate.")
-    init_alpha: float = Field(1.0, gt=0, description="Initial temperature.")
-    auto_entropy: bool = Field(True, description="Tune the temperature towards target_entropy.")
-    target_entropy: float | None = Field(None, description="Entropy target (None: -action_dim).")
-    policy_freq: int = Field(1, ge=1, description="Critic updates per actor update.")
-    random_steps: int = Field(0, ge=0, description="Member env steps of uniformly random actions at the start.")
-
-
-class PPOHyperparameters(Hyperparameters):
-    """PPO (Schulman et al. 2017) with GAE (Schulman et al. 2016)."""
-
-    algorithm_name: ClassVar[str] = "ppo"
-
-    lr: float = Field(3e-4, gt=0, description="Adam learning rate (actor and critic).")
-    rollout_steps: int = Field(128, ge=1, description="Steps per env per rollout (a rollout is num_envs x this).")
-    gamma: float = Field(0.99, ge=0, le=1, description="Discount factor.")
-    gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda.")
-    update_epochs: int = Field(4, ge=1, description="Passes over each rollout.")
-    num_minibatches: int = Field(4, ge=1, description="Minibatches per pass.")
-    clip_coef: float = Field(0.2, gt=0, description="Surrogate clipping range.")
-    clip_vloss: bool = Field(False, description="Clip the value loss around the old values.")
-    ent_coef: float = Field(0.0, ge=0, description="Entropy bonus coefficient.")
-    vf_coef: float = Field(0.5, ge=0, description="Value loss coefficient.")
-    max_grad_norm: float | None = Field(0.5, gt=0, description="Clip each network's gradient norm (None: off).")
-    target_kl: float | None = Field(None, gt=0, description="Stop a rollout's epochs once the approx. KL exceeds this.")
-    norm_adv: bool = Field(True, description="Normalise advantages per minibatch.")
-    log_std_init: float = Field(0.0, description="Continuous actions: initial log std of the Gaussian policy.")
-
-
-class CQNHyperparameters(DQNHyperparameters):
-    """CQN: conservative Q-learning (Kumar et al. 2020, CQL(H)) on a double DQN, for discrete actions."""
-
-    algorithm_name: ClassVar[str] = "cqn"
-    fixed_fields: ClassVar[frozenset[str]] = DQNHyperparameters.fixed_fields
-
-    cql_alpha: float = Field(1.0, ge=0, description="Weight of the conservative penalty "
-                                                    "E[logsumexp_a Q(s, a) - Q(s, a_data)].")
-
-    @model_validator(mode="after")
-    def _q_values(self) -> CQNHyperparameters:
-        for name in ("distributional", "per"):
-            if getattr(self, name):
-                raise ValueError(f"{name}: cqn's penalty is defined on Q-values learned from a fixed dataset; "
-                                 f"set {name}: false")
-        return self
-
-
-class CQLHyperparameters(SACHyperparameters):
-    """CQL on SAC (Kumar et al. 2020, CQL(H) with importance-sampled logsumexp) for continuous actions."""
-
-    algorithm_name: ClassVar[str] = "cql"
-
-    cql_alpha: float = Field(5.0, ge=0, description="Weight of the conservative penalty on each critic.")
-    cql_n_actions: int = Field(10, ge=1, description="Sampled actions per state (uniform, and from the policy at "
-                                                     "s and s') estimating logsumexp_a Q(s, a).")
-
-
-class BCHyperparameters(Hyperparameters):
-    """Behaviour cloning: supervised regression of the dataset's actions (the offline baseline)."""
-
-    algorithm_name: ClassVar[str] = "bc"
-
-    lr: float = Field(1e-3, gt=0, description="Adam learning rate.")
-    batch_size: int = Field(256, ge=1, description="Transitions per gradient step.")
-    max_grad_norm: float | None = Field(None, gt=0, description="Clip the gradient norm (None: off).")
-
-
-HYPERPARAMETER_MODELS: dict[str, type[Hyperparameters]] = {
-    m.algorithm_name: m for m in (DQNHyperparameters, RainbowHyperparameters, DDPGHyperparameters,
-                                  TD3Hyperparameters, SACHyperparameters, PPOHyperparameters,
-                                  CQNHyperparameters, CQLHyperparameters, BCHyperparameters)}
-ALGORITHMS = tuple(HYPERPARAMETER_MODELS)
-_HP_TAG = "__algorithm__"
-OFFLINE_ONLY = ("bc",)  # algorithms that cannot collect their own experience
-OFFLINE_ALGORITHMS = ("cqn", "cql", "bc")  # made for datasets (cqn and cql could also learn online)
-ON_POLICY = ("ppo",)  # algorithms that cannot learn from a fixed dataset
-
-
-def _hp_tag(value: Any) -> str | None:
-    if isinstance(value, dict):
-        return value.get(_HP_TAG, "dqn")
-    return getattr(value, "algorithm_name", None)
-
-
-AnyHyperparameters = Annotated[
-    Annotated[DQNHyperparameters, Tag("dqn")] | Annotated[RainbowHyperparameters, Tag("rainbow")]
-    | Annotated[DDPGHyperparameters, Tag("ddpg")] | Annotated[TD3Hyperparameters, Tag("td3")]
-    | Annotated[SACHyperparameters, Tag("sac")] | Annotated[PPOHyperparameters, Tag("ppo")]
-    | Annotated[CQNHyperparameters, Tag("cqn")] | Annotated[CQLHyperparameters, Tag("cql")]
-    | Annotated[BCHyperparameters, Tag("bc")],
-    Discriminator(_hp_tag),
-]
 
 
 class MutationConfig(_Strict):
@@ -382,21 +174,32 @@ def _schema_any_hyperparameters(schema: dict[str, Any]) -> None:
         hp.pop("discriminator", None)
 
 
-class ExperimentConfig(_Strict):
-    """One evolution run: env, algorithm, population, evolution and budget."""
+def _hp_tag(value: Any) -> str | None:
+    if isinstance(value, dict):
+        return value.get(HP_TAG)
+    return getattr(value, "algorithm_name", None)
+
+
+def _hyperparameter_union(kind: str) -> Any:
+    """The hyperparameter models of every algorithm that trains in experiments of `kind`, as one union
+    discriminated by the algorithm (the registry's table, so a new algorithm needs no edit here)."""
+    members = tuple(Annotated[ALGORITHMS[n].hp_model, Tag(n)] for n in algorithms_for_kind(kind))
+    return Annotated[Union[members], Discriminator(_hp_tag)]  # noqa: UP007 (a runtime-built union)
+
+
+GYM_ALGORITHMS = algorithms_for_kind("gym")
+OFFLINE_ALGORITHMS = algorithms_for_kind("offline")
+GymHyperparameters = _hyperparameter_union("gym")
+OfflineHyperparameters = _hyperparameter_union("offline")
+
+
+class _ExperimentBase(_Strict):
+    """What every kind of experiment shares: the population, its evolution, the budget and where it runs."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, json_schema_extra=_schema_any_hyperparameters)
+    default_algorithm: ClassVar[str]
 
     name: str = Field("experiment", min_length=1, description="Experiment name (tracking groups runs by it).")
-    env_id: str = Field(description="Gymnasium env id, e.g. CartPole-v1.")
-    env_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for gymnasium.make.")
-    num_envs: int = Field(8, ge=1, description="Vectorised envs per member.")
-    algorithm: Literal[ALGORITHMS] = Field("dqn", description="RL algorithm: dqn, rainbow (DQN with every "
-                                                               "Rainbow component on), ddpg, td3, sac, ppo; "
-                                                               "offline: cqn, cql, bc.")
-    hyperparameters: AnyHyperparameters = Field(default_factory=DQNHyperparameters,
-                                                description="Initial hyperparameters of every member (the "
-                                                            "fields of the chosen algorithm).")
     network: NetworkConfig = Field(default_factory=NetworkConfig, description="Network architecture.")
     population_size: int = Field(4, ge=1, description="Members in the population.")
     hp_space: dict[str, HyperparameterSpec | dict[str, Any] | None] = Field(
@@ -407,8 +210,9 @@ class ExperimentConfig(_Strict):
                                                      "(offline: gradient steps).")
     eval_episodes: int = Field(10, ge=1, description="Greedy episodes per member evaluation (fitness = mean).")
     eval_max_steps: int | None = Field(None, ge=1, description="Cap on steps per evaluation episode.")
-    max_env_steps: int = Field(150_000, ge=1, description="Global training env-step budget (whole "
-                                                            "population; offline: gradient steps).")
+    max_env_steps: int = Field(150_000, ge=1, description="Global training env-step budget (whole population; "
+                                                            "offline: gradient steps). The last generation "
+                                                            "shrinks to fit it.")
     target_fitness: float | None = Field(None, description="Stop once the best fitness reaches this.")
     seed: int = Field(0, ge=0, description="Master seed: same config + seed gives the same result on CPU.")
     output_dir: str = Field("runs", min_length=1, description="Where checkpoints are written.")
@@ -417,19 +221,11 @@ class ExperimentConfig(_Strict):
     storage: StorageConfig = Field(default_factory=StorageConfig, description="Pipeline persistence.")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow tracking.")
     runner: RunnerConfig = Field(default_factory=RunnerConfig, description="Task runner of the pipeline.")
-    dataset: DatasetConfig | None = Field(None, description="Offline training: members learn from this dataset "
-                                                            "for evo_steps gradient steps each generation (the "
-                                                            "budgets then count gradient steps), evaluated online.")
-
-    @model_validator(mode="after")
-    def _offline(self) -> ExperimentConfig:
-        if self.dataset is None and self.algorithm in OFFLINE_ONLY:
-            raise ValueError(f"algorithm: {self.algorithm} learns only from a dataset; add a dataset section "
-                             f"(dataset.uri: a file made with `agilerl-flow dataset collect`)")
-        if self.dataset is not None and self.algorithm in ON_POLICY:
-            raise ValueError(f"dataset: {self.algorithm} is on-policy and cannot learn from a fixed dataset; use "
-                             f"cqn (discrete), cql (continuous), bc, or an off-policy algorithm")
-        return self
+    env_id: str = Field(description="Gymnasium env id, e.g. CartPole-v1, or module:EnvId (the module is imported "
+                                    "first, as gymnasium.make does, so it can register its envs).")
+    env_entry_point: str | None = Field(None, description="module:Class (or module:function) of your own env; "
+                                                          "registers env_id with it when it is not registered.")
+    env_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for gymnasium.make.")
 
     @model_validator(mode="before")
     @classmethod
@@ -440,25 +236,96 @@ class ExperimentConfig(_Strict):
         HyperparameterSpec's generic defaults."""
         if not isinstance(data, dict):
             return data
-        algo = data.get("algorithm", "dqn")
-        if algo not in HYPERPARAMETER_MODELS:
+        algo = data.get("algorithm", cls.default_algorithm)
+        kind = cls.model_fields["kind"].annotation.__args__[0]
+        info = ALGORITHMS.get(algo) if isinstance(algo, str) else None
+        if info is not None and kind not in info.arenas:
+            if info.offline_only:
+                raise ValueError(f"algorithm: {algo} learns only from a dataset; set kind: offline and add a "
+                                 f"dataset section (dataset.uri: a file made with `agilerl-flow dataset collect`)")
+            why = "is on-policy and cannot learn from a fixed dataset" if info.on_policy else \
+                f"does not train in {kind} experiments"
+            raise ValueError(f"algorithm: {algo} {why}; use one of {', '.join(algorithms_for_kind(kind))}")
+        if info is None:
             return data  # the algorithm field reports it
         data = dict(data)
         hp = data.get("hyperparameters")
+        model = ALGORITHMS[algo].hp_model
         if hp is None or isinstance(hp, dict):
-            data["hyperparameters"] = {**(hp or {}), _HP_TAG: algo}
-        elif isinstance(hp, Hyperparameters) and type(hp) is not HYPERPARAMETER_MODELS[algo]:
-            data["hyperparameters"] = {**hp.model_dump(), _HP_TAG: algo}
+            data["hyperparameters"] = {**(hp or {}), HP_TAG: algo}
+        elif isinstance(hp, Hyperparameters) and type(hp) is not model:
+            data["hyperparameters"] = {**hp.model_dump(), HP_TAG: algo}
         if isinstance(data.get("hp_space"), dict):
             data["hp_space"] = _complete_space(algo, data["hp_space"])
         return data
 
 
-def _complete_space(algo: str, overrides: dict[str, Any]) -> dict[str, Any]:
-    from agilerl_core.algorithms.registry import ALGORITHM_HP_SPACES
+class GymExperimentConfig(_ExperimentBase):
+    """An evolution on a Gymnasium env: every member collects its own experience (off-policy members share
+    theirs through one replay buffer)."""
 
-    known = ALGORITHM_HP_SPACES[algo]
-    model = HYPERPARAMETER_MODELS[algo]
+    default_algorithm: ClassVar[str] = "dqn"
+
+    kind: Literal["gym"] = Field("gym", description="Kind of experiment: gym (online, Gymnasium), offline "
+                                                   "(a fixed dataset).")
+    num_envs: int = Field(8, ge=1, description="Vectorised envs per member.")
+    algorithm: Literal[GYM_ALGORITHMS] = Field("dqn", description="RL algorithm: dqn, rainbow (DQN with every "
+                                                                  "Rainbow component on), ddpg, td3, sac, ppo "
+                                                                  "(cqn, cql learn online too).")
+    hyperparameters: GymHyperparameters = Field(default_factory=DQNHyperparameters,
+                                                description="Initial hyperparameters of every member (the "
+                                                            "fields of the chosen algorithm).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_dataset(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "dataset" in data:
+            raise ValueError("dataset: a gym experiment collects its own experience; set kind: offline to learn "
+                             "from a dataset")
+        return data
+
+
+class OfflineExperimentConfig(_ExperimentBase):
+    """An evolution on a fixed dataset: every member takes evo_steps gradient steps on its batches per
+    generation (the budgets count gradient steps) and is evaluated online in the env."""
+
+    default_algorithm: ClassVar[str] = "cqn"
+
+    kind: Literal["offline"] = Field(description="Kind of experiment: offline (learn from `dataset`).")
+    algorithm: Literal[OFFLINE_ALGORITHMS] = Field("cqn", description="cqn (discrete), cql (continuous), bc, or "
+                                                                       "an off-policy algorithm (dqn, rainbow, "
+                                                                       "ddpg, td3, sac).")
+    hyperparameters: OfflineHyperparameters = Field(default_factory=CQNHyperparameters,
+                                                    description="Initial hyperparameters of every member (the "
+                                                                "fields of the chosen algorithm).")
+    dataset: DatasetConfig = Field(description="The dataset the members learn from.")
+
+
+def _kind_tag(value: Any) -> str:
+    if isinstance(value, dict):
+        return value.get("kind", "gym")
+    return getattr(value, "kind", "gym")
+
+
+EXPERIMENT_KINDS: dict[str, type[_ExperimentBase]] = {"gym": GymExperimentConfig,
+                                                      "offline": OfflineExperimentConfig}
+ExperimentConfig = Annotated[
+    Annotated[GymExperimentConfig, Tag("gym")] | Annotated[OfflineExperimentConfig, Tag("offline")],
+    Discriminator(_kind_tag, custom_error_type="kind",
+                  custom_error_message=f"kind: must be one of {', '.join(EXPERIMENT_KINDS)}"),
+]
+"""One evolution run, discriminated by `kind` (default gym)."""
+_ADAPTER = TypeAdapter(ExperimentConfig)
+
+
+def config_schema() -> dict[str, Any]:
+    """JSON schema of every kind of experiment config."""
+    return _ADAPTER.json_schema()
+
+
+def _complete_space(algo: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    model = ALGORITHMS[algo].hp_model
+    known = model.default_space
     numeric = {n for n, f in model.model_fields.items() if f.annotation in (int, float)} - model.fixed_fields
     out = {}
     for name, spec in overrides.items():
@@ -479,23 +346,25 @@ def _complete_space(algo: str, overrides: dict[str, Any]) -> dict[str, Any]:
         out[name] = spec
     return out
 
-
-def _format_validation_error(err: ValidationError, source: str) -> str:
+def _format_validation_error(err: ValidationError, source: str, kind_model: type[BaseModel]) -> str:
     lines = [f"invalid config ({source}):"]
     for e in err.errors():
         parts = list(e["loc"])
-        if len(parts) > 1 and parts[0] == "hyperparameters" and parts[1] in HYPERPARAMETER_MODELS:
-            parts.pop(1)  # the union member's tag: the algorithm, already named by the config
+        if parts and parts[0] in EXPERIMENT_KINDS:
+            parts.pop(0)  # the union member's tag: the kind, already named by the config
+        raw = tuple(parts)
+        if len(parts) > 1 and parts[0] == "hyperparameters" and parts[1] in ALGORITHMS:
+            parts.pop(1)  # the algorithm's tag, already named by the config
         loc = ".".join(str(p) for p in parts) or "<root>"
         msg = e["msg"]
-        if not parts and e["type"] == "value_error":
+        if not parts and e["type"] in ("value_error", "kind"):
             lines.append(f"  - {msg.removeprefix('Value error, ')}")
             continue
         if e["type"] == "extra_forbidden":
-            parent = e["loc"][:-1]
-            model: Any = ExperimentConfig
-            if len(parent) > 1 and parent[0] == "hyperparameters" and parent[1] in HYPERPARAMETER_MODELS:
-                model, parent = HYPERPARAMETER_MODELS[parent[1]], parent[2:]
+            parent = raw[:-1]
+            model: Any = kind_model
+            if len(parent) > 1 and parent[0] == "hyperparameters" and parent[1] in ALGORITHMS:
+                model, parent = ALGORITHMS[parent[1]].hp_model, parent[2:]
             for part in parent:
                 field = model.model_fields.get(str(part)) if hasattr(model, "model_fields") else None
                 ann = getattr(field, "annotation", None)
@@ -504,7 +373,7 @@ def _format_validation_error(err: ValidationError, source: str) -> str:
                     break
             if model is not None:
                 names = list(model.model_fields)
-                close = difflib.get_close_matches(str(e["loc"][-1]), names, n=1)
+                close = difflib.get_close_matches(str(raw[-1]), names, n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 msg = f"unknown field{hint}; allowed fields: {', '.join(names)}"
         elif "input" in e and e["type"] not in ("missing",):
@@ -548,9 +417,10 @@ def validate_config(data: dict[str, Any], source: str = "config") -> ExperimentC
     if not isinstance(data, dict):
         raise ConfigError(f"invalid config ({source}): expected a mapping of fields, got {type(data).__name__}")
     try:
-        return ExperimentConfig.model_validate(data)
+        return _ADAPTER.validate_python(data)
     except ValidationError as err:
-        raise ConfigError(_format_validation_error(err, source)) from None
+        model = EXPERIMENT_KINDS.get(_kind_tag(data), GymExperimentConfig)
+        raise ConfigError(_format_validation_error(err, source, model)) from None
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> ExperimentConfig:

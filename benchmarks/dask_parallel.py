@@ -33,7 +33,7 @@ def main() -> None:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from agilerl_core.config import load_config
-    from agilerl_core.training.experiment import train_local
+    from agilerl_core.experiment import train_local
     from flows.online import online_evolution
 
     with tempfile.TemporaryDirectory(prefix="agilerl-bench-") as tmp:

@@ -22,11 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from agilerl_core.arenas.base import evaluate_member
 from agilerl_core.config import load_config
 from agilerl_core.envs.make import make_vector_env
+from agilerl_core.experiment import train_local
 from agilerl_core.io.checkpoint import load_member
-from agilerl_core.training.experiment import train_local
-from agilerl_core.training.generation import evaluate_member
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "deployments" / "configs"

@@ -27,13 +27,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from agilerl_core.arenas.base import evaluate_member
 from agilerl_core.config import load_config
 from agilerl_core.data.collect import collect_episodes, write_dataset
 from agilerl_core.data.loader import load_dataset
 from agilerl_core.envs.make import make_vector_env
+from agilerl_core.experiment import build_evolution, train_local
 from agilerl_core.io.checkpoint import load_member, save_member
-from agilerl_core.training.experiment import Experiment, train_local
-from agilerl_core.training.generation import evaluate_member
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "deployments" / "configs"
@@ -41,7 +41,7 @@ CONFIGS = ROOT / "deployments" / "configs"
 
 def medium_policy(out: Path, medium: float) -> dict:
     cfg = load_config(CONFIGS / "cartpole_dqn.yaml", {"seed": 0, "target_fitness": None, "output_dir": str(out)})
-    exp = Experiment(cfg)
+    exp = build_evolution(cfg)
     while True:
         if exp.history:
             exp.evolve()

@@ -54,7 +54,7 @@ def main() -> None:
         import_s = _import_cost(env)
 
         from agilerl_core.config import load_config
-        from agilerl_core.training.experiment import train_local
+        from agilerl_core.experiment import train_local
         from flows.online import online_evolution, preflight
 
         budget = args.evo_steps * args.population * args.generations

@@ -23,15 +23,15 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from agilerl_core.config import ExperimentConfig
-from agilerl_core.training.experiment import train_local
+from agilerl_core.config import GymExperimentConfig
+from agilerl_core.experiment import train_local
 
 ROOT = Path(__file__).resolve().parents[1]
 PEER_DIR = ROOT.parent / "shared" / "bench"
 
 
 def ours(budget: int, evo_steps: int, seed: int, out: str) -> dict:
-    cfg = ExperimentConfig(
+    cfg = GymExperimentConfig(
         name="throughput", env_id="CartPole-v1", num_envs=8, population_size=4, evo_steps=evo_steps,
         eval_episodes=1, max_env_steps=budget, target_fitness=None, seed=seed, output_dir=out,
         hyperparameters={"lr": 1e-3, "batch_size": 128, "learn_step": 1, "tau": 1e-3, "double": True,

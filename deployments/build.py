@@ -1,5 +1,5 @@
-"""Write deployments/prefect.yaml from the example configs: one deployment per config (the offline flow for
-configs with a dataset), on the process work pool, nightly, with the config file's contents as the
+"""Write deployments/prefect.yaml from the example configs: one deployment per config (the flow of
+the config's kind), on the process work pool, nightly, with the config file's contents as the
 flow's `config` parameter.
 
     python deployments/build.py          # rewrite prefect.yaml
@@ -28,16 +28,16 @@ HEADER = """\
 
 def render() -> str:
     from agilerl_core.config import validate_config
+    from flows.kinds import FLOW_ENTRYPOINTS
 
     deployments = []
     for path in sorted((HERE / "configs").glob("*.yaml")):
         config = yaml.safe_load(path.read_text())
-        validate_config(config, source=str(path))  # a broken example never reaches a deployment
+        kind = validate_config(config, source=str(path)).kind  # a broken example never reaches a deployment
         deployments.append({
             "name": path.stem.replace("_", "-"),
             "description": f"Evolution from deployments/configs/{path.name}",
-            "entrypoint": "flows/offline.py:offline_evolution" if config.get("dataset") else
-                          "flows/online.py:online_evolution",
+            "entrypoint": FLOW_ENTRYPOINTS[kind],
             "work_pool": {"name": WORK_POOL},
             "schedules": [{"cron": NIGHTLY, "timezone": "UTC", "active": True}],
             "parameters": {"config": config},

@@ -101,22 +101,24 @@ def _run(args: argparse.Namespace) -> dict:
         overrides["storage.uri"] = args.storage
     cfg = load_config(args.config, overrides)
     if args.local:
-        from agilerl_core.training.experiment import Experiment, train_local
+        from agilerl_core.experiment import build_evolution, train_local
 
-        experiment = Experiment(cfg)  # every check (env id, spaces, bounds) happens here, before training
-        return train_local(cfg, progress=not args.no_progress, run_dir=args.run_dir,
-                                experiment=experiment).summary()
+        evolution = build_evolution(cfg)  # every check (env id, spaces, bounds, dataset) happens here
+        return train_local(cfg, progress=not args.no_progress, run_dir=args.run_dir, evolution=evolution).summary()
     return _flow(cfg, args.run_id, not args.no_progress)
 
 
 def _flow(cfg, run_id: str | None, progress: bool) -> dict:
+    """Prepare the run here (every check, the resume state loaded and verified), then start its kind's flow,
+    which takes the prepared run instead of building it again."""
     _prefect_defaults()
-    from flows.offline import evolution_flow
-    from flows.online import preflight
+    from flows.evolution import PREPARED_RUNS, prepare_run
+    from flows.kinds import flow_for
     from tasks.tracking import tracking_uri
 
-    preflight(cfg)
-    summary = evolution_flow(cfg)(config=cfg, run_id=run_id, progress=progress)
+    prepared = prepare_run(cfg, run_id)
+    PREPARED_RUNS.put(prepared)
+    summary = flow_for(cfg.kind)(config=prepared.cfg, run_id=prepared.run_id, progress=progress)
     if cfg.tracking.enabled:
         uri = tracking_uri(cfg)
         how = f"open {uri}" if uri.startswith("http") else f"run `mlflow ui --backend-store-uri {uri}` and open " \
@@ -147,6 +149,7 @@ def _resume(args: argparse.Namespace) -> dict:
                           f"AGILERL_STORAGE_URI) to where the run was written")
     data = store.run_info()["config"]
     data.setdefault("storage", {})["uri"] = uri
+    data.setdefault("kind", "offline" if data.get("dataset") else "gym")  # records written before kinds existed
     cfg = validate_config(data, source=store.storage.url(store.key("run.json")))
     return _flow(cfg, args.run_id, not args.no_progress)
 
@@ -175,8 +178,7 @@ def _lineage(args: argparse.Namespace) -> dict:
     latest = store.latest_generation()
     if latest is None:
         raise ConfigError(f"run {args.run_id!r} has no committed generation in storage {uri}; pass --storage URI")
-    key = store.key(store.gen_dir(latest), "population", "population.json")
-    lineage = json.loads(store.storage.get_bytes(key))["lineage"]
+    lineage = store.lineage(latest)
     out = plot_family_tree(lineage, args.out, args.run_id)
     return {"run_id": args.run_id, "generation": latest, "members": len(lineage), "out": str(Path(out).resolve())}
 

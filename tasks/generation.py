@@ -1,20 +1,23 @@
-"""The generation step as Prefect tasks.
+"""The generation step as Prefect tasks: thin calls into :mod:`agilerl_core`, each a function of its inputs.
 
-Each task is a thin call into :mod:`agilerl_core`. The same tasks serve both runner kinds:
+Every task takes the job (run, config, generation, the members' budget share), the slot and a reference to
+the member's state:
 
-* ``threads``: the flow process holds one :class:`Experiment` (population, shared buffer, envs). Tasks
-  find it by run id in this process's registry and train the live agents in place; fresh experience
-  stays in the buffer's staging slots (no serialisation).
-* ``process`` (Dask): each worker process builds its own Experiment from the config and keeps it
-  cached across tasks, its buffer synced to the last committed generation from the run's shards.
-  A member's state travels as tensors + JSON-able metadata; its fresh transitions are written to
-  storage as a shard and returned as a reference.
+* ``threads`` runner: the flow's live :class:`Evolution` itself. Tasks train and evaluate its members in
+  place; fresh experience stays in the arena's staging slots (nothing is serialised).
+* ``process`` runner (Dask): a :class:`MemberState` (tensors + JSON-able metadata). The worker trains a copy
+  in its own Evolution, taken from :data:`WORKER_RUNS`, an explicit cache keyed by run and config that keeps
+  the worker's envs and its copy of the committed experience (synced from the run's shards in storage)
+  between tasks. The fresh transitions go to storage as a shard and come back as a reference.
 
-Retries only where failures are transient (storage writes, the tracking server), never around learning.
+Retries only where failures are transient (storage, the tracking server) and the work is idempotent, never
+around learning.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -24,29 +27,29 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from agilerl_core.config import ExperimentConfig
-from agilerl_core.envs.make import make_vector_env
+from agilerl_core.experiment import build_evolution
+from agilerl_core.hpo.evolution import Evolution, TrainResult
 from agilerl_core.io.run_store import RunStore, ShardRef
 from agilerl_core.io.storage import storage_from_config
-from agilerl_core.training.experiment import Experiment
-from agilerl_core.training.generation import TrainResult
 
 Mode = Literal["threads", "process"]
 
 
 @dataclass(frozen=True)
 class GenerationJob:
-    """What a task needs to find its run and generation, in this process or in a worker."""
+    """What every task of one generation shares."""
 
     run_id: str
     config: ExperimentConfig
     storage_uri: str
     generation: int
+    steps: int  # budget units per member this generation (the last generation may be shorter)
     mode: Mode = "threads"
 
 
 @dataclass
 class MemberState:
-    """An agent as data (process runners): :meth:`RLAlgorithm.state` output."""
+    """A member as data (process runners): :meth:`Evolvable.state` output."""
 
     tensors: dict[str, torch.Tensor]
     meta: dict[str, Any]
@@ -55,150 +58,119 @@ class MemberState:
 @dataclass
 class TrainOutput:
     result: TrainResult
-    state: MemberState | None = None  # process runners: the trained agent
+    state: MemberState | None = None  # process runners: the trained member
     shard: ShardRef | None = None  # process runners: its fresh transitions in storage
 
 
 @dataclass
-class RunContext:
-    """One process's view of a run: its Experiment, store, and (workers) how far its buffer is synced."""
+class WorkerRun:
+    """A worker process's copy of a run: its Evolution, store, and how far its shared experience is synced."""
 
-    exp: Experiment
+    evo: Evolution
     store: RunStore
-    synced: int = -1  # workers: the committed generation their buffer reflects (-1: empty)
+    synced: int = -1  # the committed generation its experience reflects (-1: empty)
     staged: int | None = None  # the generation whose staging area is reserved
-    eval_envs: dict[int, Any] = field(default_factory=dict)
-    pending: list[ShardRef] = field(default_factory=list)  # the shards of the generation being committed
-    tracker: Any = None  # the flow process's tasks.tracking.Tracker, when tracking is on
-    log_future: Any = None  # the last generation's logging, when it runs beside the next generation
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def eval_env(self, slot: int):
-        """One evaluation env per slot, so that members evaluate concurrently in threads."""
-        with self.lock:
-            if slot not in self.eval_envs:
-                cfg = self.exp.cfg
-                self.eval_envs[slot] = make_vector_env(cfg.env_id, cfg.eval_episodes, cfg.env_kwargs)
-            return self.eval_envs[slot]
+
+class WorkerRuns:
+    """Worker processes' runs, keyed by (run id, config hash): built on a worker's first task of a run and
+    reused by its later ones, synced to the commit before the job's generation."""
+
+    def __init__(self) -> None:
+        self._runs: dict[tuple[str, str], WorkerRun] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(job: GenerationJob) -> tuple[str, str]:
+        digest = hashlib.sha256(json.dumps(job.config.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
+        return job.run_id, digest
+
+    def get(self, job: GenerationJob) -> WorkerRun:
+        with self._lock:
+            run = self._runs.get(self.key(job))
+            if run is None:
+                store = RunStore(storage_from_config(job.config, job.storage_uri), job.run_id)
+                run = self._runs[self.key(job)] = WorkerRun(build_evolution(job.config), store)
+        with run.lock:
+            target = job.generation - 1
+            run.evo.arena.sync_experience(run.store, run.synced, target)
+            run.synced = target
+            if run.staged != job.generation:
+                run.evo.begin_generation()
+                run.staged = job.generation
+        return run
+
+    def drop(self, run_id: str) -> None:
+        with self._lock:
+            for key in [k for k in self._runs if k[0] == run_id]:
+                del self._runs[key]
 
 
-_CONTEXTS: dict[tuple[str, Mode], RunContext] = {}
-_REGISTRY_LOCK = threading.Lock()
-
-
-def register_context(run_id: str, exp: Experiment, store: RunStore, tracker: Any = None) -> RunContext:
-    """The flow process registers its live Experiment (and tracker) for its tasks."""
-    ctx = RunContext(exp, store, tracker=tracker)
-    with _REGISTRY_LOCK:
-        _CONTEXTS[(run_id, "threads")] = ctx
-    return ctx
-
-
-def release_context(run_id: str) -> None:
-    with _REGISTRY_LOCK:
-        for mode in ("threads", "process"):
-            _CONTEXTS.pop((run_id, mode), None)
-
-
-def flow_context(run_id: str) -> RunContext:
-    """The context the flow process registered for `run_id`."""
-    return _CONTEXTS[(run_id, "threads")]
-
-
-def _context(job: GenerationJob) -> RunContext:
-    key = (job.run_id, job.mode)
-    with _REGISTRY_LOCK:
-        ctx = _CONTEXTS.get(key)
-        if ctx is None:
-            if job.mode == "threads":
-                raise RuntimeError(f"run {job.run_id}: no experiment registered in this process; thread-runner "
-                                   f"tasks must run inside the flow process")
-            store = RunStore(storage_from_config(job.config, job.storage_uri), job.run_id)
-            ctx = _CONTEXTS[key] = RunContext(Experiment(job.config), store)
-    if job.mode == "process":
-        _sync_worker(ctx, job.generation)
-    return ctx
-
-
-def _sync_worker(ctx: RunContext, generation: int) -> None:
-    """Bring a worker's buffer to the commit of `generation - 1` and reserve this generation's staging."""
-    with ctx.lock:
-        target = generation - 1
-        if ctx.exp.buffer is None:  # on-policy: nothing shared to sync
-            ctx.synced = target
-        if ctx.synced != target:
-            if ctx.synced == target - 1 and target >= 0:
-                ctx.store.extend_buffer(target, ctx.exp.buffer)
-            elif target >= 0:
-                ctx.store.rebuild_buffer(target, ctx.exp.buffer)
-            else:
-                ctx.exp.buffer.size, ctx.exp.buffer.pos = 0, 0
-            ctx.synced = target
-        if ctx.staged != generation:
-            ctx.exp.begin_generation()
-            ctx.staged = generation
+WORKER_RUNS = WorkerRuns()
 
 
 @task(name="train-member", cache_policy=NO_CACHE, task_run_name="train g{job.generation} m{slot}")
-def train_member_task(job: GenerationJob, slot: int, state: MemberState | None = None) -> TrainOutput:
-    """Train one member for evo_steps env steps (learning as it goes)."""
-    ctx = _context(job)
-    if job.mode == "threads":
-        return TrainOutput(ctx.exp.train(slot, job.generation))
-    ctx.exp.load_member_state(slot, state.tensors, state.meta)
-    result = ctx.exp.train(slot, job.generation)
-    tensors, meta = ctx.exp.population.members[slot].agent.state()
-    buf = ctx.exp.buffer
-    shard = None if buf is None else ctx.store.put_shard(job.generation, slot, buf.shard(slot))
-    return TrainOutput(result, MemberState(tensors, meta), shard)
+def train_member_task(job: GenerationJob, slot: int, member: Evolution | MemberState) -> TrainOutput:
+    """Train one member for the job's steps (learning as it goes)."""
+    if isinstance(member, Evolution):
+        return TrainOutput(member.train(slot, job.generation, job.steps))
+    run = WORKER_RUNS.get(job)
+    run.evo.load_member_state(slot, member.tensors, member.meta)
+    result = run.evo.train(slot, job.generation, job.steps)
+    tensors, meta = run.evo.population.members[slot].agent.state()
+    shard = run.evo.arena.shard(slot)
+    ref = None if shard is None else run.store.put_shard(job.generation, slot, shard)
+    return TrainOutput(result, MemberState(tensors, meta), ref)
 
 
 @task(name="evaluate-member", cache_policy=NO_CACHE, task_run_name="evaluate g{job.generation} m{slot}")
-def evaluate_member_task(job: GenerationJob, slot: int, trained: TrainOutput) -> float:
+def evaluate_member_task(job: GenerationJob, slot: int, member: Evolution | TrainOutput) -> float:
     """Fitness of one trained member: mean return of greedy evaluation episodes."""
-    ctx = _context(job)
-    if job.mode == "process":
-        ctx.exp.load_member_state(slot, trained.state.tensors, trained.state.meta)
-        return ctx.exp.evaluate(slot, job.generation)
-    return ctx.exp.evaluate(slot, job.generation, eval_env=ctx.eval_env(slot))
+    if isinstance(member, Evolution):
+        return member.evaluate(slot, job.generation, own_env=True)
+    run = WORKER_RUNS.get(job)
+    run.evo.load_member_state(slot, member.state.tensors, member.state.meta)
+    return run.evo.evaluate(slot, job.generation)
+
+
+@task(name="fold-generation", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2,
+      task_run_name="fold g{job.generation}")
+def fold_generation_task(job: GenerationJob, evolution: Evolution, store: RunStore, outputs: list[TrainOutput],
+                         fitnesses: list[float]) -> list[ShardRef]:
+    """Fold the trained members and their experience into the flow's Evolution; returns the shards' refs.
+    Storage is read or written before anything is folded in, so a retry after a storage hiccup starts over."""
+    results = [o.result for o in outputs]
+    if not evolution.arena.shares_experience:
+        refs: list[ShardRef] = []
+        shards = None
+    elif job.mode == "threads":  # the staged shards are written before the in-memory commit empties them
+        shards = [evolution.arena.shard(r.slot) for r in results]
+        refs = [store.put_shard(job.generation, r.slot, sh) for r, sh in zip(results, shards, strict=True)]
+    else:
+        refs = [o.shard for o in outputs]
+        shards = [store.get_shard(ref) for ref in refs]
+    if job.mode == "process":  # the trained members come back as data
+        for slot, o in enumerate(outputs):
+            evolution.load_member_state(slot, o.state.tensors, o.state.meta)
+    evolution.finish_generation(results, fitnesses, shards)
+    return refs
 
 
 @task(name="commit-generation", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2,
       task_run_name="commit g{job.generation}")
-def commit_generation_task(job: GenerationJob, outputs: list[TrainOutput], fitnesses: list[float]) -> dict:
-    """Fold the trained members and their experience into the flow's Experiment (once), then write the
-    generation to storage: shards, members, manifest last. A retry after a storage hiccup only redoes
-    the writes, which are idempotent."""
-    ctx = flow_context(job.run_id)
-    exp = ctx.exp
-    done = bool(exp.history) and exp.history[-1].generation == job.generation
-    if not done:
-        results = [o.result for o in outputs]
-        if job.mode == "process":  # the trained agents come back as data
-            for slot, o in enumerate(outputs):
-                exp.load_member_state(slot, o.state.tensors, o.state.meta)
-        if exp.buffer is None:  # on-policy: members keep no shared experience
-            ctx.pending = []
-            exp.finish_generation(results, fitnesses)
-        elif job.mode == "threads":  # the shards leave the staging slots before the in-memory commit empties them
-            shards = [exp.buffer.shard(r.slot) for r in results]
-            ctx.pending = [ctx.store.put_shard(job.generation, r.slot, sh) for r, sh in zip(results, shards, strict=True)]
-            exp.finish_generation(results, fitnesses, shards)
-        else:
-            ctx.pending = [o.shard for o in outputs]
-            exp.finish_generation(results, fitnesses, [ctx.store.get_shard(ref) for ref in ctx.pending])
-    elif job.mode == "threads" and not ctx.pending and exp.buffer is not None:
-        raise RuntimeError(f"generation {job.generation} was folded in but its shards were never written")
-    exp.commit(ctx.store, ctx.pending)
-    ctx.store.prune(job.config.storage.keep_generations)
-    stats = exp.history[-1]
+def commit_generation_task(job: GenerationJob, evolution: Evolution, store: RunStore, shards: list[ShardRef]) -> dict:
+    """Write the folded generation to storage (members, evolution state, manifest last) and apply
+    retention. Idempotent: a retry rewrites the same files."""
+    evolution.commit(store, shards)
+    store.prune(job.config.storage.keep_generations)
+    stats = evolution.history[-1]
     return {"generation": stats.generation, "best_fitness": stats.best_fitness, "mean_fitness": stats.mean_fitness,
             "global_steps": stats.global_steps}
 
 
 @task(name="select-and-mutate", cache_policy=NO_CACHE, task_run_name="evolve g{job.generation}")
-def select_and_mutate_task(job: GenerationJob) -> list[str]:
+def select_and_mutate_task(job: GenerationJob, evolution: Evolution) -> list[str]:
     """Tournament selection with elitism, then mutation: the next generation's population."""
-    exp = flow_context(job.run_id).exp
-    exp.evolve()
-    return [m.mutation for m in exp.population.members]
+    evolution.evolve()
+    return [m.mutation for m in evolution.population.members]

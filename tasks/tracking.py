@@ -216,7 +216,7 @@ def member_rows(population, train_returns: list[float], space_names: list[str]) 
     for slot, m in enumerate(population.members):
         hp = m.agent.hp.model_dump()
         rows.append({"fitness": m.fitness, "train_return": train_returns[slot], "member_id": m.member_id,
-                     "mutation": m.mutation, "architecture": m.agent.arch.describe(),
+                     "mutation": m.mutation, "architecture": m.agent.describe(),
                      "param_count": m.agent.param_count(),
                      "hyperparameters": {k: hp[k] for k in space_names if isinstance(hp.get(k), int | float)}})
     return rows

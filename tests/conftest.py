@@ -87,6 +87,8 @@ def tiny_config(**overrides):
         for p in parts[:-1]:
             node = node.setdefault(p, {})
         node[parts[-1]] = v
+    if data.get("kind") == "offline":
+        data.pop("num_envs")  # members never act in training
     return validate_config(data)
 
 

@@ -10,18 +10,15 @@ import torch
 from gymnasium import spaces
 
 from agilerl_core.algorithms.dqn import DQN, categorical_projection
+from agilerl_core.algorithms.dqn_hp import DQNHyperparameters
 from agilerl_core.algorithms.sac import SAC, alpha_loss, squashed_log_prob
+from agilerl_core.algorithms.sac_hp import SACHyperparameters
 from agilerl_core.algorithms.td3 import DDPG, TD3
+from agilerl_core.algorithms.td3_hp import DDPGHyperparameters, TD3Hyperparameters
 from agilerl_core.buffers.nstep import NStepCollector
 from agilerl_core.buffers.prioritized import MemberPriorities, SumTree
 from agilerl_core.buffers.replay import ReplayBuffer, Transition, transition_fields
-from agilerl_core.config import (
-    DDPGHyperparameters,
-    DQNHyperparameters,
-    NetworkConfig,
-    SACHyperparameters,
-    TD3Hyperparameters,
-)
+from agilerl_core.config import NetworkConfig
 from agilerl_core.envs.spaces import ActionSpec, ObsSpec, action_spec
 from agilerl_core.networks import initial_arch
 

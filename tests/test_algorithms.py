@@ -11,7 +11,7 @@ import torch
 
 from agilerl_core.buffers.rollout import compute_gae
 from agilerl_core.config import load_config
-from agilerl_core.training.experiment import Experiment, train_local
+from agilerl_core.experiment import build_evolution, train_local
 
 CONFIGS = Path(__file__).resolve().parents[1] / "deployments" / "configs"
 SHIPPED = sorted(p.name for p in CONFIGS.glob("*.yaml"))
@@ -34,10 +34,12 @@ def _tiny(name: str, **extra):
     """The shipped config, shrunk to a few hundred steps per member (offline: gradient steps on a small
     random-policy dataset)."""
     cfg = load_config(CONFIGS / name)
-    over = {"num_envs": 2, "population_size": 3, "evo_steps": 160, "max_env_steps": 1440, "eval_episodes": 2,
+    over = {"population_size": 3, "evo_steps": 160, "max_env_steps": 1440, "eval_episodes": 2,
             "target_fitness": None, "eval_max_steps": 100, "network.hidden_sizes": [32, 32],
             "network.min_nodes": 16, "mutation.architecture": 1.0, "mutation.rl_hp": 1.0}
     hp = cfg.hyperparameters
+    if cfg.kind == "gym":
+        over["num_envs"] = 2
     if hasattr(hp, "learning_delay"):
         over.update({"hyperparameters.learning_delay": 40, "hyperparameters.batch_size": 32,
                      "hyperparameters.buffer_size": 2000})
@@ -49,7 +51,7 @@ def _tiny(name: str, **extra):
         over.update({"evo_steps": 32, "max_env_steps": 288, "eval_max_steps": 8, "hyperparameters.rollout_steps": 8,
                      "network.cnn.channels": [8, 8], "network.cnn.kernel_sizes": [8, 4],
                      "network.cnn.strides": [4, 2], "network.cnn.latent_dim": 32})
-    if cfg.dataset is not None:
+    if cfg.kind == "offline":
         over["dataset.uri"] = _dataset_for(cfg.env_id)
         if hasattr(hp, "cql_n_actions"):
             over["hyperparameters.cql_n_actions"] = 2
@@ -73,15 +75,15 @@ def _agent_tensors(exp):
 @pytest.mark.parametrize("name", SHIPPED)
 def test_checkpoint_round_trips_and_resumes_identically(name, tmp_path):
     cfg = _tiny(name, **{"mutation.parameters": 1.0})
-    straight = Experiment(cfg)
+    straight = build_evolution(cfg)
     for g in range(3):
         if g:
             straight.evolve()
         straight.run_generation()
-    first = Experiment(cfg)
+    first = build_evolution(cfg)
     first.run_generation()
     first.save(tmp_path / "ckpt")
-    resumed = Experiment(cfg)
+    resumed = build_evolution(cfg)
     resumed.restore(tmp_path / "ckpt")
     for a, b in zip(_agent_tensors(first), _agent_tensors(resumed), strict=True):  # the round trip itself
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -148,7 +150,7 @@ def test_running_obs_norm_matches_the_statistics_of_all_batches():
 @pytest.mark.parametrize("name", ["cartpole_dqn.yaml", "cartpole_ppo.yaml", "pendulum_sac.yaml"])
 def test_normalize_obs_trains_saves_and_resumes_identically(name, tmp_path):
     cfg = _tiny(name, **{"hyperparameters.normalize_obs": True, "mutation.parameters": 1.0})
-    straight = Experiment(cfg)
+    straight = build_evolution(cfg)
     for g in range(3):
         if g:
             straight.evolve()
@@ -160,10 +162,10 @@ def test_normalize_obs_trains_saves_and_resumes_identically(name, tmp_path):
         assert all(net.obs_norm is norm for net in m.agent.networks.values())
         tensors, _ = m.agent.state()
         assert torch.equal(tensors["obs_norm/mean"], norm.mean)
-    first = Experiment(cfg)
+    first = build_evolution(cfg)
     first.run_generation()
     first.save(tmp_path / "ckpt")
-    resumed = Experiment(cfg)
+    resumed = build_evolution(cfg)
     resumed.restore(tmp_path / "ckpt")
     for _ in range(2):
         resumed.evolve()
@@ -175,7 +177,7 @@ def test_normalize_obs_trains_saves_and_resumes_identically(name, tmp_path):
 
 def test_normalize_obs_changes_what_the_networks_see():
     cfg = _tiny("cartpole_dqn.yaml", **{"hyperparameters.normalize_obs": True})
-    agent = Experiment(cfg).population.members[0].agent
+    agent = build_evolution(cfg).population.members[0].agent
     obs = {"obs": torch.tensor([[0.1, 2.0, -0.2, 3.0], [0.3, -2.0, 0.2, 1.0]])}
     net = agent.networks["q"]
     assert torch.equal(net.features(obs), obs["obs"])  # no statistics yet: identity

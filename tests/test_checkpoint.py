@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from agilerl_core.errors import CheckpointError
+from agilerl_core.experiment import build_evolution
 from agilerl_core.hpo.population import Member
 from agilerl_core.io import load_member, load_population, save_member
-from agilerl_core.training.experiment import Experiment
 from tests.conftest import tiny_config
 from tests.test_dqn import SPEC, make_dqn
 
@@ -102,12 +102,13 @@ def test_weights_replaced_by_a_pickle_are_refused(tmp_path):
 
 def test_population_round_trip_continues_identically(tmp_path):
     cfg = tiny_config(max_env_steps=10_000)
-    a = Experiment(cfg)
+    a = build_evolution(cfg)
     a.run_generation()
     a.save(tmp_path / "pop")
-    b = Experiment(cfg)
+    b = build_evolution(cfg)
     b.restore(tmp_path / "pop")
-    assert b.buffer.size == a.buffer.size and torch.equal(b.buffer.committed()["reward"], a.buffer.committed()["reward"])
+    ba, bb = a.arena.buffer, b.arena.buffer
+    assert bb.size == ba.size and torch.equal(bb.committed()["reward"], ba.committed()["reward"])
     for exp in (a, b):
         exp.evolve()
         exp.run_generation()
@@ -120,13 +121,13 @@ def test_population_round_trip_continues_identically(tmp_path):
 
 def test_population_file_errors_name_the_file(tmp_path):
     cfg = tiny_config()
-    exp = Experiment(cfg)
+    exp = build_evolution(cfg)
     exp.run_generation()
     path = exp.save(tmp_path / "pop")
     buf = path / "buffer.safetensors"
     buf.write_bytes(buf.read_bytes()[:50])
     with pytest.raises(CheckpointError, match=r"buffer\.safetensors: checksum mismatch"):
-        load_population(path, exp.obs_spec, exp.buffer)
+        load_population(path, exp.arena.obs_spec, exp.arena.buffer)
     (path / "population.json").write_text("{ truncated")
     with pytest.raises(CheckpointError, match=r"population\.json: not valid JSON"):
-        load_population(path, exp.obs_spec)
+        load_population(path, exp.arena.obs_spec)

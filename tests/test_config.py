@@ -8,7 +8,7 @@ import pytest
 
 from agilerl_core.config import load_config, parse_overrides, validate_config
 from agilerl_core.errors import ConfigError
-from agilerl_core.training.experiment import Experiment
+from agilerl_core.experiment import build_evolution
 from tests.conftest import tiny_config
 
 SHIPPED = Path(__file__).resolve().parents[1] / "deployments" / "configs" / "cartpole_dqn.yaml"
@@ -60,7 +60,7 @@ def test_bad_fields_are_named(data, pattern):
 def test_env_and_cross_field_errors_come_before_any_work(overrides, pattern):
     cfg = tiny_config(**overrides)
     with pytest.raises(ConfigError, match=pattern):
-        Experiment(cfg)
+        build_evolution(cfg)
 
 
 def test_yaml_file_errors(tmp_path):

@@ -7,9 +7,11 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from agilerl_core.algorithms import DQN, FlatAdam, linear_epsilon
+from agilerl_core.algorithms.dqn import DQN, linear_epsilon
+from agilerl_core.algorithms.dqn_hp import DQNHyperparameters
+from agilerl_core.algorithms.optim import FlatAdam
 from agilerl_core.buffers.replay import Transition
-from agilerl_core.config import DQNHyperparameters, NetworkConfig
+from agilerl_core.config import NetworkConfig
 from agilerl_core.envs.spaces import ObsSpec
 from agilerl_core.networks import initial_arch
 

@@ -7,8 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from agilerl_core.hpo import HyperparameterSpec, Mutations, Population, TournamentSelection, merge_space
-from agilerl_core.hpo.mutation import MUTATION_KINDS
+from agilerl_core.hpo.evolvable import MUTATION_KINDS
+from agilerl_core.hpo.mutation import Mutations
+from agilerl_core.hpo.population import Population
+from agilerl_core.hpo.space import HyperparameterSpec, merge_space
+from agilerl_core.hpo.tournament import TournamentSelection
 from agilerl_core.networks import ArchBounds
 from agilerl_core.networks.evolvable import propose_mutation
 from tests.test_dqn import make_dqn
@@ -145,17 +148,17 @@ def test_partial_hp_space_override_keeps_the_algorithms_kind():
     import numpy as np
 
     from agilerl_core.config import load_config
-    from agilerl_core.training.experiment import Experiment
+    from agilerl_core.experiment import build_evolution
     from tests.conftest import ROOT_DIR
 
     cfg = load_config(ROOT_DIR / "deployments/configs/cartpole_dqn.yaml")
     assert cfg.hp_space["batch_size"].kind == "int" and cfg.hp_space["batch_size"].grow == 1.5
     assert cfg.hp_space["lr"].kind == "log"
-    exp = Experiment(cfg.model_copy(update={"population_size": 1}))
+    exp = build_evolution(cfg.model_copy(update={"population_size": 1}))
     agent = exp.population.members[0].agent
     rng = np.random.default_rng(0)
     for _ in range(30):
-        exp.mutations.rl_hp(agent, rng)
+        exp.settings.mutations.rl_hp(agent, rng)
         assert isinstance(agent.hp.batch_size, int) and isinstance(agent.hp.learn_step, int)
     agent.set_hyperparameter("batch_size", 100.4)  # a float-kind override on an int field rounds
     assert agent.hp.batch_size == 100

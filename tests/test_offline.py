@@ -14,9 +14,11 @@ import torch
 from gymnasium import spaces
 
 from agilerl_core.algorithms.bc import BC
+from agilerl_core.algorithms.bc_hp import BCHyperparameters
 from agilerl_core.algorithms.cql import CQL, CQN, discrete_penalty, sampled_logsumexp
+from agilerl_core.algorithms.cql_hp import CQLHyperparameters, CQNHyperparameters
 from agilerl_core.buffers.replay import Transition
-from agilerl_core.config import BCHyperparameters, CQLHyperparameters, CQNHyperparameters, NetworkConfig
+from agilerl_core.config import NetworkConfig
 from agilerl_core.data.collect import collect_episodes, write_dataset
 from agilerl_core.data.fetch import resolve_dataset
 from agilerl_core.data.hdf5 import read_hdf5, write_hdf5
@@ -234,11 +236,11 @@ def test_bad_datasets_name_the_key_and_the_fix(tmp_path, episodes):
         check_fits(bad_actions, "CartPole-v1", *cartpole)
     # through a config: refused before any work, and a pinned hash guards against other data
     with pytest.raises(DatasetError, match="key 'observations'"):
-        from agilerl_core.training.experiment import Experiment
+        from agilerl_core.experiment import build_evolution
 
-        Experiment.check(tiny_config(algorithm="cqn", **{"dataset.uri": str(tmp_path / "p.hdf5")}))
+        build_evolution(tiny_config(kind="offline", algorithm="cqn", **{"dataset.uri": str(tmp_path / "p.hdf5")}))
     with pytest.raises(DatasetError, match="differs from dataset.sha256"):
-        Experiment.check(tiny_config(algorithm="cqn", **{"dataset.uri": str(good), "dataset.sha256": "0" * 64}))
+        build_evolution(tiny_config(kind="offline", algorithm="cqn", **{"dataset.uri": str(good), "dataset.sha256": "0" * 64}))
 
 
 # ---- S3 -------------------------------------------------------------------------------------------------
@@ -274,6 +276,7 @@ def test_s3_dataset_is_downloaded_once_then_served_from_the_verified_cache(s3, t
 # ---- the offline flow -----------------------------------------------------------------------------------
 OFFLINE = """\
 name: offline-test
+kind: offline
 env_id: CartPole-v1
 algorithm: cqn
 dataset: {{uri: {uri}}}

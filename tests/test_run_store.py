@@ -8,13 +8,14 @@ import pytest
 import torch
 
 from agilerl_core.errors import CheckpointError, ConfigError
+from agilerl_core.experiment import build_evolution
+from agilerl_core.hpo.evolution import Evolution
 from agilerl_core.io.run_store import RunStore, check_run_id, ring_after
 from agilerl_core.io.storage import LocalStorage
-from agilerl_core.training.experiment import Experiment
 from tests.conftest import tiny_config
 
 
-def _run(exp: Experiment, store: RunStore, generations: int) -> None:
+def _run(exp: Evolution, store: RunStore, generations: int) -> None:
     """The pipeline's sequence in one process: evolve, train, evaluate, commit shards + generation."""
     for _ in range(generations):
         if exp.history:
@@ -23,7 +24,7 @@ def _run(exp: Experiment, store: RunStore, generations: int) -> None:
         n = len(exp.population.members)
         results = [exp.train(s) for s in range(n)]
         fits = [exp.evaluate(s) for s in range(n)]
-        shards = [exp.buffer.shard(s) for s in range(n)]
+        shards = [exp.arena.buffer.shard(s) for s in range(n)]
         refs = [store.put_shard(exp.population.generation, s, sh) for s, sh in enumerate(shards)]
         exp.finish_generation(results, fits, shards)
         exp.commit(store, refs)
@@ -41,17 +42,17 @@ def test_run_ids_are_checked():
 
 
 def test_ring_arithmetic_matches_the_buffer():
-    exp = Experiment(tiny_config(**{"hyperparameters.buffer_size": 700}))
+    exp = build_evolution(tiny_config(**{"hyperparameters.buffer_size": 700}))
     size, pos = 0, 0
     for _ in range(3):
         exp.run_generation()
         size, pos = ring_after(size, pos, 700, 3 * 200)
-        assert (exp.buffer.size, exp.buffer.pos) == (size, pos)
+        assert (exp.arena.buffer.size, exp.arena.buffer.pos) == (size, pos)
 
 
 def test_generation_without_manifest_did_not_happen(tmp_path):
     store = RunStore(LocalStorage(tmp_path), "r")
-    exp = Experiment(tiny_config())
+    exp = build_evolution(tiny_config())
     _run(exp, store, 2)
     assert store.committed_generations() == [0, 1]
     # a crash mid-commit of generation 2: members written, no manifest
@@ -65,17 +66,17 @@ def test_generation_without_manifest_did_not_happen(tmp_path):
 def test_resume_from_store_continues_bit_identically(tmp_path):
     # a small ring so that it wraps: the rebuilt buffer must keep the ring layout, not just the rows
     cfg = tiny_config(**{"hyperparameters.buffer_size": 1000})
-    ref = Experiment(cfg)
+    ref = build_evolution(cfg)
     _run(ref, RunStore(LocalStorage(tmp_path / "a"), "r"), 4)
 
     store = RunStore(LocalStorage(tmp_path / "b"), "r")
-    first = Experiment(cfg)
+    first = build_evolution(cfg)
     _run(first, store, 2)
-    resumed = Experiment(cfg)
+    resumed = build_evolution(cfg)
     resumed.resume(store, store.latest_generation())
-    assert (resumed.buffer.size, resumed.buffer.pos) == (first.buffer.size, first.buffer.pos)
-    for k in first.buffer.fields:
-        torch.testing.assert_close(resumed.buffer._storage[k][:1000], first.buffer._storage[k][:1000], rtol=0, atol=0)
+    assert (resumed.arena.buffer.size, resumed.arena.buffer.pos) == (first.arena.buffer.size, first.arena.buffer.pos)
+    for k in first.arena.buffer.fields:
+        torch.testing.assert_close(resumed.arena.buffer._storage[k][:1000], first.arena.buffer._storage[k][:1000], rtol=0, atol=0)
     _run(resumed, store, 2)
     assert [h.fitnesses for h in resumed.history] == [h.fitnesses for h in ref.history]
     assert [e.to_dict() for e in resumed.population.lineage] == [e.to_dict() for e in ref.population.lineage]
@@ -86,7 +87,7 @@ def test_resume_from_store_continues_bit_identically(tmp_path):
 
 def test_tampered_committed_files_are_refused(tmp_path):
     store = RunStore(LocalStorage(tmp_path), "r")
-    _run(Experiment(tiny_config()), store, 1)
+    _run(build_evolution(tiny_config()), store, 1)
     path = tmp_path / "r/generations/000000/population/population.json"
     data = json.loads(path.read_text())
     data["generation"] = 5
@@ -95,16 +96,16 @@ def test_tampered_committed_files_are_refused(tmp_path):
         store.load_generation(0)
     shard = tmp_path / "r/generations/000000/shards/1.safetensors"
     shard.write_bytes(shard.read_bytes()[:-10])
-    exp = Experiment(tiny_config())
+    exp = build_evolution(tiny_config())
     with pytest.raises(CheckpointError, match="shards/1.safetensors: checksum mismatch"):
-        store.rebuild_buffer(0, exp.buffer)
+        store.rebuild_buffer(0, exp.arena.buffer)
 
 
 def test_retention_keeps_last_k_every_elite_and_the_buffer_window(tmp_path):
     # 3 members x 200 steps = 600 rows per generation; a 1000-row buffer needs the last 2 generations' shards
     cfg = tiny_config(**{"hyperparameters.buffer_size": 1000, "max_env_steps": 10_000})
     store = RunStore(LocalStorage(tmp_path), "r")
-    exp = Experiment(cfg)
+    exp = build_evolution(cfg)
     _run(exp, store, 5)
     assert store.prune(keep=2) == [0, 1, 2]
     for g in range(5):
@@ -121,9 +122,9 @@ def test_retention_keeps_last_k_every_elite_and_the_buffer_window(tmp_path):
         assert set(m["files"]) <= on_disk
         assert bool(m["shards"]) == (g >= 3)
     # the buffer can still be rebuilt after pruning
-    fresh = Experiment(cfg)
+    fresh = build_evolution(cfg)
     fresh.resume(store, 4)
-    assert fresh.buffer.size == exp.buffer.size and fresh.buffer.pos == exp.buffer.pos
+    assert fresh.arena.buffer.size == exp.arena.buffer.size and fresh.arena.buffer.pos == exp.arena.buffer.pos
     assert store.prune(keep=2) == []  # idempotent
 
 

@@ -8,16 +8,17 @@ from pathlib import Path
 import pytest
 import torch
 
+from agilerl_core.experiment import build_evolution
+from agilerl_core.hpo.evolution import Evolution
 from agilerl_core.io.run_store import RunStore
 from agilerl_core.io.storage import LocalStorage
-from agilerl_core.training.experiment import Experiment
 from tasks.generation import (
+    WORKER_RUNS,
     GenerationJob,
     MemberState,
     commit_generation_task,
     evaluate_member_task,
-    register_context,
-    release_context,
+    fold_generation_task,
     select_and_mutate_task,
     train_member_task,
 )
@@ -26,24 +27,24 @@ from tests.conftest import tiny_config
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _generations(cfg, store, run_id: str, mode: str, n: int) -> Experiment:
-    exp = Experiment(cfg)
-    register_context(run_id, exp, store)
+def _generations(cfg, store, run_id: str, mode: str, n: int) -> Evolution:
+    exp = build_evolution(cfg)
     try:
         for g in range(n):
-            job = GenerationJob(run_id, cfg, store.storage.uri, g, mode)
+            job = GenerationJob(run_id, cfg, store.storage.uri, g, exp.generation_steps(), mode)
             if exp.history:
-                select_and_mutate_task.fn(job)
+                select_and_mutate_task.fn(job, exp)
             exp.begin_generation()
             slots = range(len(exp.population.members))
-            states = [MemberState(*m.agent.state()) if mode == "process" else None for m in exp.population.members]
-            outs = [train_member_task.fn(job, s, states[s]) for s in slots]
-            fits = [evaluate_member_task.fn(job, s, outs[s]) for s in slots]
-            info = commit_generation_task.fn(job, outs, fits)
+            refs = [MemberState(*m.agent.state()) if mode == "process" else exp for m in exp.population.members]
+            outs = [train_member_task.fn(job, s, refs[s]) for s in slots]
+            fits = [evaluate_member_task.fn(job, s, outs[s] if mode == "process" else exp) for s in slots]
+            shards = fold_generation_task.fn(job, exp, store, outs, fits)
+            info = commit_generation_task.fn(job, exp, store, shards)
             assert info["generation"] == g
-            assert commit_generation_task.fn(job, outs, fits) == info  # a retried commit changes nothing
+            assert commit_generation_task.fn(job, exp, store, shards) == info  # a retried commit changes nothing
     finally:
-        release_context(run_id)
+        WORKER_RUNS.drop(run_id)
     return exp
 
 
@@ -58,7 +59,7 @@ def _config(kind: str):
 @pytest.mark.parametrize("kind", ["dqn", "cartpole_rainbow.yaml", "pendulum_td3.yaml", "cartpole_ppo.yaml"])
 def test_thread_and_process_tasks_match_the_local_loop(kind, tmp_path):
     cfg = _config(kind)
-    local = Experiment(cfg)
+    local = build_evolution(cfg)
     for _ in range(3):
         if local.history:
             local.evolve()
@@ -71,8 +72,8 @@ def test_thread_and_process_tasks_match_the_local_loop(kind, tmp_path):
     for exp in runs.values():
         assert [h.fitnesses for h in exp.history] == [h.fitnesses for h in local.history]
         assert [e.to_dict() for e in exp.population.lineage] == [e.to_dict() for e in local.population.lineage]
-        if local.buffer is not None:
-            assert (exp.buffer.size, exp.buffer.pos) == (local.buffer.size, local.buffer.pos)
+        if local.arena.buffer is not None:
+            assert (exp.arena.buffer.size, exp.arena.buffer.pos) == (local.arena.buffer.size, local.arena.buffer.pos)
         for a, b in zip(exp.population.members, local.population.members, strict=True):
             ta, tb = a.agent.state()[0], b.agent.state()[0]
             assert all(torch.equal(ta[k], tb[k]) for k in tb)
@@ -84,14 +85,13 @@ def test_process_tasks_resync_a_fresh_worker_from_storage(tmp_path):
     store = RunStore(LocalStorage(tmp_path), "r")
     exp = _generations(cfg, store, "r", "threads", 2)
     exp.evolve()
-    job = GenerationJob("r", cfg, str(tmp_path), 2, "process")
-    register_context("r", exp, store)
+    job = GenerationJob("r", cfg, str(tmp_path), 2, exp.generation_steps(), "process")
     try:
         out = train_member_task.fn(job, 1, MemberState(*exp.population.members[1].agent.state()))
         exp.begin_generation()
         ref = exp.train(1)
     finally:
-        release_context("r")
+        WORKER_RUNS.drop("r")
     assert out.result.mean_loss == ref.mean_loss and out.result.env_steps == ref.env_steps
     assert out.shard.rows == ref.env_steps
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agilerl_core.training.experiment import Experiment, train_local
+from agilerl_core.experiment import build_evolution, train_local
 from tests.conftest import tiny_config
 
 
@@ -31,7 +31,9 @@ def test_same_seed_same_result(tmp_path):
 def test_budget_and_steps_are_counted(tmp_path):
     cfg = tiny_config(max_env_steps=1000, evo_steps=198)  # 198 -> 50 vector steps of 4 envs = 200 per member
     res = train_local(cfg, progress=False, run_dir=tmp_path)
-    assert res.global_steps == 1200 and res.generations == 2
+    # the last generation shrinks to the 400 steps left: ceil(400 / 3) = 134 -> 34 vector steps = 136 per member
+    assert res.global_steps == 600 + 3 * 136 and res.generations == 2
+    assert res.summary()["max_env_steps"] == 1000
     assert (tmp_path / "elite" / "member.json").is_file() and (tmp_path / "population" / "population.json").is_file()
 
 
@@ -44,7 +46,7 @@ def test_image_env_trains_with_the_cnn(tmp_path):
     cfg = tiny_config(env_id="agilerl_test/Image-v0", **{
         "network.cnn": {"channels": [8], "kernel_sizes": [3], "strides": [1], "latent_dim": 16},
         "mutation.architecture": 1.0, "mutation.new_layer_share": 0.5})
-    exp = Experiment(cfg)
+    exp = build_evolution(cfg)
     assert not exp.population.members[0].agent.networks["q"].plain_mlp
     for _ in range(3):
         if exp.history:
@@ -58,8 +60,8 @@ def test_dict_env_with_action_masks_never_takes_invalid_actions(tmp_path):
     cfg = tiny_config(env_id="agilerl_test/MaskedDict-v0", **{"hyperparameters.eps_decay_steps": 10_000})
     res = train_local(cfg, progress=False, run_dir=tmp_path)
     assert res.generations == 2
-    exp = Experiment(cfg)
-    assert "next_action_mask" in exp.buffer.fields
+    exp = build_evolution(cfg)
+    assert "next_action_mask" in exp.arena.buffer.fields
 
 
 @pytest.mark.slow

@@ -1,8 +1,3 @@
-"""RL algorithms on a small shared base."""
-
-from agilerl_core.algorithms.base import RLAlgorithm
-from agilerl_core.algorithms.dqn import DQN, linear_epsilon
-from agilerl_core.algorithms.optim import FlatAdam
-from agilerl_core.algorithms.registry import get_algorithm
-
-__all__ = ["DQN", "FlatAdam", "RLAlgorithm", "get_algorithm", "linear_epsilon"]
+"""RL algorithms on a small shared base: one module per algorithm, its hyperparameter model beside it
+(``dqn.py`` and ``dqn_hp.py``), and the registry of their traits. Import the modules you need; this package
+imports nothing, so reading the registry never loads torch."""

@@ -17,7 +17,6 @@ import torch.nn.functional as F
 
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.buffers.replay import Transition
-from agilerl_core.hpo.space import LEARNING_RATE, HyperparameterSpec
 
 
 class GaussianNoise:
@@ -52,14 +51,6 @@ class OUNoise:
     def sample(self, rng: np.random.Generator, scale: float, theta: float, dt: float) -> np.ndarray:
         self.x += (-theta * self.x * dt + scale * np.sqrt(dt) * rng.standard_normal(self.x.shape)).astype(np.float32)
         return self.x.copy()
-
-
-ACTOR_CRITIC_SPACE: dict[str, HyperparameterSpec] = {
-    "lr_actor": LEARNING_RATE,
-    "lr_critic": LEARNING_RATE,
-    "batch_size": HyperparameterSpec(min=32, max=1024, kind="int", grow=1.5, shrink=0.75),
-    "learn_step": HyperparameterSpec(min=1, max=16, kind="int", grow=1.5, shrink=0.75),
-}
 
 
 class ContinuousActorCritic(RLAlgorithm):

@@ -16,10 +16,18 @@ import numpy as np
 import torch
 from pydantic import BaseModel
 
+from agilerl_core.algorithms.hp_base import Hyperparameters
 from agilerl_core.algorithms.optim import FlatAdam, flatten_parameters
 from agilerl_core.envs.spaces import ActionSpec, Obs, ObsSpec
-from agilerl_core.hpo.space import HyperparameterSpace
-from agilerl_core.networks.evolvable import ArchSpec, EvolvableNetwork
+from agilerl_core.hpo.evolvable import MUTATION_KINDS, MutationSettings
+from agilerl_core.networks.evolvable import (
+    LAYER_MUTATIONS,
+    NODE_MUTATIONS,
+    ArchSpec,
+    EvolvableNetwork,
+    propose_mutation,
+    with_activation,
+)
 from agilerl_core.networks.obs_norm import RunningObsNorm
 from agilerl_core.networks.transfer import copy_overlap
 
@@ -28,8 +36,7 @@ class RLAlgorithm(ABC):
     """Base of all algorithms: networks built from one ArchSpec, evolvable as a group."""
 
     name: ClassVar[str]
-    hp_model: ClassVar[type[BaseModel]]
-    default_hp_space: ClassVar[HyperparameterSpace]
+    hp_model: ClassVar[type[Hyperparameters]]  # its mutable space: hp_model.default_space
     online_networks: ClassVar[tuple[str, ...]]  # trained networks, each with its own Adam
     target_networks: ClassVar[dict[str, str]]  # target name -> online network it tracks
     lr_field: ClassVar[str] = "lr"  # the hp field of every optimiser's learning rate...
@@ -37,6 +44,7 @@ class RLAlgorithm(ABC):
     noise_networks: ClassVar[tuple[str, ...] | None] = None  # parameter-noise mutation targets (None: all online)
     action_kinds: ClassVar[tuple[str, ...]] = ("discrete",)  # ActionSpec kinds the algorithm handles
     uses_replay: ClassVar[bool] = True  # off-policy: learns from the shared replay buffer
+    mutation_kinds: ClassVar[frozenset[str]] = frozenset(MUTATION_KINDS)  # every kind (Evolvable protocol)
 
     def __init__(self, obs_spec: ObsSpec, action: ActionSpec | int, arch: ArchSpec, hp: BaseModel, seed: int,
                  device: str | torch.device = "cpu") -> None:
@@ -141,6 +149,49 @@ class RLAlgorithm(ABC):
         for n, opt in self.optimizers.items():
             if self.optimizer_lrs.get(n, self.lr_field) == name:
                 opt.lr = float(value)
+
+    # ---- the Evolvable protocol (agilerl_core.hpo.evolvable) -----------------------------------------
+    def describe(self) -> str:
+        return self.arch.describe()
+
+    def mutate(self, kind: str, rng: np.random.Generator, settings: MutationSettings) -> str:
+        """Architecture, parameter-noise and activation mutations of every network together."""
+        if kind == "architecture":
+            return self._mutate_architecture(rng, settings)
+        if kind == "parameters":
+            return self._perturb_parameters(rng, settings.parameter_strength)
+        if kind == "activation":
+            return self._mutate_activation(rng, settings.arch_bounds.activation_choices)
+        raise ValueError(f"{self.name} has no mutation of kind {kind!r}; its kinds are {sorted(self.mutation_kinds)}")
+
+    def _mutate_architecture(self, rng: np.random.Generator, settings: MutationSettings) -> str:
+        layer = rng.random() < settings.new_layer_share
+        names = [n for n in (LAYER_MUTATIONS if layer else NODE_MUTATIONS) if n.startswith("mlp.") or self.arch.cnns]
+        for i in rng.permutation(len(names)):
+            proposal = propose_mutation(self.arch, names[i], settings.arch_bounds, rng)
+            if proposal is not None:
+                arch, desc = proposal
+                self.apply_architecture(arch)
+                return f"arch:{desc}"
+        return "none(arch at bounds)"
+
+    @torch.no_grad()
+    def _perturb_parameters(self, rng: np.random.Generator, strength: float) -> str:
+        gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
+        for name in self.noise_networks or self.online_networks:
+            for p in self.networks[name].parameters():
+                if p.ndim >= 2 and p.numel() > 1:
+                    noise = torch.randn(p.shape, generator=gen).to(p.device)
+                    p.add_(noise * (strength * p.std()))
+        return f"params:noise({strength})"
+
+    def _mutate_activation(self, rng: np.random.Generator, activation_choices) -> str:
+        choices = [a for a in activation_choices if a != self.arch.activation]
+        if not choices:
+            return "none(one activation)"
+        act = str(rng.choice(choices))
+        self.apply_architecture(with_activation(self.arch, act))
+        return f"activation:{act}"
 
     # ---- acting (what the training loops call) ------------------------------------------------------
     @abstractmethod

@@ -15,10 +15,9 @@ import torch
 import torch.nn.functional as F
 
 from agilerl_core.algorithms.base import RLAlgorithm
+from agilerl_core.algorithms.bc_hp import BCHyperparameters
 from agilerl_core.buffers.replay import Transition
-from agilerl_core.config import BCHyperparameters
 from agilerl_core.envs.spaces import Obs
-from agilerl_core.hpo.space import LEARNING_RATE, HyperparameterSpec
 
 
 class BC(RLAlgorithm):
@@ -29,8 +28,6 @@ class BC(RLAlgorithm):
     online_networks = ("policy",)
     target_networks: ClassVar[dict[str, str]] = {}
     action_kinds: ClassVar[tuple[str, ...]] = ("discrete", "box")
-    default_hp_space: ClassVar[dict[str, HyperparameterSpec]] = {
-        "lr": LEARNING_RATE, "batch_size": HyperparameterSpec(min=32, max=1024, kind="int", grow=1.5, shrink=0.75)}
 
     def loss(self, batch: Transition) -> torch.Tensor:
         out = self.networks["policy"](batch.obs)

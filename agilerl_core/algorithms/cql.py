@@ -23,17 +23,13 @@ from typing import ClassVar
 
 import torch
 
-from agilerl_core.algorithms.actor_critic import ACTOR_CRITIC_SPACE
+from agilerl_core.algorithms.cql_hp import CQLHyperparameters, CQNHyperparameters
 from agilerl_core.algorithms.dqn import DQN
 from agilerl_core.algorithms.sac import SAC
 from agilerl_core.buffers.replay import Transition
-from agilerl_core.config import CQLHyperparameters, CQNHyperparameters
 from agilerl_core.envs.spaces import Obs
-from agilerl_core.hpo.space import LEARNING_RATE, HyperparameterSpec
 
 # the penalty weight is the hyperparameter CQL is most sensitive to: it evolves on a log scale
-CQL_ALPHA = HyperparameterSpec(min=0.05, max=20.0, kind="log", grow=1.5, shrink=1 / 1.5)
-BATCH_SIZE = HyperparameterSpec(min=32, max=1024, kind="int", grow=1.5, shrink=0.75)
 
 
 def discrete_penalty(q: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
@@ -52,8 +48,6 @@ class CQN(DQN):
 
     name: ClassVar[str] = "cqn"
     hp_model = CQNHyperparameters
-    default_hp_space: ClassVar[dict[str, HyperparameterSpec]] = {
-        "lr": LEARNING_RATE, "batch_size": BATCH_SIZE, "cql_alpha": CQL_ALPHA}
 
     @property
     def fused(self) -> bool:
@@ -77,9 +71,6 @@ class CQL(SAC):
 
     name: ClassVar[str] = "cql"
     hp_model = CQLHyperparameters
-    default_hp_space: ClassVar[dict[str, HyperparameterSpec]] = {
-        "lr_actor": ACTOR_CRITIC_SPACE["lr_actor"], "lr_critic": ACTOR_CRITIC_SPACE["lr_critic"],
-        "batch_size": BATCH_SIZE, "cql_alpha": CQL_ALPHA}
 
     @torch.no_grad()
     def penalty_actions(self, batch: Transition) -> tuple[Obs, torch.Tensor, torch.Tensor]:

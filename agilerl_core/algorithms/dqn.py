@@ -19,12 +19,11 @@ import torch
 import torch.nn.functional as F
 
 from agilerl_core.algorithms.base import RLAlgorithm
+from agilerl_core.algorithms.dqn_hp import DQNHyperparameters, RainbowHyperparameters
 from agilerl_core.algorithms.fused_mlp import backward_into, forward_cached
 from agilerl_core.buffers.prioritized import MemberPriorities
 from agilerl_core.buffers.replay import Transition, bootstrap_discount
-from agilerl_core.config import DQNHyperparameters, RainbowHyperparameters
 from agilerl_core.envs.spaces import Obs
-from agilerl_core.hpo.space import LEARNING_RATE, HyperparameterSpec
 from agilerl_core.networks.evolvable import ArchSpec
 
 
@@ -70,11 +69,6 @@ class DQN(RLAlgorithm):
     hp_model = DQNHyperparameters
     online_networks = ("q",)
     target_networks: ClassVar[dict[str, str]] = {"q_target": "q"}
-    default_hp_space: ClassVar[dict[str, HyperparameterSpec]] = {
-        "lr": LEARNING_RATE,
-        "batch_size": HyperparameterSpec(min=32, max=512, kind="int", grow=1.5, shrink=0.75),
-        "learn_step": HyperparameterSpec(min=1, max=16, kind="int", grow=1.5, shrink=0.75),
-    }
 
     def __init__(self, obs_spec, action, arch, hp, seed, device="cpu") -> None:
         super().__init__(obs_spec, action, arch, hp, seed, device)

@@ -20,10 +20,9 @@ import torch
 
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.optim import adam_update_
+from agilerl_core.algorithms.ppo_hp import PPOHyperparameters
 from agilerl_core.buffers.rollout import Rollout
-from agilerl_core.config import PPOHyperparameters
 from agilerl_core.envs.spaces import Obs
-from agilerl_core.hpo.space import LEARNING_RATE, HyperparameterSpec
 
 
 def ppo_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, clip: float) -> torch.Tensor:
@@ -51,11 +50,6 @@ class PPO(RLAlgorithm):
     online_networks = ("actor", "critic")
     target_networks: ClassVar[dict[str, str]] = {}
     noise_networks: ClassVar[tuple[str, ...]] = ("actor",)
-    default_hp_space: ClassVar[dict[str, HyperparameterSpec]] = {
-        "lr": LEARNING_RATE,
-        "clip_coef": HyperparameterSpec(min=0.05, max=0.4, kind="float", grow=1.2, shrink=0.8),
-        "update_epochs": HyperparameterSpec(min=1, max=10, kind="int", grow=1.5, shrink=0.75),
-    }
 
     def __init__(self, obs_spec, action, arch, hp, seed, device="cpu") -> None:
         super().__init__(obs_spec, action, arch, hp, seed, device)

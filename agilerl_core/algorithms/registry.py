@@ -1,36 +1,79 @@
-"""Algorithms by config name."""
+"""Algorithms by config name, with their traits: hyperparameter model, the kinds of experiment they train in
+and the arena that trains them there, on- or off-policy.
+
+The table holds no algorithm class: an implementation is imported on first use (``get_algorithm``), so the
+config (which builds its unions from this table) validates without importing torch or any algorithm.
+"""
 
 from __future__ import annotations
 
-from agilerl_core.hpo.space import HyperparameterSpec
+import importlib
+from dataclasses import dataclass
+
+from agilerl_core.algorithms.bc_hp import BCHyperparameters
+from agilerl_core.algorithms.cql_hp import CQLHyperparameters, CQNHyperparameters
+from agilerl_core.algorithms.dqn_hp import DQNHyperparameters, RainbowHyperparameters
+from agilerl_core.algorithms.hp_base import Hyperparameters
+from agilerl_core.algorithms.ppo_hp import PPOHyperparameters
+from agilerl_core.algorithms.sac_hp import SACHyperparameters
+from agilerl_core.algorithms.td3_hp import DDPGHyperparameters, TD3Hyperparameters
 
 
-def _algorithms() -> dict[str, type]:
-    from agilerl_core.algorithms.bc import BC
-    from agilerl_core.algorithms.cql import CQL, CQN
-    from agilerl_core.algorithms.dqn import DQN, Rainbow
-    from agilerl_core.algorithms.ppo import PPO
-    from agilerl_core.algorithms.sac import SAC
-    from agilerl_core.algorithms.td3 import DDPG, TD3
+@dataclass(frozen=True)
+class AlgorithmInfo:
+    """One algorithm's traits."""
 
-    return {cls.name: cls for cls in (DQN, Rainbow, DDPG, TD3, SAC, PPO, CQN, CQL, BC)}
+    name: str
+    hp_model: type[Hyperparameters]
+    implementation: str  # "module:Class", imported on first use
+    arenas: dict[str, str]  # experiment kind -> the arena that trains it there; the first kind is its home
+    on_policy: bool = False  # learns only from its own fresh rollouts (no replay, no fixed dataset)
+
+    @property
+    def home(self) -> str:
+        """The kind of experiment the algorithm was made for."""
+        return next(iter(self.arenas))
+
+    @property
+    def offline_only(self) -> bool:
+        return tuple(self.arenas) == ("offline",)
 
 
-def algorithms_for(action_kind: str) -> list[str]:
-    """Names of the algorithms that act in spaces of `action_kind` ("discrete" or "box")."""
-    return sorted(n for n, cls in _algorithms().items() if action_kind in cls.action_kinds)
+_OFF_POLICY = {"gym": "gym_off_policy", "offline": "offline"}
+_OFFLINE_FIRST = {"offline": "offline", "gym": "gym_off_policy"}
+ALGORITHMS: dict[str, AlgorithmInfo] = {a.name: a for a in (
+    AlgorithmInfo("dqn", DQNHyperparameters, "agilerl_core.algorithms.dqn:DQN", _OFF_POLICY),
+    AlgorithmInfo("rainbow", RainbowHyperparameters, "agilerl_core.algorithms.dqn:Rainbow", _OFF_POLICY),
+    AlgorithmInfo("ddpg", DDPGHyperparameters, "agilerl_core.algorithms.td3:DDPG", _OFF_POLICY),
+    AlgorithmInfo("td3", TD3Hyperparameters, "agilerl_core.algorithms.td3:TD3", _OFF_POLICY),
+    AlgorithmInfo("sac", SACHyperparameters, "agilerl_core.algorithms.sac:SAC", _OFF_POLICY),
+    AlgorithmInfo("ppo", PPOHyperparameters, "agilerl_core.algorithms.ppo:PPO", {"gym": "gym_on_policy"},
+                  on_policy=True),
+    AlgorithmInfo("cqn", CQNHyperparameters, "agilerl_core.algorithms.cql:CQN", _OFFLINE_FIRST),
+    AlgorithmInfo("cql", CQLHyperparameters, "agilerl_core.algorithms.cql:CQL", _OFFLINE_FIRST),
+    AlgorithmInfo("bc", BCHyperparameters, "agilerl_core.algorithms.bc:BC", {"offline": "offline"}),
+)}
+
+
+def algorithms_for_kind(kind: str) -> tuple[str, ...]:
+    """Names of the algorithms that train in experiments of `kind` (config order)."""
+    return tuple(n for n, a in ALGORITHMS.items() if kind in a.arenas)
+
+
+def algorithm_info(name: str) -> AlgorithmInfo:
+    if name not in ALGORITHMS:
+        raise KeyError(f"unknown algorithm {name!r}; available: {sorted(ALGORITHMS)}")
+    return ALGORITHMS[name]
 
 
 def get_algorithm(name: str) -> type:
-    algos = _algorithms()
-    if name not in algos:
-        raise KeyError(f"unknown algorithm {name!r}; available: {sorted(algos)}")
-    return algos[name]
+    """The algorithm's class (imports its module)."""
+    module, _, cls = algorithm_info(name).implementation.partition(":")
+    return getattr(importlib.import_module(module), cls)
 
 
-class _Spaces(dict):
-    def __missing__(self, key: str) -> dict[str, HyperparameterSpec]:
-        return get_algorithm(key).default_hp_space
-
-
-ALGORITHM_HP_SPACES = _Spaces()
+def algorithms_for(action_kind: str, kind: str) -> list[str]:
+    """Names of the algorithms made for experiments of `kind` (or able to learn there, offline) that act in
+    spaces of `action_kind` ("discrete" or "box"): what an error suggests instead of a misfit."""
+    names = [n for n, a in ALGORITHMS.items() if a.home == kind or (kind == "offline" and kind in a.arenas)]
+    return sorted(n for n in names if action_kind in get_algorithm(n).action_kinds)

@@ -18,12 +18,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from agilerl_core.algorithms.actor_critic import ACTOR_CRITIC_SPACE, ContinuousActorCritic
+from agilerl_core.algorithms.actor_critic import ContinuousActorCritic
 from agilerl_core.algorithms.optim import adam_update_
+from agilerl_core.algorithms.sac_hp import SACHyperparameters
 from agilerl_core.buffers.replay import Transition, bootstrap_discount
-from agilerl_core.config import SACHyperparameters
 from agilerl_core.envs.spaces import Obs
-from agilerl_core.hpo.space import HyperparameterSpec
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
@@ -48,7 +47,6 @@ class SAC(ContinuousActorCritic):
     hp_model = SACHyperparameters
     online_networks = ("actor", "critic_1", "critic_2")
     target_networks: ClassVar[dict[str, str]] = {"critic_1_target": "critic_1", "critic_2_target": "critic_2"}
-    default_hp_space: ClassVar[dict[str, HyperparameterSpec]] = ACTOR_CRITIC_SPACE
     delayed_targets: ClassVar[bool] = False  # the critics' targets move after every critic step
 
     def __init__(self, obs_spec, action, arch, hp, seed, device="cpu") -> None:

@@ -19,11 +19,10 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from agilerl_core.algorithms.actor_critic import ACTOR_CRITIC_SPACE, ContinuousActorCritic, GaussianNoise, OUNoise
+from agilerl_core.algorithms.actor_critic import ContinuousActorCritic, GaussianNoise, OUNoise
+from agilerl_core.algorithms.td3_hp import DDPGHyperparameters, TD3Hyperparameters
 from agilerl_core.buffers.replay import Transition, bootstrap_discount
-from agilerl_core.config import DDPGHyperparameters, TD3Hyperparameters
 from agilerl_core.envs.spaces import Obs
-from agilerl_core.hpo.space import HyperparameterSpec
 
 
 class TD3(ContinuousActorCritic):
@@ -31,7 +30,6 @@ class TD3(ContinuousActorCritic):
 
     name: ClassVar[str] = "td3"
     hp_model = TD3Hyperparameters
-    default_hp_space: ClassVar[dict[str, HyperparameterSpec]] = ACTOR_CRITIC_SPACE
 
     def __init__(self, obs_spec, action, arch, hp, seed, device="cpu") -> None:
         twin = hp.twin_q

@@ -11,7 +11,7 @@ from agilerl_core.hpo.mutation import Mutations
 from agilerl_core.hpo.tournament import TournamentSelection, elite_index
 
 if TYPE_CHECKING:
-    from agilerl_core.algorithms.base import RLAlgorithm
+    from agilerl_core.hpo.evolvable import Evolvable
 
 
 @dataclass
@@ -33,10 +33,10 @@ class LineageEvent:
 
 @dataclass
 class Member:
-    """One population slot: an agent and its record."""
+    """One population slot: its member (an Evolvable, e.g. an RL agent) and its record."""
 
     member_id: int
-    agent: RLAlgorithm
+    agent: Evolvable
     parent_id: int | None = None
     mutation: str = "init"
     born: int = 0  # generation it was created in
@@ -49,7 +49,7 @@ class Member:
 
 def _event(member: Member, slot: int, generation: int) -> LineageEvent:
     return LineageEvent(generation, slot, member.member_id, member.parent_id, member.mutation,
-                        member.agent.hp.model_dump(), member.agent.arch.describe())
+                        member.agent.hp.model_dump(), member.agent.describe())
 
 
 @dataclass
@@ -63,7 +63,7 @@ class Population:
     lineage: list[LineageEvent] = field(default_factory=list)
 
     @classmethod
-    def create(cls, agents: list[RLAlgorithm], seed: int) -> Population:
+    def create(cls, agents: list[Evolvable], seed: int) -> Population:
         members = [Member(i, a) for i, a in enumerate(agents)]
         pop = cls(members, np.random.default_rng(np.random.SeedSequence([seed, 0xE70])), 0, len(members))
         pop.lineage = [_event(m, i, 0) for i, m in enumerate(members)]

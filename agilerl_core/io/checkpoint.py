@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from agilerl_core.envs.spaces import ObsSpec
 from agilerl_core.errors import CheckpointError
 from agilerl_core.hpo.population import LineageEvent, Member, Population
 
+Rebuild = Callable[[dict[str, torch.Tensor], dict[str, Any]], Any]  # (tensors, meta) -> member
 MEMBER_FORMAT = "agilerl-flow/member"
 POPULATION_FORMAT = "agilerl-flow/population"
 VERSION = 1
@@ -125,9 +127,11 @@ def save_member(path: str | Path, member: Member, env: dict[str, Any]) -> Path:
     return path
 
 
-def load_member(path: str | Path, obs_spec: ObsSpec | None = None, device: str = "cpu") -> tuple[Member, dict]:
-    """Load a member directory; returns (member, env description). Builds the obs spec from the env
-    recorded in the checkpoint when none is given."""
+def load_member(path: str | Path, obs_spec: ObsSpec | None = None, device: str = "cpu",
+                rebuild: Rebuild | None = None) -> tuple[Member, dict]:
+    """Load a member directory; returns (member, env description). `rebuild` (an arena's
+    ``member_from_state``) turns the stored state into a member; without it, an RL agent of the algorithm
+    the checkpoint names is built, on the obs spec of the env it records when no `obs_spec` is given."""
     path = Path(path)
     meta = _read_json(path / "member.json", MEMBER_FORMAT)
     try:
@@ -136,14 +140,18 @@ def load_member(path: str | Path, obs_spec: ObsSpec | None = None, device: str =
     except KeyError as err:
         raise CheckpointError(f"{path / 'member.json'}: missing field {err}") from None
     tensors = _load_tensors(path / "weights.safetensors", files.get("weights.safetensors"))
-    if obs_spec is None:
+    if rebuild is None and obs_spec is None:
         from agilerl_core.envs.make import probe_spaces
 
-        obs_space, _ = probe_spaces(env["env_id"], env.get("env_kwargs"))
+        obs_space, _ = probe_spaces(env["env_id"], env.get("env_kwargs"), env.get("env_entry_point"))
         obs_spec = ObsSpec(obs_space, env.get("channels_last"))
     try:
-        algo = get_algorithm(agent_meta["algorithm"])
-        agent = algo.from_state(obs_spec, tensors, agent_meta, device)
+        if rebuild is None:
+            agent = get_algorithm(agent_meta["algorithm"]).from_state(obs_spec, tensors, agent_meta, device)
+        else:
+            agent = rebuild(tensors, agent_meta)
+    except CheckpointError:
+        raise
     except (KeyError, ValueError, RuntimeError, TypeError) as err:
         raise CheckpointError(f"{path / 'weights.safetensors'}: does not match {path / 'member.json'} ({err})") from None
     member = Member(int(record["member_id"]), agent, record["parent_id"], str(record["mutation"]),
@@ -177,14 +185,14 @@ def save_population(path: str | Path, population: Population, env: dict[str, Any
 
 
 def load_population(path: str | Path, obs_spec: ObsSpec | None = None, buffer: ReplayBuffer | None = None,
-                    device: str = "cpu") -> tuple[Population, dict]:
+                    device: str = "cpu", rebuild: Rebuild | None = None) -> tuple[Population, dict]:
     """Load a population directory (and the buffer contents into `buffer`, when given)."""
     path = Path(path)
     meta = _read_json(path / "population.json", POPULATION_FORMAT)
     members = []
     for name in meta.get("members", []):
-        member, _ = load_member(path / "members" / name, obs_spec, device)
-        if obs_spec is None:
+        member, _ = load_member(path / "members" / name, obs_spec, device, rebuild)
+        if obs_spec is None and rebuild is None:
             obs_spec = member.agent.obs_spec
         members.append(member)
     if not members:

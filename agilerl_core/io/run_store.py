@@ -19,6 +19,7 @@ checkpoints of the last K generations, and the elite of every generation.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -37,7 +38,7 @@ from agilerl_core.buffers.replay import ReplayBuffer, Shard
 from agilerl_core.envs.spaces import ObsSpec
 from agilerl_core.errors import CheckpointError, ConfigError
 from agilerl_core.hpo.population import Member, Population
-from agilerl_core.io.checkpoint import load_member, load_population, save_member, save_population
+from agilerl_core.io.checkpoint import POPULATION_FORMAT, Rebuild, load_member, load_population, save_member, save_population
 from agilerl_core.io.storage import Storage
 
 RUN_FORMAT = "agilerl-flow/run"
@@ -178,24 +179,34 @@ class RunStore:
         return sorted(found)
 
     # ---- load ------------------------------------------------------------------------------------------
-    def load_generation(self, generation: int, obs_spec: ObsSpec | None = None,
-                        device: str = "cpu") -> tuple[Population, dict[str, Any]]:
-        """The evaluated population of a committed generation and its population.json metadata."""
+    def load_generation(self, generation: int, obs_spec: ObsSpec | None = None, device: str = "cpu",
+                        rebuild: Rebuild | None = None) -> tuple[Population, dict[str, Any]]:
+        """The evaluated population of a committed generation and its population.json metadata. Errors name
+        the file by its storage URL (not the local copy it was verified in)."""
         manifest = self.manifest(generation)
         if manifest.get("pruned"):
             raise CheckpointError(f"{self.uri}: generation {generation} was pruned by retention; only its elite "
                                   f"is kept")
         prefix = self.key(self.gen_dir(generation), "population")
-        with tempfile.TemporaryDirectory(prefix="agilerl-load-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="agilerl-load-") as tmp, self._named_in_storage(tmp, prefix):
             self._download_verified(manifest, prefix, Path(tmp))
-            return load_population(Path(tmp), obs_spec, None, device)
+            return load_population(Path(tmp), obs_spec, None, device, rebuild)
 
-    def load_elite(self, generation: int, obs_spec: ObsSpec | None = None, device: str = "cpu") -> Member:
+    def load_elite(self, generation: int, obs_spec: ObsSpec | None = None, device: str = "cpu",
+                   rebuild: Rebuild | None = None) -> Member:
         manifest = self.manifest(generation)
         prefix = self.key(self.gen_dir(generation), "population", "members", str(manifest["elite_slot"]))
-        with tempfile.TemporaryDirectory(prefix="agilerl-load-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="agilerl-load-") as tmp, self._named_in_storage(tmp, prefix):
             self._download_verified(manifest, prefix, Path(tmp))
-            return load_member(Path(tmp), obs_spec, device)[0]
+            return load_member(Path(tmp), obs_spec, device, rebuild)[0]
+
+    @contextlib.contextmanager
+    def _named_in_storage(self, local: str, prefix: str):
+        """A CheckpointError about a file of the local copy `local` names the file in storage instead."""
+        try:
+            yield
+        except CheckpointError as err:
+            raise CheckpointError(str(err).replace(str(Path(local)), self.storage.url(prefix))) from None
 
     def _download_verified(self, manifest: dict, prefix: str, local: Path) -> None:
         keys = [k for k in manifest["files"] if k.startswith(prefix + "/")]
@@ -209,6 +220,16 @@ class RunStore:
             dest = local / key[len(prefix) + 1:]
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(data)
+
+    def lineage(self, generation: int) -> list[dict[str, Any]]:
+        """The lineage recorded with committed generation `generation` (a CheckpointError naming the file in
+        storage when it is damaged)."""
+        rel = f"{self.gen_dir(generation)}/population/population.json"
+        data = self._get_json(rel, POPULATION_FORMAT)
+        lineage = data.get("lineage")
+        if not isinstance(lineage, list) or not all(isinstance(e, dict) for e in lineage):
+            raise CheckpointError(f"{self.storage.url(self.key(rel))}: has no readable lineage (a list of events)")
+        return lineage
 
     def buffer_window(self, generation: int) -> list[tuple[int, ShardRef]]:
         """The shards (oldest first) whose rows make up the committed buffer after `generation`."""

@@ -1,0 +1,28 @@
+"""SAC's hyperparameters."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field
+
+from agilerl_core.algorithms.hp_base import ACTOR_CRITIC_SPACE, OffPolicyHyperparameters
+from agilerl_core.hpo.space import HyperparameterSpace
+
+
+class SACHyperparameters(OffPolicyHyperparameters):
+    """SAC (Haarnoja et al. 2018, "applications" version): twin critics, squashed Gaussian actor,
+    automatic entropy tuning."""
+
+    algorithm_name: ClassVar[str] = "sac"
+    default_space: ClassVar[HyperparameterSpace] = ACTOR_CRITIC_SPACE
+
+    batch_size: int = Field(256, ge=1, description="Transitions per gradient step.")
+    lr_actor: float = Field(3e-4, gt=0, description="Actor Adam learning rate.")
+    lr_critic: float = Field(3e-4, gt=0, description="Critic Adam learning rate.")
+    lr_alpha: float = Field(3e-4, gt=0, description="Temperature Adam learning rate.")
+    init_alpha: float = Field(1.0, gt=0, description="Initial temperature.")
+    auto_entropy: bool = Field(True, description="Tune the temperature towards target_entropy.")
+    target_entropy: float | None = Field(None, description="Entropy target (None: -action_dim).")
+    policy_freq: int = Field(1, ge=1, description="Critic updates per actor update.")
+    random_steps: int = Field(0, ge=0, description="Member env steps of uniformly random actions at the start.")

@@ -1,0 +1,40 @@
+"""TD3's hyperparameters (DDPG's are TD3's with its tricks off)."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from agilerl_core.algorithms.hp_base import ACTOR_CRITIC_SPACE, OffPolicyHyperparameters
+from agilerl_core.hpo.space import HyperparameterSpace
+
+
+class TD3Hyperparameters(OffPolicyHyperparameters):
+    """TD3 (Fujimoto et al. 2018): clipped double Q, target policy smoothing, delayed actor updates."""
+
+    algorithm_name: ClassVar[str] = "td3"
+    default_space: ClassVar[HyperparameterSpace] = ACTOR_CRITIC_SPACE
+
+    batch_size: int = Field(256, ge=1, description="Transitions per gradient step.")
+    lr_actor: float = Field(1e-3, gt=0, description="Actor Adam learning rate.")
+    lr_critic: float = Field(1e-3, gt=0, description="Critic Adam learning rate.")
+    twin_q: bool = Field(True, description="Clipped double Q: two critics, the target takes their minimum.")
+    policy_freq: int = Field(2, ge=1, description="Critic updates per actor (and target) update.")
+    target_noise: float = Field(0.2, ge=0, description="Target policy smoothing: noise std (0: off).")
+    target_noise_clip: float = Field(0.5, ge=0, description="Target policy smoothing: noise clip.")
+    expl_noise: float = Field(0.1, ge=0, description="Exploration noise scale (actions in [-1, 1]).")
+    noise_type: Literal["gaussian", "ou"] = Field("gaussian", description="Exploration noise process.")
+    ou_theta: float = Field(0.15, gt=0, description="Ornstein-Uhlenbeck mean reversion.")
+    ou_dt: float = Field(1e-2, gt=0, description="Ornstein-Uhlenbeck time step.")
+    random_steps: int = Field(0, ge=0, description="Member env steps of uniformly random actions at the start.")
+
+
+class DDPGHyperparameters(TD3Hyperparameters):
+    """DDPG (Lillicrap et al. 2016): TD3 with its three tricks off."""
+
+    algorithm_name: ClassVar[str] = "ddpg"
+
+    twin_q: bool = Field(False, description="Clipped double Q: two critics, the target takes their minimum.")
+    policy_freq: int = Field(1, ge=1, description="Critic updates per actor (and target) update.")
+    target_noise: float = Field(0.0, ge=0, description="Target policy smoothing: noise std (0: off).")

@@ -1,0 +1,22 @@
+"""Arenas: one per kind of training. An arena builds members, trains a slot, evaluates it and hands out
+the experience members share; the evolution core (``agilerl_core.hpo.evolution``) drives any of them.
+
+The registry (``agilerl_core.algorithms.registry``) names the arena of each algorithm for each kind of
+experiment; a new kind of training adds an arena here and a config kind, never a branch in the core.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+ARENAS = {
+    "gym_off_policy": "agilerl_core.arenas.gym_off_policy:OffPolicyArena",
+    "gym_on_policy": "agilerl_core.arenas.gym_on_policy:OnPolicyArena",
+    "offline": "agilerl_core.arenas.offline:OfflineArena",
+}
+
+
+def arena_class(name: str) -> type:
+    """The arena class registered as `name` (imports its module)."""
+    module, _, cls = ARENAS[name].partition(":")
+    return getattr(importlib.import_module(module), cls)

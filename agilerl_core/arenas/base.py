@@ -1,0 +1,204 @@
+"""What every Gymnasium arena shares: the env's spaces checked against the algorithm, the members' shared
+architecture and hyperparameter space, evaluation episodes, and the helpers their training loops use.
+
+An arena is built from its config and checks everything on the way (device, env id, spaces, hyperparameter
+bounds), so a bad input fails before any work; a subclass adds how its members train.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from gymnasium.vector import VectorEnv
+
+from agilerl_core.algorithms.base import RLAlgorithm
+from agilerl_core.algorithms.registry import algorithms_for
+from agilerl_core.envs.make import make_vector_env, probe_spaces
+from agilerl_core.envs.spaces import ActionSpec, ObsSpec, action_spec
+from agilerl_core.errors import ConfigError
+from agilerl_core.hpo.evolution import TrainResult
+from agilerl_core.hpo.space import merge_space
+from agilerl_core.networks.evolvable import ArchBounds, initial_arch
+
+
+class EpisodeReturns:
+    """Running undiscounted returns per sub-env and those of the episodes that finished."""
+
+    def __init__(self, num_envs: int) -> None:
+        self.running = np.zeros(num_envs)
+        self.finished: list[float] = []
+
+    def step(self, reward: np.ndarray, done: np.ndarray) -> None:
+        self.running += reward
+        if done.any():
+            self.finished.extend(self.running[done].tolist())
+            self.running[done] = 0.0
+
+    def mean(self) -> float:
+        """Mean return of the finished episodes (nan if none)."""
+        return float(np.mean(self.finished)) if self.finished else float("nan")
+
+
+def real_next_obs(next_obs, info: dict, done: np.ndarray):
+    """With same-step autoreset, the true next observation of a finished episode is in final_obs."""
+    if not done.any():
+        return next_obs
+    final = info["final_obs"]
+    idx = np.flatnonzero(done)
+    if isinstance(next_obs, dict):
+        real = {k: v.copy() for k, v in next_obs.items()}
+        for i in idx:
+            for k in real:
+                real[k][i] = final[i][k]
+        return real
+    real = next_obs.copy()
+    for i in idx:
+        real[i] = final[i]
+    return real
+
+
+def action_masks(info: dict, num_envs: int, action_dim: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(mask for the observations returned, mask for the true next observations) from a vector info."""
+    current = info.get("action_mask")
+    if current is None:
+        return None, None
+    current = np.asarray(current, dtype=bool).reshape(num_envs, action_dim)
+    nxt = current.copy()
+    final = info.get("final_info")
+    if final is not None and "action_mask" in final:
+        has = np.asarray(final.get("_action_mask", np.zeros(num_envs, bool)), dtype=bool)
+        for i in np.flatnonzero(has):
+            nxt[i] = np.asarray(final["action_mask"][i], dtype=bool)
+    return current, nxt
+
+
+def evaluate_member(agent: RLAlgorithm, env: VectorEnv, seed: int, max_steps: int | None = None) -> float:
+    """Fitness: mean return of one greedy episode per sub-env of `env`, after a reset with `seed`."""
+    spec = agent.obs_spec
+    n = env.num_envs
+    obs, info = env.reset(seed=seed)
+    mask, _ = action_masks(info, n, agent.action_dim)
+    returns = np.zeros(n)
+    active = np.ones(n, dtype=bool)
+    steps = 0
+    while active.any() and (max_steps is None or steps < max_steps):
+        actions = agent.env_action(spec.to_tensors(obs, agent.device), mask)
+        obs, reward, terminated, truncated, info = env.step(actions)
+        returns += reward * active
+        active &= ~(terminated | truncated)
+        mask, _ = action_masks(info, n, agent.action_dim)
+        steps += 1
+    return float(returns.mean())
+
+
+def probe_action_mask(env: VectorEnv) -> int | None:
+    """Width of the env's ``info["action_mask"]`` (None when it has none)."""
+    _, info = env.reset(seed=0)
+    mask = info.get("action_mask")
+    return None if mask is None else int(np.asarray(mask).reshape(env.num_envs, -1).shape[1])
+
+
+def torch_device(requested: str) -> str:
+    """The torch device for the config's `device` field."""
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device: 'cuda' was requested but no CUDA device is available; use 'cpu' or 'auto'")
+    return "cuda" if requested == "cuda" or (requested == "auto" and torch.cuda.is_available()) else "cpu"
+
+
+class GymArena(ABC):
+    """Members are RL agents of one algorithm acting in a Gymnasium env; evaluation is greedy episodes.
+
+    Subclasses say how members train (:meth:`train`) and whether they share experience."""
+
+    kind: ClassVar[str] = "gym"
+    shares_experience: ClassVar[bool] = False
+
+    def __init__(self, cfg, algo_cls: type[RLAlgorithm]) -> None:
+        self.cfg = cfg
+        self.algo_cls = algo_cls
+        self.device = torch_device(cfg.device)
+        torch.set_num_threads(cfg.torch_threads)
+        self.env_args = (cfg.env_id, cfg.env_kwargs, cfg.env_entry_point)
+        obs_space, act_space = probe_spaces(*self.env_args)
+        self.obs_space, self.act_space = obs_space, act_space
+        self.obs_spec = ObsSpec(obs_space, cfg.network.cnn.channels_last)
+        self.action_spec: ActionSpec = action_spec(act_space)
+        self._check_action_space()
+        if cfg.hyperparameters.normalize_obs and not self.obs_spec.vector_dim:
+            raise ConfigError(f"hyperparameters.normalize_obs: {cfg.env_id}'s observations have no vector part "
+                              f"to normalise (images are scaled to [0, 1] already); set normalize_obs: false")
+        self.env_desc: dict[str, Any] = {"env_id": cfg.env_id, "env_kwargs": cfg.env_kwargs,
+                                         "channels_last": cfg.network.cnn.channels_last}
+        if cfg.env_entry_point is not None:
+            self.env_desc["env_entry_point"] = cfg.env_entry_point
+        self.space = merge_space(algo_cls.hp_model.default_space, cfg.hp_space)
+        for name, spec in self.space.items():
+            value = getattr(cfg.hyperparameters, name)
+            if not spec.min <= value <= spec.max:
+                raise ConfigError(f"hyperparameters.{name}: initial value {value} lies outside hp_space.{name} "
+                                  f"bounds [{spec.min}, {spec.max}]; change one of them")
+        self.arch_bounds = ArchBounds.from_config(cfg.network)
+        self.arch = initial_arch(self.obs_spec, self.action_spec.dim, cfg.network)
+        self.buffer = None  # the shared experience, for arenas that share it
+        self.eval_env = make_vector_env(cfg.env_id, cfg.eval_episodes, cfg.env_kwargs, cfg.env_entry_point)
+        self._eval_envs: dict[int, VectorEnv] = {}  # per slot, so that slots evaluate concurrently in threads
+        self._lock = threading.Lock()
+
+    def _check_action_space(self) -> None:
+        """A ConfigError naming the algorithms that fit when the algorithm cannot act in the env's actions."""
+        spec, algo = self.action_spec, self.algo_cls
+        if spec.kind in algo.action_kinds:
+            return
+        kinds = " or ".join("Discrete" if k == "discrete" else "Box" for k in algo.action_kinds)
+        fits = algorithms_for(spec.kind, self.kind)
+        raise ConfigError(f"algorithm: {self.cfg.algorithm} needs {kinds} actions, but {self.cfg.env_id} has "
+                          f"{self.act_space}; use one of {', '.join(fits)}")
+
+    # ---- members ---------------------------------------------------------------------------------------
+    def build_members(self, seeds: list[int]) -> list[RLAlgorithm]:
+        return [self.algo_cls(self.obs_spec, self.action_spec, self.arch, self.cfg.hyperparameters, s, self.device)
+                for s in seeds]
+
+    def member_from_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> RLAlgorithm:
+        return self.algo_cls.from_state(self.obs_spec, tensors, meta, self.device)
+
+    # ---- a generation ----------------------------------------------------------------------------------
+    def begin_generation(self, slots: int) -> None:
+        return None  # no fresh-experience area to prepare
+
+    @abstractmethod
+    def train(self, member: RLAlgorithm, slot: int, seed: int, steps: int) -> TrainResult:
+        """Train `member` for `steps` budget units (rounded up to whole vector steps) from envs reset with `seed`."""
+
+    def evaluate(self, member: RLAlgorithm, seed: int, slot: int | None = None) -> float:
+        return evaluate_member(member, self.eval_env if slot is None else self.slot_eval_env(slot), seed,
+                               self.cfg.eval_max_steps)
+
+    def slot_eval_env(self, slot: int) -> VectorEnv:
+        """Slot `slot`'s own evaluation env (a keyed cache: built once per slot)."""
+        with self._lock:
+            if slot not in self._eval_envs:
+                self._eval_envs[slot] = make_vector_env(self.cfg.env_id, self.cfg.eval_episodes, self.cfg.env_kwargs,
+                                                        self.cfg.env_entry_point)
+            return self._eval_envs[slot]
+
+    # ---- shared experience (none here) -----------------------------------------------------------------
+    def shard(self, slot: int) -> dict[str, torch.Tensor] | None:
+        return None
+
+    def commit_experience(self, shards: list[dict[str, torch.Tensor]], members: list[RLAlgorithm]) -> None:
+        return None
+
+    def experience_state(self) -> dict[str, int]:
+        return {"size": 0, "pos": 0, "capacity": 0}
+
+    def restore_experience(self, store, generation: int) -> None:
+        return None
+
+    def sync_experience(self, store, synced: int, target: int) -> None:
+        """A worker process's shared experience from the commit of generation `synced` to that of `target`."""
+        return None

@@ -1,0 +1,135 @@
+"""The off-policy Gymnasium arena: members collect experience in their own envs and learn from one shared
+replay buffer (DQN, Rainbow, DDPG, TD3, SAC; CQN and CQL online).
+
+During generation g a member samples from the buffer as committed at the end of g-1 plus its own fresh
+transitions (its staging slot); at the commit the slots' shards are appended in member order.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import torch
+from gymnasium.vector import VectorEnv
+
+from agilerl_core.algorithms.base import RLAlgorithm
+from agilerl_core.arenas.base import EpisodeReturns, GymArena, action_masks, probe_action_mask, real_next_obs
+from agilerl_core.buffers.nstep import NStepCollector
+from agilerl_core.buffers.replay import ReplayBuffer, Shard, transition_fields
+from agilerl_core.envs.make import make_vector_env
+from agilerl_core.hpo.evolution import TrainResult
+
+
+def train_member(agent: RLAlgorithm, slot: int, env: VectorEnv, buffer: ReplayBuffer, evo_steps: int,
+                 seed: int) -> TrainResult:
+    """Collect `evo_steps` env steps (rounded up to whole vector steps) into `slot`'s staging area,
+    learning every `learn_step` steps once `learning_delay` steps have passed.
+
+    The env is reset with `seed` first, so the result depends only on the agent, the committed buffer
+    and the seed (episodes do not straddle generations).
+    """
+    t0 = time.perf_counter()
+    spec = agent.obs_spec
+    act_spec = agent.action_spec
+    action_dtype = torch.int64 if act_spec.discrete else torch.float32
+    hp = agent.hp
+    num_envs = env.num_envs
+    obs, info = env.reset(seed=seed)
+    agent.begin_rollout(num_envs)
+    mask, _ = action_masks(info, num_envs, agent.action_dim)
+    has_mask = mask is not None
+    episodes = EpisodeReturns(num_envs)
+    n_step = getattr(hp, "n_step", 1)
+    nstep = NStepCollector(num_envs, n_step, hp.gamma) if n_step > 1 else None
+    loss_sum = torch.zeros(())
+    learn_steps = 0
+    credit = 0
+    vector_steps = math.ceil(evo_steps / num_envs)
+    for _ in range(vector_steps):
+        obs_t = spec.to_tensors(obs, agent.device)
+        agent.observe(obs_t)
+        actions = agent.explore_action(obs_t, mask)
+        next_obs, reward, terminated, truncated, info = env.step(act_spec.to_env(actions))
+        done = terminated | truncated
+        agent.episodes_done(done)
+        real_next = real_next_obs(next_obs, info, done)
+        data = {f"obs.{k}": v for k, v in obs_t.items()}
+        data.update({f"next_obs.{k}": v for k, v in spec.to_tensors(real_next, agent.device).items()})
+        data["action"] = torch.as_tensor(actions, dtype=action_dtype)
+        data["reward"] = torch.as_tensor(reward, dtype=torch.float32)
+        data["terminated"] = torch.as_tensor(terminated, dtype=torch.float32)
+        if has_mask:
+            mask, next_mask = action_masks(info, num_envs, agent.action_dim)
+            data["next_action_mask"] = torch.as_tensor(next_mask)
+        if nstep is not None:  # n-step transitions leave the collector as their n steps (or episode) complete
+            data = nstep.push(data, done)
+        if data is not None:
+            buffer.add(slot, data)
+        agent.env_steps += num_envs
+        episodes.step(reward, done)
+        obs = next_obs
+        if agent.env_steps >= hp.learning_delay and buffer.available(slot) >= hp.batch_size:
+            credit += num_envs
+            while credit >= hp.learn_step:
+                loss_sum += agent.learn(agent.sample(buffer, slot))
+                learn_steps += 1
+                credit -= hp.learn_step
+    if nstep is not None:  # the unfinished tails bootstrap from the state they stop at
+        tail = nstep.flush()
+        if tail is not None:
+            buffer.add(slot, tail)
+    return TrainResult(slot, vector_steps * num_envs, learn_steps, len(episodes.finished), episodes.mean(),
+                       float(loss_sum) / learn_steps if learn_steps else float("nan"),
+                       time.perf_counter() - t0)
+
+
+class OffPolicyArena(GymArena):
+    """Members act in their own vector envs and learn from the shared replay buffer."""
+
+    shares_experience = True
+
+    def __init__(self, cfg, algo_cls: type[RLAlgorithm]) -> None:
+        super().__init__(cfg, algo_cls)
+        self.envs = [make_vector_env(cfg.env_id, cfg.num_envs, cfg.env_kwargs, cfg.env_entry_point)
+                     for _ in range(cfg.population_size)]  # one per slot
+        mask_dim = probe_action_mask(self.envs[0])
+        n_step = getattr(cfg.hyperparameters, "n_step", 1) > 1
+        self.buffer = ReplayBuffer(transition_fields(self.obs_spec, mask_dim, self.action_spec, n_step),
+                                   cfg.hyperparameters.buffer_size, self.device)
+        self.slot_capacity = math.ceil(cfg.evo_steps / cfg.num_envs) * cfg.num_envs
+
+    def begin_generation(self, slots: int) -> None:
+        self.buffer.reserve_staging(slots, self.slot_capacity)
+
+    def train(self, member: RLAlgorithm, slot: int, seed: int, steps: int) -> TrainResult:
+        self.buffer.reset_slot(slot)
+        return train_member(member, slot, self.envs[slot], self.buffer, steps, seed)
+
+    def shard(self, slot: int) -> Shard:
+        return self.buffer.shard(slot)
+
+    def commit_experience(self, shards: list[Shard], members: list[RLAlgorithm]) -> None:
+        first = self.buffer.pos
+        self.buffer.commit(shards)
+        count = sum(next(iter(sh.values())).shape[0] for sh in shards) if shards else 0
+        for m in members:  # e.g. prioritised replay: the new rows enter every member's priorities
+            m.committed(first, count)
+
+    def experience_state(self) -> dict[str, int]:
+        b = self.buffer
+        return {"size": b.size, "pos": b.pos, "capacity": b.capacity}
+
+    def restore_experience(self, store: Any, generation: int) -> None:
+        store.rebuild_buffer(generation, self.buffer)
+
+    def sync_experience(self, store: Any, synced: int, target: int) -> None:
+        if synced == target:
+            return
+        if synced == target - 1 and target >= 0:
+            store.extend_buffer(target, self.buffer)
+        elif target >= 0:
+            store.rebuild_buffer(target, self.buffer)
+        else:
+            self.buffer.size, self.buffer.pos = 0, 0

@@ -1,0 +1,68 @@
+"""The offline arena: members learn from one fixed dataset (CQN, CQL, behaviour cloning, or any off-policy
+algorithm) and are evaluated online in the env. The budget counts gradient steps.
+
+The dataset is resolved (an ``s3://`` one downloaded into the local cache and verified), checked against
+the env and against the pinned content hash (``dataset.sha256``), and loaded into one read-only buffer that
+every member samples from with its own generator.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from agilerl_core.algorithms.base import RLAlgorithm
+from agilerl_core.arenas.base import GymArena
+from agilerl_core.buffers.replay import ReplayBuffer
+from agilerl_core.data.loader import Dataset, check_fits, dataset_buffer, load_dataset
+from agilerl_core.errors import DatasetError
+from agilerl_core.hpo.evolution import TrainResult
+from agilerl_core.io.storage import s3_options
+
+
+def train_member_offline(agent: RLAlgorithm, slot: int, dataset: ReplayBuffer, learn_steps: int) -> TrainResult:
+    """`learn_steps` gradient steps on batches drawn from the dataset's buffer (no env interaction).
+
+    Batches come from the agent's own generator, which its checkpoint carries, so the result depends
+    only on the agent and the dataset; ``env_steps`` reports the gradient steps (the offline budget unit).
+    """
+    t0 = time.perf_counter()
+    loss_sum = torch.zeros(())
+    for _ in range(learn_steps):
+        loss_sum += agent.learn(agent.sample(dataset, slot))
+    return TrainResult(slot, learn_steps, learn_steps, 0, float("nan"), float(loss_sum) / max(learn_steps, 1),
+                       time.perf_counter() - t0)
+
+
+def load_checked_dataset(cfg, obs_space, act_space) -> Dataset:
+    """The config's dataset (downloaded into the cache if on S3), checked against the env and its pin."""
+    ds = load_dataset(cfg.dataset.uri, cfg.dataset.format, s3_options(cfg), cfg.dataset.cache_dir)
+    if cfg.dataset.sha256 is not None and ds.sha256 != cfg.dataset.sha256:
+        raise DatasetError(f"dataset.uri {cfg.dataset.uri!r}: content hash {ds.sha256} differs from dataset.sha256 "
+                           f"{cfg.dataset.sha256} (the run was started on other data); restore that dataset or "
+                           f"start a new run")
+    check_fits(ds, cfg.env_id, obs_space, act_space)
+    return ds
+
+
+class OfflineArena(GymArena):
+    """Members take gradient steps on the dataset's buffer; evaluation is online, in the env."""
+
+    kind = "offline"
+
+    def __init__(self, cfg, algo_cls: type[RLAlgorithm]) -> None:
+        super().__init__(cfg, algo_cls)
+        self.dataset = load_checked_dataset(cfg, self.obs_space, self.act_space)
+        self.dataset_buffer = dataset_buffer(self.dataset.transitions, self.obs_spec, self.action_spec, self.device)
+
+    def build_members(self, seeds: list[int]) -> list[RLAlgorithm]:
+        agents = super().build_members(seeds)
+        if self.cfg.hyperparameters.normalize_obs:
+            obs = self.obs_spec.to_tensors(self.dataset.transitions.observations)
+            for agent in agents:  # the statistics of the whole dataset, from the start
+                agent.observe(obs)
+        return agents
+
+    def train(self, member: RLAlgorithm, slot: int, seed: int, steps: int) -> TrainResult:
+        return train_member_offline(member, slot, self.dataset_buffer, steps)

@@ -1,0 +1,53 @@
+"""An experiment config made into an Evolution, and the plain in-process loop that runs one.
+
+``build_evolution`` is the one place that reads a config's kind and algorithm: the registry names the
+arena, the arena checks the config against the env (and dataset) while it builds, the Evolution drives it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from agilerl_core.algorithms.registry import algorithm_info, get_algorithm
+from agilerl_core.arenas import arena_class
+from agilerl_core.config import ExperimentConfig
+from agilerl_core.hpo.evolution import Evolution, EvolutionSettings, RunResult
+
+
+def build_evolution(cfg: ExperimentConfig) -> Evolution:
+    """The Evolution of `cfg` in its arena: every check (device, env id, spaces, hyperparameter bounds,
+    dataset) happens here, before anything trains or is written."""
+    arena = arena_class(algorithm_info(cfg.algorithm).arenas[cfg.kind])(cfg, get_algorithm(cfg.algorithm))
+    return Evolution(arena, EvolutionSettings.from_config(cfg, arena.space, arena.arch_bounds))
+
+
+def train_local(cfg: ExperimentConfig, progress: bool = True, run_dir: str | Path | None = None,
+                evolution: Evolution | None = None) -> RunResult:
+    """Evolve a population until the target fitness or the budget, in this process; save the elite and the
+    population under `run_dir` (default OUTPUT_DIR/NAME-seedSEED)."""
+    evo = evolution or build_evolution(cfg)
+    t0 = time.perf_counter()
+    steps0 = evo.global_steps
+    bar = tqdm(total=cfg.max_env_steps, initial=evo.global_steps, unit="step", file=sys.stderr,
+               disable=not progress, dynamic_ncols=True, desc="evolution")
+    try:
+        while not evo.finished():
+            if evo.history:  # the population was evaluated: select and mutate before training again
+                evo.evolve()
+            stats = evo.run_generation()
+            elapsed = time.perf_counter() - t0
+            bar.update(stats.global_steps - bar.n)
+            bar.set_postfix(gen=stats.generation, best=f"{stats.best_fitness:.1f}",
+                            mean=f"{stats.mean_fitness:.1f}",
+                            sps=f"{(evo.global_steps - steps0) / max(elapsed, 1e-9):.0f}")
+    finally:
+        bar.close()
+    wall = time.perf_counter() - t0
+    run_dir = Path(run_dir or Path(cfg.output_dir) / f"{cfg.name}-seed{cfg.seed}")
+    elite_path = evo.save_elite(run_dir / "elite")
+    evo.save(run_dir / "population", config=cfg.model_dump(mode="json"))
+    return evo.result(wall, evo.global_steps - steps0, str(elite_path.resolve()))

@@ -1,0 +1,292 @@
+"""The Evolution: population, selection, mutation, history, budget, commit and resume, for any kind of member.
+
+It knows members only through the :class:`~agilerl_core.hpo.evolvable.Evolvable` protocol and the work of a
+generation only through an :class:`Arena` (one per kind of training: Gymnasium off- and on-policy, an
+offline dataset; multi-agent and LLM arenas plug in the same way). It owns every seed, so the same config
+and seed give the same result whoever runs the steps (the in-process loop, thread or process tasks)::
+
+    evo.begin_generation()
+    results = [evo.train(slot) for slot in slots]        # arena.train, on a shard of slots
+    fitnesses = [evo.evaluate(slot) for slot in slots]   # arena.evaluate
+    evo.finish_generation(results, fitnesses)           # experience commit, fitness, history
+    evo.commit(store, shard_refs)                       # the generation to storage, manifest last
+    evo.evolve()                                        # tournament + one mutation per child
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from agilerl_core.errors import CheckpointError
+from agilerl_core.hpo.evolvable import Evolvable
+from agilerl_core.hpo.mutation import Mutations
+from agilerl_core.hpo.population import Member, Population
+from agilerl_core.hpo.space import HyperparameterSpace
+from agilerl_core.hpo.tournament import TournamentSelection
+from agilerl_core.io.checkpoint import load_population, save_member, save_population
+from agilerl_core.io.run_store import RunStore, ShardRef
+
+
+def derive_seed(*parts: int) -> int:
+    """A 31-bit seed from integers (the master seed, a generation, a slot...)."""
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+# what each seed is for: derive_seed(master, PURPOSE, ...)
+MEMBER_SEED, TRAIN_SEED, EVAL_SEED = 1, 2, 3
+
+
+@dataclass
+class TrainResult:
+    """What one member's training phase produced."""
+
+    slot: int
+    env_steps: int  # budget units spent: env steps (offline: gradient steps)
+    learn_steps: int
+    episodes: int
+    mean_return: float  # mean return of episodes finished during training (nan if none)
+    mean_loss: float
+    wall_s: float
+
+
+@dataclass
+class GenerationStats:
+    """Summary of one generation (what the progress bar and trackers show)."""
+
+    generation: int
+    global_steps: int
+    fitnesses: list[float]
+    best_fitness: float
+    mean_fitness: float
+    train_returns: list[float]
+    mutations: list[str]
+    hyperparameters: list[dict]
+    wall_s: float
+
+
+@dataclass
+class RunResult:
+    """Outcome of an evolution run."""
+
+    best_fitness: float  # the best evaluation of any member in any generation
+    elite_fitness: float  # the returned elite's last evaluation
+    global_steps: int
+    max_env_steps: int
+    wall_s: float
+    env_steps_per_s: float
+    generations: int
+    elite_uri: str
+    reached_target: bool
+    history: list[GenerationStats] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {"best_fitness": self.best_fitness, "elite_fitness": self.elite_fitness,
+                "global_steps": self.global_steps, "max_env_steps": self.max_env_steps,
+                "wall_s": round(self.wall_s, 3), "env_steps_per_s": round(self.env_steps_per_s, 1),
+                "generations": self.generations, "elite_uri": self.elite_uri, "reached_target": self.reached_target}
+
+
+class Arena(Protocol):
+    """Where one kind of member trains and is judged. The evolution calls these; an arena never selects,
+    mutates or seeds on its own."""
+
+    kind: str  # the experiment kind it serves (gym, offline, ...)
+    space: HyperparameterSpace  # the members' mutable hyperparameters
+    arch_bounds: Any  # what architecture mutations must respect
+    env_desc: dict[str, Any]  # what a checkpoint records about where its members act
+    shares_experience: bool  # members learn from each other's committed experience (shards)
+    buffer: Any  # the shared experience (a ReplayBuffer) when shares_experience, else None
+
+    def build_members(self, seeds: list[int]) -> list[Evolvable]:
+        """One fresh member per seed."""
+
+    def member_from_state(self, tensors: dict[str, Any], meta: dict[str, Any]) -> Evolvable:
+        """Rebuild a member from :meth:`Evolvable.state` output."""
+
+    def begin_generation(self, slots: int) -> None:
+        """Prepare `slots` members' fresh-experience areas (the committed experience stays)."""
+
+    def train(self, member: Evolvable, slot: int, seed: int, steps: int) -> TrainResult:
+        """Train `member` (in slot `slot`) for `steps` budget units."""
+
+    def evaluate(self, member: Evolvable, seed: int, slot: int | None = None) -> float:
+        """Fitness of `member` (its evaluation env is keyed by `slot`, so slots evaluate concurrently)."""
+
+    def shard(self, slot: int) -> dict[str, Any] | None:
+        """Slot `slot`'s fresh experience of this generation."""
+
+    def commit_experience(self, shards: list[dict[str, Any]], members: list[Evolvable]) -> None:
+        """Append the generation's shards (in member order) to the shared experience."""
+
+    def experience_state(self) -> dict[str, int]:
+        """The shared experience's ring state for the manifest (zeros when none)."""
+
+    def restore_experience(self, store: RunStore, generation: int) -> None:
+        """The shared experience exactly as committed after `generation`."""
+
+
+@dataclass(frozen=True)
+class EvolutionSettings:
+    """What the evolution needs of a config, whatever the kind."""
+
+    population_size: int
+    seed: int
+    evo_steps: int  # budget units per member per generation
+    max_steps: int  # the global budget
+    target_fitness: float | None
+    tournament: TournamentSelection
+    mutations: Mutations
+
+    @classmethod
+    def from_config(cls, cfg, space: HyperparameterSpace, arch_bounds: Any) -> EvolutionSettings:
+        return cls(cfg.population_size, cfg.seed, cfg.evo_steps, cfg.max_env_steps, cfg.target_fitness,
+                   TournamentSelection(cfg.tournament.size, cfg.tournament.elitism),
+                   Mutations.from_config(cfg.mutation, space, arch_bounds))
+
+
+class Evolution:
+    """One evolution run of any Evolvable in its arena."""
+
+    def __init__(self, arena: Arena, settings: EvolutionSettings) -> None:
+        self.arena = arena
+        self.settings = settings
+        seeds = [derive_seed(settings.seed, MEMBER_SEED, i) for i in range(settings.population_size)]
+        self.population = Population.create(arena.build_members(seeds), settings.seed)
+        self.global_steps = 0
+        self.history: list[GenerationStats] = []
+        self._gen_t0 = time.perf_counter()
+
+    # ---- the generation step -------------------------------------------------------------------------
+    @property
+    def generation(self) -> int:
+        """The generation the next train/evaluate calls belong to."""
+        return self.population.generation
+
+    def generation_steps(self) -> int:
+        """Budget units per member this generation: evo_steps, or what is left of the budget shared out
+        (the last generation shrinks, so a run stops at its budget instead of a generation past it)."""
+        remaining = self.settings.max_steps - self.global_steps
+        if remaining <= 0:  # a generation run by hand past the budget is a whole one
+            return self.settings.evo_steps
+        return min(self.settings.evo_steps, math.ceil(remaining / len(self.population.members)))
+
+    def begin_generation(self) -> None:
+        """Empty every member's fresh-experience area (the committed experience stays as it is)."""
+        self._gen_t0 = time.perf_counter()
+        self.arena.begin_generation(len(self.population.members))
+
+    def train(self, slot: int, generation: int | None = None, steps: int | None = None) -> TrainResult:
+        """Train member `slot` (thread-safe across distinct slots)."""
+        gen = self.generation if generation is None else generation
+        seed = derive_seed(self.settings.seed, TRAIN_SEED, gen, slot)
+        return self.arena.train(self.population.members[slot].agent, slot, seed,
+                                self.generation_steps() if steps is None else steps)
+
+    def evaluate(self, slot: int, generation: int | None = None, own_env: bool = False) -> float:
+        """Fitness of member `slot`; `own_env`: in the slot's own evaluation env (concurrent evaluations)."""
+        gen = self.generation if generation is None else generation
+        return self.arena.evaluate(self.population.members[slot].agent, derive_seed(self.settings.seed, EVAL_SEED, gen),
+                                   slot if own_env else None)
+
+    def finish_generation(self, results: list[TrainResult], fitnesses: list[float],
+                          shards: list[dict[str, Any]] | None = None) -> GenerationStats:
+        """Commit the fresh experience (the staged shards, or `shards` from other processes) in member
+        order, record fitness and the generation's stats."""
+        pop = self.population
+        if self.arena.shares_experience:
+            shards = shards if shards is not None else [self.arena.shard(r.slot) for r in results]
+            self.arena.commit_experience(shards, [m.agent for m in pop.members])
+        self.global_steps += sum(r.env_steps for r in results)
+        pop.record_fitness(fitnesses)
+        stats = GenerationStats(pop.generation, self.global_steps, list(fitnesses), max(fitnesses),
+                                float(np.mean(fitnesses)), [r.mean_return for r in results],
+                                [m.mutation for m in pop.members], [m.agent.hp.model_dump() for m in pop.members],
+                                time.perf_counter() - self._gen_t0)
+        self.history.append(stats)
+        return stats
+
+    def run_generation(self) -> GenerationStats:
+        """Train every member, evaluate, commit the fresh experience, record fitness."""
+        self.begin_generation()
+        slots = range(len(self.population.members))
+        steps = self.generation_steps()
+        results = [self.train(slot, steps=steps) for slot in slots]
+        fitnesses = [self.evaluate(slot) for slot in slots]
+        return self.finish_generation(results, fitnesses)
+
+    def evolve(self) -> None:
+        """Tournament selection with elitism, then one mutation per non-elite child: the next generation."""
+        self.population.evolve(self.settings.tournament, self.settings.mutations)
+
+    def best_fitness(self) -> float:
+        """The best evaluation of any generation so far."""
+        return max((h.best_fitness for h in self.history), default=float("nan"))
+
+    def finished(self) -> bool:
+        target = self.settings.target_fitness
+        reached = bool(self.history) and target is not None and self.best_fitness() >= target
+        return reached or self.global_steps >= self.settings.max_steps
+
+    def result(self, wall_s: float, steps_run: int, elite_uri: str) -> RunResult:
+        """The run's outcome after its last generation (`steps_run`: budget units spent in `wall_s`)."""
+        target = self.settings.target_fitness
+        best = self.best_fitness()
+        elite = self.population.elite().fitness
+        return RunResult(best_fitness=best, elite_fitness=float("nan") if elite is None else elite,
+                         global_steps=self.global_steps, max_env_steps=self.settings.max_steps, wall_s=wall_s,
+                         env_steps_per_s=steps_run / max(wall_s, 1e-9), generations=len(self.history),
+                         elite_uri=elite_uri, reached_target=target is not None and best >= target,
+                         history=self.history)
+
+    # ---- members as data -------------------------------------------------------------------------------
+    def load_member_state(self, slot: int, tensors: dict[str, Any], meta: dict[str, Any]) -> None:
+        """Replace member `slot` with one rebuilt from :meth:`Evolvable.state` output."""
+        self.population.members[slot].agent = self.arena.member_from_state(tensors, meta)
+
+    def elite(self) -> Member:
+        return self.population.elite()
+
+    # ---- persistence ----------------------------------------------------------------------------------
+    def extra_state(self) -> dict[str, Any]:
+        return {"global_steps": self.global_steps, "history": [asdict(h) for h in self.history]}
+
+    def _load_extra(self, extra: dict[str, Any]) -> None:
+        self.global_steps = int(extra["global_steps"])
+        self.history = [GenerationStats(**h) for h in extra["history"]]
+
+    def save(self, path: str | Path, config: dict[str, Any] | None = None, with_buffer: bool = True) -> Path:
+        """The whole population (and the shared experience) in one directory."""
+        extra = {**self.extra_state(), **({"config": config} if config is not None else {})}
+        return save_population(path, self.population, self.arena.env_desc,
+                               self.arena.buffer if with_buffer else None, extra)
+
+    def restore(self, path: str | Path) -> None:
+        """Continue from :meth:`save` output: the run then proceeds exactly as if uninterrupted."""
+        pop, meta = load_population(path, buffer=self.arena.buffer, rebuild=self.arena.member_from_state)
+        self.population = pop
+        self._load_extra(meta["extra"])
+
+    def save_elite(self, path: str | Path) -> Path:
+        return save_member(path, self.population.elite(), self.arena.env_desc)
+
+    def commit(self, store: RunStore, shards: list[ShardRef]) -> None:
+        """Write the evaluated generation (members, evolution state, shard refs, experience ring) to `store`."""
+        elite = self.population.members.index(self.population.elite())
+        store.commit_generation(self.population, self.arena.env_desc, shards, self.extra_state(),
+                                self.arena.experience_state(), elite)
+
+    def resume(self, store: RunStore, generation: int) -> None:
+        """Continue from a committed generation: population, history and experience exactly as they were."""
+        pop, meta = store.load_generation(generation, rebuild=self.arena.member_from_state)
+        if len(pop.members) != self.settings.population_size:
+            raise CheckpointError(f"{store.uri}: generation {generation} has {len(pop.members)} members, the "
+                                  f"config asks for {self.settings.population_size}")
+        self.population = pop
+        self._load_extra(meta["extra"])
+        self.arena.restore_experience(store, generation)

@@ -1,0 +1,292 @@
+"""The body every evolution flow shares, whatever the kind of training (the flows themselves are one line
+each: ``flows/online.py``, ``flows/offline.py``; the CLI and ``deployments/build.py`` pick one by ``kind``).
+
+A run is first *prepared* (:func:`prepare_run`): the Evolution is built (config, env, dataset checked), the
+storage URI and its credentials and the tracking server are checked, and a run with committed generations
+is loaded back (every checksum verified). The CLI prepares before it starts the flow, so a bad input is one
+clear paragraph and never a failed flow run; the flow then takes that prepared run from
+:data:`PREPARED_RUNS` (keyed by run id) instead of building it again. A deployment's flow prepares itself.
+
+Then one DAG of tasks per generation::
+
+    select+mutate --+--> train(m0) --> evaluate(m0) --+--> fold --> commit --> log
+    (from g-1)      +--> train(m1) --> evaluate(m1) --+
+                    +--> ...                           +
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from prefect import get_run_logger
+from prefect.artifacts import create_table_artifact
+from prefect.task_runners import ThreadPoolTaskRunner
+from tqdm import tqdm
+
+from agilerl_core.config import ExperimentConfig
+from agilerl_core.errors import CheckpointError
+from agilerl_core.experiment import build_evolution
+from agilerl_core.hpo.evolution import Evolution
+from agilerl_core.io.run_store import RunStore, check_run_id
+from agilerl_core.io.storage import storage_from_config
+from tasks.generation import (
+    WORKER_RUNS,
+    GenerationJob,
+    MemberState,
+    commit_generation_task,
+    evaluate_member_task,
+    fold_generation_task,
+    select_and_mutate_task,
+    train_member_task,
+)
+from tasks.tracking import (
+    SECRET_FIELDS,
+    Tracker,
+    check_tracking_server,
+    log_generation_task,
+    log_run_end_task,
+    member_rows,
+    tracking_uri,
+)
+
+SUMMARY_ARTIFACT = "evolution-summary"
+
+
+def new_run_id(cfg: ExperimentConfig) -> str:
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S-%f")
+    return f"{cfg.name}-s{cfg.seed}-{stamp}"
+
+
+def stored_config(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The config as persisted in run.json: JSON, secrets removed."""
+    data = cfg.model_dump(mode="json")
+    for dotted in SECRET_FIELDS:
+        section, name = dotted.split(".")
+        data[section].pop(name, None)
+    return data
+
+
+@dataclass
+class PreparedRun:
+    """A run ready to train: checked, built and (when it has committed generations) resumed."""
+
+    cfg: ExperimentConfig
+    run_id: str
+    evo: Evolution
+    store: RunStore
+    latest: int | None  # the last committed generation, None for a new run
+    dropped: list[int]  # uncommitted generation folders a crash left behind (deleted)
+
+
+def prepare_run(cfg: ExperimentConfig, run_id: str | None) -> PreparedRun:
+    """Every check and all setup that needs no training, in the order a user would fix them: the config,
+    env and dataset (building the Evolution), the storage URI and its credentials, the tracking server; then
+    the run's record, and the last committed generation loaded back when the run id has one."""
+    run_id = check_run_id(run_id or new_run_id(cfg))
+    evo = build_evolution(cfg)
+    dataset = getattr(evo.arena, "dataset", None)
+    if dataset is not None and cfg.dataset.sha256 is None:
+        # pin the data: the run's record, its MLflow params and every worker then name (and check) this content
+        cfg = cfg.model_copy(update={"dataset": cfg.dataset.model_copy(update={"sha256": dataset.sha256})})
+        evo.arena.cfg = cfg
+    storage = storage_from_config(cfg)
+    storage.check()
+    if cfg.tracking.enabled:
+        check_tracking_server(tracking_uri(cfg))
+    store = RunStore(storage, run_id)
+    store.init_run(stored_config(cfg))
+    latest = store.latest_generation()
+    dropped = store.discard_uncommitted()
+    if latest is not None:
+        evo.resume(store, latest)
+    return PreparedRun(cfg, run_id, evo, store, latest, dropped)
+
+
+class PreparedRuns:
+    """Runs the CLI prepared for the flow it starts next in this process, keyed by run id."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, PreparedRun] = {}
+        self._lock = threading.Lock()
+
+    def put(self, prepared: PreparedRun) -> None:
+        with self._lock:
+            self._runs[prepared.run_id] = prepared
+
+    def take(self, cfg: ExperimentConfig, run_id: str | None) -> PreparedRun | None:
+        """The run prepared for `run_id` with exactly this config (removed from the cache), else None."""
+        with self._lock:
+            prepared = self._runs.pop(run_id, None) if run_id else None
+        return prepared if prepared is not None and prepared.cfg == cfg else None
+
+
+PREPARED_RUNS = PreparedRuns()
+
+
+def _task_runner(cfg: ExperimentConfig, dask_address: str | None):
+    if cfg.runner.kind == "dask":
+        from prefect_dask import DaskTaskRunner
+
+        return DaskTaskRunner(address=dask_address)
+    return ThreadPoolTaskRunner(max_workers=cfg.runner.max_threads)
+
+
+@contextlib.contextmanager
+def _dask_cluster(cfg: ExperimentConfig):
+    """The scheduler address of the configured cluster; a local process cluster lives as long as the run."""
+    if cfg.runner.kind != "dask":
+        yield None
+        return
+    if cfg.runner.address:
+        yield cfg.runner.address
+        return
+    import dask
+    from distributed import LocalCluster
+
+    # Dask's statistical profiler samples every task thread's stack every 10 ms; on a Python-heavy
+    # training loop that costs ~40% of the worker's time (measured: 4 CartPole members on 2 workers,
+    # 22.3 s with it, 13.2 s without). Workers of an external cluster should set the same option.
+    os.environ["DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED"] = "False"
+    with dask.config.set({"distributed.worker.profile.enabled": False}), \
+            LocalCluster(n_workers=cfg.runner.workers, threads_per_worker=1, processes=True,
+                         dashboard_address=None) as cluster:
+        yield cluster.scheduler_address
+
+
+class _Logging:
+    """At most one generation's tracking in flight beside the next generation's training, logged in order."""
+
+    def __init__(self) -> None:
+        self.future = None
+
+    def wait(self) -> None:
+        """Wait for the generation being logged (raising its error, after its retries)."""
+        if self.future is not None:
+            future, self.future = self.future, None
+            future.result()
+
+
+def run_generation(job: GenerationJob, evo: Evolution, store: RunStore, runner, tracker: Tracker | None,
+                   logging: _Logging) -> dict[str, Any]:
+    """One generation's DAG in the flow run (select+mutate from the previous one first).
+
+    The tasks are submitted to `runner`, a started task runner of the configured kind, so that one flow
+    serves every runner; a generation is not a subflow of its own (a subflow costs ~0.4 s of API calls
+    and heartbeat teardown per generation, measured; its task names carry the generation instead)."""
+    if evo.history:
+        select_and_mutate_task(job, evo)
+    evo.begin_generation()
+    slots = range(len(evo.population.members))
+    inline = job.mode == "threads" and job.config.runner.max_threads == 1
+    if inline:  # one member at a time in this thread (no hand-off to a pool thread), evaluated right after
+        outputs, fitnesses = [], []
+        for slot in slots:
+            outputs.append(train_member_task(job, slot, evo))
+            fitnesses.append(evaluate_member_task(job, slot, evo))
+    else:  # a process runner ships each member's state; threads train the live members
+        states = [MemberState(*m.agent.state()) if job.mode == "process" else evo for m in evo.population.members]
+        trained = [runner.submit(train_member_task, {"job": job, "slot": s, "member": states[s]}) for s in slots]
+        evaluated = [runner.submit(evaluate_member_task,
+                                   {"job": job, "slot": s, "member": evo if job.mode == "threads" else trained[s]},
+                                   wait_for=[trained[s]]) for s in slots]
+        outputs = [f.result() for f in trained]
+        fitnesses = [f.result() for f in evaluated]
+    shards = fold_generation_task(job, evo, store, outputs, fitnesses)
+    commit_generation_task(job, evo, store, shards)
+    last = evo.history[-1]
+    stats = asdict(last)
+    if tracker is not None:
+        params = {"tracker": tracker, "stats": stats,
+                  "members": member_rows(evo.population, last.train_returns, sorted(evo.arena.space))}
+        logging.wait()
+        if inline:  # the pool's thread is idle while members train in this one: log there, beside the next
+            # generation (a crash before it lands is covered: resume logs committed, unlogged generations)
+            logging.future = runner.submit(log_generation_task, params)
+        else:
+            log_generation_task(**params)
+    return stats
+
+
+def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> dict[str, Any]:
+    """The body of every evolution flow (called inside a flow run): the prepared run (or prepare it now),
+    one DAG per generation, the elite, tracking."""
+    logger = get_run_logger()
+    prepared = PREPARED_RUNS.take(cfg, run_id) or prepare_run(cfg, run_id)
+    cfg, run_id, evo, store = prepared.cfg, prepared.run_id, prepared.evo, prepared.store
+    if prepared.dropped:
+        logger.info("run %s: discarded uncommitted generation(s) %s left by a crash", run_id, prepared.dropped)
+    if prepared.latest is not None:
+        logger.info("run %s: resuming after committed generation %d (%d steps)", run_id, prepared.latest,
+                    evo.global_steps)
+    tracker = Tracker(cfg, run_id, store.storage.uri) if cfg.tracking.enabled else None
+    dataset = getattr(evo.arena, "dataset", None)
+    if tracker is not None and dataset is not None:
+        tracker.log_dataset(dataset.describe())
+    space_names = sorted(evo.arena.space)
+    mode = "process" if cfg.runner.kind == "dask" else "threads"
+    logging = _Logging()
+    t0 = time.perf_counter()
+    steps0 = evo.global_steps
+    status = "FAILED"
+    try:
+        if tracker is not None and evo.history:  # generations committed before a crash but never logged
+            logged = tracker.logged_generations()
+            for h in evo.history:
+                if h.generation not in logged:
+                    logger.info("run %s: logging generation %d, committed before the crash", run_id, h.generation)
+                    _log_from_store(tracker, store, h.generation, asdict(h), evo, space_names)
+        with _dask_cluster(cfg) as address, _task_runner(cfg, address) as runner:
+            bar = tqdm(total=cfg.max_env_steps, initial=evo.global_steps, unit="step", file=sys.stderr,
+                       disable=not progress, dynamic_ncols=True, desc=f"evolution {run_id}")
+            while not evo.finished():
+                g = evo.population.generation + (1 if evo.history else 0)
+                job = GenerationJob(run_id, cfg, store.storage.uri, g, evo.generation_steps(), mode)
+                stats = run_generation(job, evo, store, runner, tracker, logging)
+                logger.info("generation %d: best %.2f mean %.2f, %d steps", stats["generation"],
+                            stats["best_fitness"], stats["mean_fitness"], stats["global_steps"])
+                bar.update(stats["global_steps"] - bar.n)
+                bar.set_postfix(gen=stats["generation"], best=f"{stats['best_fitness']:.1f}",
+                                mean=f"{stats['mean_fitness']:.1f}")
+            bar.close()
+            logging.wait()
+        wall = time.perf_counter() - t0
+        elite_uri = store.save_elite(evo.elite(), evo.arena.env_desc)
+        summary = {**evo.result(wall, evo.global_steps - steps0, elite_uri).summary(), "run_id": run_id,
+                   "storage_uri": store.uri, "mlflow_run_id": tracker.parent_id if tracker else None}
+        if tracker is not None:
+            with tempfile.TemporaryDirectory(prefix="agilerl-elite-") as tmp:
+                elite_dir = evo.save_elite(Path(tmp) / "member")
+                summary.update(log_run_end_task(tracker, [e.to_dict() for e in evo.population.lineage],
+                                                space_names, str(elite_dir), summary))
+        store.storage.put_bytes(store.key("summary.json"), json.dumps(summary, indent=1).encode())
+        with contextlib.suppress(Exception):  # the summary artifact is a convenience for `agilerl-flow trigger`
+            create_table_artifact([summary], key=SUMMARY_ARTIFACT, description="evolution summary (JSON row)")
+        status = "FINISHED"
+        return summary
+    finally:
+        WORKER_RUNS.drop(run_id)
+        if tracker is not None:
+            with contextlib.suppress(Exception):
+                tracker.end(status)
+
+
+def _log_from_store(tracker: Tracker, store: RunStore, generation: int, stats: dict, evo: Evolution,
+                    space_names: list[str]) -> None:
+    """Log a committed generation read back from storage (its members as they were then)."""
+    try:
+        pop = evo.population if generation == evo.population.generation else \
+            store.load_generation(generation, rebuild=evo.arena.member_from_state)[0]
+    except CheckpointError:  # pruned by retention: its members are gone, the population metrics remain
+        tracker.log_generation(stats, [])
+        return
+    tracker.log_generation(stats, member_rows(pop, stats["train_returns"], space_names))
