@@ -112,6 +112,8 @@ def _flow(cfg, run_id: str | None, progress: bool) -> dict:
     """Prepare the run here (every check, the resume state loaded and verified), then start its kind's flow,
     which takes the prepared run instead of building it again."""
     _prefect_defaults()
+    if not progress:  # MLflow draws "Downloading artifacts" bars while it logs the champion
+        os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
     from flows.evolution import PREPARED_RUNS, prepare_run
     from flows.kinds import flow_for
     from tasks.tracking import tracking_uri

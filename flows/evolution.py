@@ -52,6 +52,7 @@ from tasks.generation import (
 from tasks.tracking import (
     SECRET_FIELDS,
     Tracker,
+    champion_signature,
     check_tracking_server,
     log_generation_task,
     log_run_end_task,
@@ -196,9 +197,12 @@ def run_generation(job: GenerationJob, evo: Evolution, store: RunStore, runner, 
     else:  # a process runner ships each member's state; threads train the live members
         states = [MemberState(*m.agent.state()) if job.mode == "process" else evo for m in evo.population.members]
         trained = [runner.submit(train_member_task, {"job": job, "slot": s, "member": states[s]}) for s in slots]
-        evaluated = [runner.submit(evaluate_member_task,
-                                   {"job": job, "slot": s, "member": evo if job.mode == "threads" else trained[s]},
-                                   wait_for=[trained[s]]) for s in slots]
+        if job.mode == "threads":  # the live member: evaluated once its training future is done
+            evaluated = [runner.submit(evaluate_member_task, {"job": job, "slot": s, "member": evo},
+                                       wait_for=[trained[s]]) for s in slots]
+        else:  # the trained state travels as the training future's result
+            evaluated = [runner.submit(evaluate_member_task, {"job": job, "slot": s, "member": trained[s]})
+                         for s in slots]
         outputs = [f.result() for f in trained]
         fitnesses = [f.result() for f in evaluated]
     shards = fold_generation_task(job, evo, store, outputs, fitnesses)
@@ -266,8 +270,9 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
         if tracker is not None:
             with tempfile.TemporaryDirectory(prefix="agilerl-elite-") as tmp:
                 elite_dir = evo.save_elite(Path(tmp) / "member")
+                signature = champion_signature(evo.arena.obs_space, evo.arena.action_spec)
                 summary.update(log_run_end_task(tracker, [e.to_dict() for e in evo.population.lineage],
-                                                space_names, str(elite_dir), summary))
+                                                space_names, str(elite_dir), summary, signature))
         store.storage.put_bytes(store.key("summary.json"), json.dumps(summary, indent=1).encode())
         with contextlib.suppress(Exception):  # the summary artifact is a convenience for `agilerl-flow trigger`
             create_table_artifact([summary], key=SUMMARY_ARTIFACT, description="evolution summary (JSON row)")

@@ -110,12 +110,19 @@ class WorkerRuns:
 WORKER_RUNS = WorkerRuns()
 
 
+def worker_run(job: GenerationJob) -> WorkerRun:
+    """This worker process's copy of the job's run. The tasks reach the cache through this function: a
+    process runner ships a task's function by value with the globals it names, and a function is shipped by
+    reference (the cache and its locks never travel)."""
+    return WORKER_RUNS.get(job)
+
+
 @task(name="train-member", cache_policy=NO_CACHE, task_run_name="train g{job.generation} m{slot}")
 def train_member_task(job: GenerationJob, slot: int, member: Evolution | MemberState) -> TrainOutput:
     """Train one member for the job's steps (learning as it goes)."""
     if isinstance(member, Evolution):
         return TrainOutput(member.train(slot, job.generation, job.steps))
-    run = WORKER_RUNS.get(job)
+    run = worker_run(job)
     run.evo.load_member_state(slot, member.tensors, member.meta)
     result = run.evo.train(slot, job.generation, job.steps)
     tensors, meta = run.evo.population.members[slot].agent.state()
@@ -129,7 +136,7 @@ def evaluate_member_task(job: GenerationJob, slot: int, member: Evolution | Trai
     """Fitness of one trained member: mean return of greedy evaluation episodes."""
     if isinstance(member, Evolution):
         return member.evaluate(slot, job.generation, own_env=True)
-    run = WORKER_RUNS.get(job)
+    run = worker_run(job)
     run.evo.load_member_state(slot, member.state.tensors, member.state.meta)
     return run.evo.evaluate(slot, job.generation)
 

@@ -181,8 +181,9 @@ class Tracker:
             self.client.log_artifact(self.parent_id, str(tree), "lineage")
             self.client.log_artifact(self.parent_id, str(hps), "lineage")
 
-    def log_champion(self, member_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
-        """Log the elite as a pyfunc model (code + safetensors checkpoint), register it, alias it champion."""
+    def log_champion(self, member_dir: Path, summary: dict[str, Any], signature: Any = None) -> dict[str, Any]:
+        """Log the elite as a pyfunc model (code + safetensors checkpoint) with its typed `signature`
+        (:func:`champion_signature`), register it, alias it champion."""
         import torch
 
         name = self.cfg.tracking.model_name or self.cfg.name
@@ -193,6 +194,7 @@ class Tracker:
                 name="champion", python_model=code, artifacts={"member": str(member_dir)},
                 pip_requirements=["agilerl-flow", f"torch=={torch.__version__.split('+')[0]}"],
                 registered_model_name=name if self.cfg.tracking.register_model else None,
+                signature=signature,
                 step=int(summary.get("generations", 1)) - 1,  # links the final generation's metrics
                 metadata={"fitness": summary.get("best_fitness"), "run_id": self.run_id})
         out = {"model_uri": info.model_uri}
@@ -205,6 +207,31 @@ class Tracker:
     def end(self, status: str = "FINISHED") -> None:
         for rid in [*self.child_ids, self.parent_id]:
             self.client.set_terminated(rid, status)
+
+
+def champion_signature(obs_space, action) -> Any:
+    """The champion's typed MLflow signature: a batch of observations in (one named tensor per key of a Dict
+    space), the greedy actions out (ints for Discrete, floats in the env's bounds for Box)."""
+    import numpy as np
+    from gymnasium import spaces
+    from mlflow.models import ModelSignature
+    from mlflow.types.schema import Schema, TensorSpec
+
+    def spec(space, name=None) -> TensorSpec:
+        if isinstance(space, spaces.Discrete):
+            return TensorSpec(np.dtype(np.int64), (-1,), name)
+        dtype = np.dtype(np.uint8) if space.dtype == np.uint8 else np.dtype(np.float32)
+        return TensorSpec(dtype, (-1, *space.shape), name)
+
+    if isinstance(obs_space, spaces.Dict):
+        inputs = Schema([spec(s, k) for k, s in obs_space.spaces.items()])
+    else:
+        inputs = Schema([spec(obs_space)])
+    if action.discrete:
+        outputs = Schema([TensorSpec(np.dtype(np.int64), (-1,))])
+    else:
+        outputs = Schema([TensorSpec(np.dtype(np.float32), (-1, *action.shape))])
+    return ModelSignature(inputs=inputs, outputs=outputs)
 
 
 # ---- Prefect tasks (the tracking server is remote: transient failures are retried) ----------------------
@@ -231,12 +258,12 @@ def log_generation_task(tracker: Tracker, stats: dict[str, Any], members: list[d
 
 @task(name="log-run-end", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
 def log_run_end_task(tracker: Tracker, lineage: list[dict[str, Any]], hp_names: list[str], elite_dir: str,
-                     summary: dict[str, Any]) -> dict[str, Any]:
+                     summary: dict[str, Any], signature: Any = None) -> dict[str, Any]:
     """Lineage table and pictures on the parent run; the elite as a registered model aliased champion.
     The two run side by side: rendering the pictures is CPU work, logging the model mostly waits on the
     server."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="agilerl-lineage") as pool:
         lineage_done = pool.submit(tracker.log_lineage, lineage, hp_names)
-        champion = tracker.log_champion(Path(elite_dir), summary)
+        champion = tracker.log_champion(Path(elite_dir), summary, signature)
         lineage_done.result()
     return champion

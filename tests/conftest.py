@@ -63,7 +63,35 @@ class MaskedDictEnv(gym.Env):
         return self._obs(), float(done), done, False, {"action_mask": self._mask()}
 
 
-for _id, _cls in (("agilerl_test/Image-v0", ImageEnv), ("agilerl_test/MaskedDict-v0", MaskedDictEnv)):
+class MaskedLineEnv(gym.Env):
+    """A Box position on a line; action 2 (jump) is allowed only at even steps (info's action_mask) and
+    taking it when masked raises, so any forbidden action is caught."""
+
+    observation_space = spaces.Box(-10, 10, (2,), np.float32)
+    action_space = spaces.Discrete(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.x = 0, 0.0
+        return self._obs(), {"action_mask": self._mask()}
+
+    def _mask(self):
+        return np.array([1, 1, int(self.t % 2 == 0)], dtype=np.int8)
+
+    def _obs(self):
+        return np.array([self.x, self.t % 2], dtype=np.float32)
+
+    def step(self, action):
+        if self._mask()[action] == 0:
+            raise AssertionError(f"forbidden action {action} at step {self.t}")
+        self.x += (-1.0, 1.0, 2.0)[int(action)]
+        self.t += 1
+        done = abs(self.x) >= 6
+        return self._obs(), float(self.x > 0), done, False, {"action_mask": self._mask()}
+
+
+for _id, _cls in (("agilerl_test/Image-v0", ImageEnv), ("agilerl_test/MaskedDict-v0", MaskedDictEnv),
+                  ("agilerl_test/MaskedLine-v0", MaskedLineEnv)):
     if _id not in gym.registry:
         gym.register(_id, entry_point=_cls, max_episode_steps=50)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
@@ -94,16 +93,6 @@ def test_process_tasks_resync_a_fresh_worker_from_storage(tmp_path):
         WORKER_RUNS.drop("r")
     assert out.result.mean_loss == ref.mean_loss and out.result.env_steps == ref.env_steps
     assert out.shard.rows == ref.env_steps
-
-
-def test_engine_imports_neither_prefect_nor_mlflow():
-    for path in (ROOT / "agilerl_core").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            for name in names:
-                assert name.split(".")[0] not in ("prefect", "mlflow", "prefect_dask", "tasks", "flows"), \
-                    f"{path.relative_to(ROOT)} imports {name}"
 
 
 def test_prefect_yaml_is_generated_from_the_configs():

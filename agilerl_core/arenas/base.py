@@ -19,6 +19,7 @@ from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.registry import algorithms_for
 from agilerl_core.envs.make import make_vector_env, probe_spaces
 from agilerl_core.envs.spaces import ActionSpec, ObsSpec, action_spec
+from agilerl_core.envs.vector import action_masks
 from agilerl_core.errors import ConfigError
 from agilerl_core.hpo.evolution import TrainResult
 from agilerl_core.hpo.space import merge_space
@@ -41,39 +42,6 @@ class EpisodeReturns:
     def mean(self) -> float:
         """Mean return of the finished episodes (nan if none)."""
         return float(np.mean(self.finished)) if self.finished else float("nan")
-
-
-def real_next_obs(next_obs, info: dict, done: np.ndarray):
-    """With same-step autoreset, the true next observation of a finished episode is in final_obs."""
-    if not done.any():
-        return next_obs
-    final = info["final_obs"]
-    idx = np.flatnonzero(done)
-    if isinstance(next_obs, dict):
-        real = {k: v.copy() for k, v in next_obs.items()}
-        for i in idx:
-            for k in real:
-                real[k][i] = final[i][k]
-        return real
-    real = next_obs.copy()
-    for i in idx:
-        real[i] = final[i]
-    return real
-
-
-def action_masks(info: dict, num_envs: int, action_dim: int) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """(mask for the observations returned, mask for the true next observations) from a vector info."""
-    current = info.get("action_mask")
-    if current is None:
-        return None, None
-    current = np.asarray(current, dtype=bool).reshape(num_envs, action_dim)
-    nxt = current.copy()
-    final = info.get("final_info")
-    if final is not None and "action_mask" in final:
-        has = np.asarray(final.get("_action_mask", np.zeros(num_envs, bool)), dtype=bool)
-        for i in np.flatnonzero(has):
-            nxt[i] = np.asarray(final["action_mask"][i], dtype=bool)
-    return current, nxt
 
 
 def evaluate_member(agent: RLAlgorithm, env: VectorEnv, seed: int, max_steps: int | None = None) -> float:

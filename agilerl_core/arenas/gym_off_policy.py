@@ -15,10 +15,11 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from agilerl_core.algorithms.base import RLAlgorithm
-from agilerl_core.arenas.base import EpisodeReturns, GymArena, action_masks, probe_action_mask, real_next_obs
+from agilerl_core.arenas.base import EpisodeReturns, GymArena, probe_action_mask
 from agilerl_core.buffers.nstep import NStepCollector
 from agilerl_core.buffers.replay import ReplayBuffer, Shard, transition_fields
 from agilerl_core.envs.make import make_vector_env
+from agilerl_core.envs.vector import action_masks, real_next_obs
 from agilerl_core.hpo.evolution import TrainResult
 
 

@@ -11,9 +11,10 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from agilerl_core.algorithms.base import RLAlgorithm
-from agilerl_core.arenas.base import EpisodeReturns, GymArena, action_masks, real_next_obs
+from agilerl_core.arenas.base import EpisodeReturns, GymArena
 from agilerl_core.buffers.rollout import Rollout, compute_gae
 from agilerl_core.envs.make import make_vector_env
+from agilerl_core.envs.vector import action_masks, real_next_obs
 from agilerl_core.hpo.evolution import TrainResult
 
 

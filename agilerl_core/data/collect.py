@@ -7,12 +7,21 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from gymnasium import spaces
 from tqdm import tqdm
 
 from agilerl_core.data.hdf5 import write_hdf5
 from agilerl_core.data.transitions import from_episodes
 from agilerl_core.envs.make import make_vector_env
+from agilerl_core.envs.vector import action_masks
 from agilerl_core.errors import ConfigError
+
+
+def _random_actions(space: spaces.Space, num_envs: int, mask: np.ndarray | None) -> np.ndarray:
+    """One uniformly random action per sub-env, among the allowed ones where the env masks actions."""
+    if mask is None:
+        return np.stack([space.sample() for _ in range(num_envs)])
+    return np.array([space.sample(mask=m.astype(np.int8)) for m in mask])
 
 
 def collect_episodes(env_id: str, policy: str, episodes: int, seed: int = 0, num_envs: int = 8,
@@ -22,7 +31,9 @@ def collect_episodes(env_id: str, policy: str, episodes: int, seed: int = 0, num
 
     `policy` is ``random`` or the path of a saved member (its greedy actions). With `epsilon`, each
     step's action is replaced by a uniformly random one with that probability (a noisier behaviour
-    policy covers more states). Same arguments, same episodes.
+    policy covers more states). Where the env puts an ``action_mask`` in its info, random and epsilon
+    actions are drawn among the allowed ones only, and the policy acts under the mask. Same arguments,
+    same episodes.
     """
     if episodes < 1:
         raise ConfigError("--episodes: must be at least 1")
@@ -43,6 +54,8 @@ def collect_episodes(env_id: str, policy: str, episodes: int, seed: int = 0, num
     rng = np.random.default_rng(seed)
     env.action_space.seed(seed)
     single = env.single_action_space
+    single.seed(seed)
+    n_actions = int(single.n) if isinstance(single, spaces.Discrete) else 0
     obs, info = env.reset(seed=seed)
     running = [{"observations": [obs[i]], "actions": [], "rewards": [], "terminations": [], "truncations": []}
                for i in range(num_envs)]
@@ -50,14 +63,15 @@ def collect_episodes(env_id: str, policy: str, episodes: int, seed: int = 0, num
     bar = tqdm(total=episodes, unit="episode", desc=f"collect {env_id}", file=sys.stderr, disable=not progress)
     try:
         while len(done_eps) < episodes:
+            mask = action_masks(info, num_envs, n_actions)[0] if n_actions else None
             if agent is None:
-                actions = env.action_space.sample()
+                actions = env.action_space.sample() if mask is None else _random_actions(single, num_envs, mask)
             else:
-                actions = agent.env_action(agent.obs_spec.to_tensors(obs, agent.device), info.get("action_mask"))
+                actions = agent.env_action(agent.obs_spec.to_tensors(obs, agent.device), mask)
                 if epsilon > 0:
                     swap = rng.random(num_envs) < epsilon
                     if swap.any():
-                        random = np.stack([single.sample() for _ in range(num_envs)])
+                        random = _random_actions(single, num_envs, mask)
                         actions = np.where(swap.reshape(-1, *[1] * (np.ndim(actions) - 1)), random, actions)
             next_obs, reward, terminated, truncated, info = env.step(actions)
             for i in range(num_envs):
