@@ -66,7 +66,8 @@ def test_own_env_by_entry_point(tmp_path, monkeypatch):
     """env_entry_point registers an unregistered id with the user's class (module:Class)."""
     (tmp_path / "usergrid_b.py").write_text(GRID_MODULE.split("\n\nif ")[0])  # the class, no registration
     monkeypatch.syspath_prepend(str(tmp_path))
-    cfg = tiny_config(env_id="UserGridB-v0", env_entry_point="usergrid_b:GridWorld", max_env_steps=600)
+    cfg = tiny_config(env_id="UserGridB-v0", env_entry_point="usergrid_b:GridWorld", max_env_steps=600,
+                      eval_max_steps=50)  # registered without a time limit: a greedy episode may never end
     evo = build_evolution(cfg)
     assert evo.arena.env_desc["env_entry_point"] == "usergrid_b:GridWorld"
     assert evo.run_generation().global_steps == 600
