@@ -55,7 +55,8 @@ def main() -> None:
 
         from agilerl_core.config import load_config
         from agilerl_core.experiment import train_local
-        from flows.online import online_evolution, preflight
+        from flows.evolution import PREPARED_RUNS, prepare_run
+        from flows.online import online_evolution
 
         budget = args.evo_steps * args.population * args.generations
         base = {"evo_steps": args.evo_steps, "population_size": args.population, "max_env_steps": budget,
@@ -74,8 +75,9 @@ def main() -> None:
                     res = train_local(cfg, progress=False, run_dir=tmp / f"local-{r}")
                     fitness = res.best_fitness
                 else:
-                    preflight(cfg)
-                    fitness = online_evolution(config=cfg, run_id=f"{kind.replace('_', '-')}-{r}")["best_fitness"]
+                    prepared = prepare_run(cfg, f"{kind.replace('_', '-')}-{r}")  # what the CLI does
+                    PREPARED_RUNS.put(prepared)
+                    fitness = online_evolution(config=prepared.cfg, run_id=prepared.run_id)["best_fitness"]
                 times[kind].append(time.perf_counter() - t0)
                 best[kind].append(fitness)
                 print(f"repeat {r} {kind}: {times[kind][-1]:.1f}s (best fitness {fitness})", file=sys.stderr)

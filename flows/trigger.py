@@ -57,7 +57,7 @@ def _summary(flow_run_id) -> dict[str, Any]:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, FlowRunFilter, FlowRunFilterId
 
-    from flows.online import SUMMARY_ARTIFACT
+    from flows.evolution import SUMMARY_ARTIFACT
 
     with get_client(sync_client=True) as client:
         # the summary is created inside the flow run itself

@@ -79,7 +79,7 @@ def test_the_flow_runs_an_own_env_through_the_cli(tmp_path):
     _write_module(tmp_path, "usergrid_cli", "UserGridCli-v0")
     cfg = tmp_path / "c.yaml"
     cfg.write_text("env_id: usergrid_cli:UserGridCli-v0\nnum_envs: 2\npopulation_size: 2\nevo_steps: 100\n"
-                   "eval_episodes: 2\nmax_env_steps: 200\nhyperparameters: {batch_size: 16, learning_delay: 20}\n"
+                   "eval_episodes: 2\nmax_env_steps: 200\nhyperparameters: {batch_size: 32, learning_delay: 40}\n"
                    f"output_dir: {tmp_path / 'out'}\ntracking: {{enabled: false}}\n")
     p = _cli("run", str(cfg), "--run-id", "grid", "--no-progress", cwd=tmp_path)  # cwd is on sys.path (-m)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -89,7 +89,7 @@ def test_the_flow_runs_an_own_env_through_the_cli(tmp_path):
 def test_resume_refuses_a_tampered_checkpoint_in_one_paragraph_naming_the_stored_file(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("env_id: CartPole-v1\nnum_envs: 4\npopulation_size: 2\nevo_steps: 100\neval_episodes: 2\n"
-                   f"max_env_steps: 200\nhyperparameters: {{batch_size: 16, learning_delay: 20}}\n"
+                   f"max_env_steps: 200\nhyperparameters: {{batch_size: 32, learning_delay: 40}}\n"
                    f"output_dir: {tmp_path / 'out'}\ntracking: {{enabled: false}}\n")
     p = _cli("run", str(cfg), "--run-id", "t", "--no-progress", cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -109,7 +109,7 @@ def test_resume_refuses_a_tampered_checkpoint_in_one_paragraph_naming_the_stored
 def test_lineage_of_a_damaged_population_file_names_it(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("env_id: CartPole-v1\nnum_envs: 4\npopulation_size: 2\nevo_steps: 100\neval_episodes: 2\n"
-                   f"max_env_steps: 200\nhyperparameters: {{batch_size: 16, learning_delay: 20}}\n"
+                   f"max_env_steps: 200\nhyperparameters: {{batch_size: 32, learning_delay: 40}}\n"
                    f"output_dir: {tmp_path / 'out'}\ntracking: {{enabled: false}}\n")
     assert _cli("run", str(cfg), "--run-id", "l", "--no-progress", cwd=tmp_path).returncode == 0
     pop = tmp_path / "out" / "l" / "generations" / "000000" / "population" / "population.json"

@@ -31,7 +31,7 @@ def resolve_env_id(env_id: str, entry_point: str | None = None) -> str:
     if entry_point is not None and name not in gym.registry:
         module, _, attr = entry_point.partition(":")
         try:
-            found = getattr(importlib.import_module(module), attr) if module and attr else None
+            found = getattr(importlib.import_module(module), attr, None) if module and attr else None
         except ImportError as err:
             raise ConfigError(f"env_entry_point: module {module!r} cannot be imported ({err}); install the "
                               f"package that provides it or add its folder to PYTHONPATH") from None
