@@ -63,6 +63,16 @@ class CNNConfig(_Strict):
         return self
 
 
+class VectorEncoderConfig(_Strict):
+    """Per-key encoders of a Dict observation's vector and Discrete keys (unused for other spaces)."""
+
+    per_key: bool = Field(True, description="Give each vector key of a Dict observation its own MLP encoder "
+                                            "feeding the head; false concatenates the keys into one flat input.")
+    hidden_sizes: list[int] = Field([64], description="Hidden widths of each key's encoder (may be empty: one "
+                                                      "linear layer).")
+    latent_dim: int = Field(32, ge=1, description="Output width of each key's encoder.")
+
+
 class NetworkConfig(_Strict):
     """Architecture of every network and the bounds its mutations respect."""
 
@@ -76,16 +86,20 @@ class NetworkConfig(_Strict):
     activation_choices: list[Literal[ACTIVATIONS]] = Field(list(ACTIVATIONS), min_length=1,
                                                            description="Activations a mutation may pick.")
     cnn: CNNConfig = Field(default_factory=CNNConfig, description="Conv encoder for image observations.")
+    vector_encoder: VectorEncoderConfig = Field(default_factory=VectorEncoderConfig,
+                                                description="Encoders of a Dict observation's vector keys.")
 
     @model_validator(mode="after")
     def _bounds(self) -> NetworkConfig:
         if not self.min_hidden_layers <= len(self.hidden_sizes) <= self.max_hidden_layers:
             raise ValueError(f"len(hidden_sizes) = {len(self.hidden_sizes)} must lie in [min_hidden_layers, "
                              f"max_hidden_layers] = [{self.min_hidden_layers}, {self.max_hidden_layers}]")
-        bad = [h for h in self.hidden_sizes if not self.min_nodes <= h <= self.max_nodes]
-        if bad:
-            raise ValueError(f"hidden_sizes {bad} outside [min_nodes, max_nodes] = "
-                             f"[{self.min_nodes}, {self.max_nodes}]")
+        for name, sizes in (("hidden_sizes", self.hidden_sizes),
+                            ("vector_encoder.hidden_sizes", self.vector_encoder.hidden_sizes)):
+            bad = [h for h in sizes if not self.min_nodes <= h <= self.max_nodes]
+            if bad:
+                raise ValueError(f"{name} {bad} outside [min_nodes, max_nodes] = "
+                                 f"[{self.min_nodes}, {self.max_nodes}]")
         return self
 
 

@@ -90,8 +90,30 @@ class MaskedLineEnv(gym.Env):
         return self._obs(), float(self.x > 0), done, False, {"action_mask": self._mask()}
 
 
+class DictCueEnv(gym.Env):
+    """Dict observation: a Discrete cue and a Box of distractor noise. The reward is 1 when the action
+    equals the cue (redrawn every step), 8 steps an episode: random play scores ~2.7, a learned policy 8."""
+
+    observation_space = spaces.Dict({"cue": spaces.Discrete(3), "noise": spaces.Box(-1, 1, (6,), np.float32)})
+    action_space = spaces.Discrete(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def _obs(self):
+        self.cue = int(self.np_random.integers(3))
+        return {"cue": self.cue, "noise": self.np_random.uniform(-1, 1, 6).astype(np.float32)}
+
+    def step(self, action):
+        r = float(int(action) == self.cue)
+        self.t += 1
+        return self._obs(), r, False, self.t >= 8, {}
+
+
 for _id, _cls in (("agilerl_test/Image-v0", ImageEnv), ("agilerl_test/MaskedDict-v0", MaskedDictEnv),
-                  ("agilerl_test/MaskedLine-v0", MaskedLineEnv)):
+                  ("agilerl_test/MaskedLine-v0", MaskedLineEnv), ("agilerl_test/DictCue-v0", DictCueEnv)):
     if _id not in gym.registry:
         gym.register(_id, entry_point=_cls, max_episode_steps=50)
 

@@ -14,6 +14,7 @@ from agilerl_core.networks import (
     LAYER_MUTATIONS,
     NODE_MUTATIONS,
     ArchBounds,
+    ArchSpec,
     CNNSpec,
     EvolvableCNN,
     EvolvableMLP,
@@ -21,6 +22,7 @@ from agilerl_core.networks import (
     MLPSpec,
     initial_arch,
     propose_mutation,
+    with_activation,
 )
 from agilerl_core.networks.transfer import overlap_slices
 
@@ -117,7 +119,7 @@ def test_mutations_respect_bounds():
         c = arch.cnns[0][1]
         assert 1 <= len(c.channels) <= 2 and all(8 <= x <= 32 for x in c.channels)
         assert all(k in (3, 5) for k in c.kernels[:1]) and c.is_valid()
-    assert seen == set(LAYER_MUTATIONS + NODE_MUTATIONS)
+    assert seen == {n for n in LAYER_MUTATIONS + NODE_MUTATIONS if not n.startswith("enc.")}  # no Dict keys here
     # at the bounds the mutation is refused, never clipped silently into an invalid network
     at_max = initial_arch(ObsSpec(spaces.Box(-1, 1, (4,))), 2, NetworkConfig(hidden_sizes=[64, 64, 64], max_nodes=64,
                                                                               max_hidden_layers=3))
@@ -140,7 +142,7 @@ def test_observation_spaces(space, obs):
     net = EvolvableNetwork(spec, initial_arch(spec, 4, cfg), torch.Generator().manual_seed(0))
     out = net(spec.to_tensors(obs(5)))
     assert out.shape == (5, 4)
-    assert net.plain_mlp == (not spec.has_images)
+    assert net.plain_mlp == (not spec.has_images and not spec.is_dict)
 
 
 def test_discrete_observation_is_one_hot():
@@ -163,3 +165,88 @@ def test_unsupported_spaces_raise_config_errors():
         ObsSpec(spaces.Tuple([spaces.Discrete(2)]))
     with pytest.raises(ConfigError, match="env_id: action space .*Discrete"):
         action_dim(gym.make("Pendulum-v1").action_space)
+
+
+DICT_SPACE = spaces.Dict({"img": spaces.Box(0, 255, (12, 12, 3), np.uint8), "d": spaces.Discrete(3),
+                          "v": spaces.Box(-1, 1, (2,), np.float32)})
+DICT_CNN = {"channels": [8], "kernel_sizes": [3], "strides": [1], "latent_dim": 16}
+
+
+def _dict_obs(n, rng):
+    return {"img": rng.integers(0, 256, (n, 12, 12, 3)).astype(np.uint8), "d": rng.integers(0, 3, n),
+            "v": rng.uniform(-1, 1, (n, 2)).astype(np.float32)}
+
+
+def test_dict_observation_gets_an_encoder_per_key_feeding_one_head():
+    spec = ObsSpec(DICT_SPACE)
+    cfg = NetworkConfig(cnn=DICT_CNN, vector_encoder={"hidden_sizes": [16], "latent_dim": 8})
+    arch = initial_arch(spec, 4, cfg)
+    assert [k for k, _ in arch.encoders] == ["d", "v"] and [k for k, _ in arch.cnns] == ["img"]
+    assert [s.in_dim for _, s in arch.encoders] == [3, 2]  # one-hot Discrete(3), Box(2)
+    assert arch.mlp.in_dim == 8 + 8 + 16  # two key latents and the image latent
+    net = EvolvableNetwork(spec, arch, torch.Generator().manual_seed(0))
+    assert set(net.encoders) == {"d", "v"} and set(net.cnns) == {"img"}
+    rng = np.random.default_rng(0)
+    obs = _dict_obs(6, rng)
+    other_v = {**obs, "v": rng.uniform(-1, 1, (6, 2)).astype(np.float32)}
+    assert not torch.allclose(net(spec.to_tensors(obs)), net(spec.to_tensors(other_v)))
+    # key "v" reaches the head only through its own encoder: silence that encoder and "v" no longer matters
+    with torch.no_grad():
+        net.encoders["v"].out.weight.zero_()
+    torch.testing.assert_close(net(spec.to_tensors(obs)), net(spec.to_tensors(other_v)), rtol=0, atol=0)
+    # ... while "d" still does
+    other_d = {**obs, "d": (obs["d"] + 1) % 3}
+    assert not torch.allclose(net(spec.to_tensors(obs)), net(spec.to_tensors(other_d)))
+
+
+def test_dict_observation_can_be_flattened_instead():
+    spec = ObsSpec(DICT_SPACE)
+    arch = initial_arch(spec, 4, NetworkConfig(cnn=DICT_CNN, vector_encoder={"per_key": False}))
+    assert arch.encoders == () and arch.mlp.in_dim == 3 + 2 + 16
+    assert "encoders" not in arch.to_dict()  # flat layouts keep the checkpoint format they always had
+    # a plain vector observation never gets key encoders
+    assert initial_arch(ObsSpec(spaces.Box(-1, 1, (6,))), 2, NetworkConfig()).encoders == ()
+
+
+def test_encoder_mutations_keep_the_function_and_respect_bounds():
+    spec = ObsSpec(DICT_SPACE)
+    cfg = NetworkConfig(cnn=DICT_CNN, vector_encoder={"hidden_sizes": [32], "latent_dim": 8})
+    arch = initial_arch(spec, 4, cfg)
+    gen = torch.Generator().manual_seed(1)
+    net = EvolvableNetwork(spec, arch, gen)
+    obs = spec.to_tensors(_dict_obs(5, np.random.default_rng(2)))
+    bounds = ArchBounds(min_nodes=16, max_nodes=48, node_changes=(16,))
+    rng = np.random.default_rng(0)
+    grown, desc = propose_mutation(arch, "enc.add_nodes", bounds, rng)
+    assert desc == "enc.add_nodes(layer=0, +16)"
+    assert all(s.hidden == (48,) and s.out_dim == 8 for _, s in grown.encoders)  # every key's encoder, same latent
+    assert grown.mlp == arch.mlp
+    new = net.rebuilt(grown, gen)
+    _assert_kept(net.encoders["v"], new.encoders["v"])
+    torch.testing.assert_close(new(obs), net(obs), rtol=0, atol=1e-6)  # new units start with zero outgoing weights
+    assert propose_mutation(grown, "enc.add_nodes", bounds, rng) is None  # at max_nodes
+    shrunk, _ = propose_mutation(grown, "enc.remove_nodes", bounds, rng)
+    assert all(s.hidden == (32,) for _, s in shrunk.encoders)
+    assert ArchSpec.from_dict(shrunk.to_dict()) == shrunk
+    relu_free = with_activation(shrunk, "tanh")
+    assert {s.activation for _, s in relu_free.encoders} == {"tanh"}
+    # flat observations never offer encoder mutations; Dict ones do
+    from agilerl_core.networks.evolvable import applicable_mutations
+
+    flat = initial_arch(ObsSpec(spaces.Box(-1, 1, (6,))), 2, NetworkConfig())
+    assert applicable_mutations(flat, NODE_MUTATIONS) == ["mlp.add_nodes", "mlp.remove_nodes"]
+    assert "enc.add_nodes" in applicable_mutations(arch, NODE_MUTATIONS)
+
+
+def test_dict_agent_round_trips_through_its_state():
+    from agilerl_core.algorithms.dqn import DQN
+    from agilerl_core.algorithms.dqn_hp import DQNHyperparameters
+
+    spec = ObsSpec(DICT_SPACE)
+    arch = initial_arch(spec, 3, NetworkConfig(cnn=DICT_CNN))
+    agent = DQN(spec, 3, arch, DQNHyperparameters(), seed=0)
+    obs = spec.to_tensors(_dict_obs(4, np.random.default_rng(3)))
+    tensors, meta = agent.state()
+    assert any(k.startswith("net/q/encoders.v.") for k in tensors)
+    again = DQN.from_state(spec, tensors, meta)
+    torch.testing.assert_close(again.networks["q"](obs), agent.networks["q"](obs), rtol=0, atol=0)

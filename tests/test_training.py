@@ -64,6 +64,19 @@ def test_dict_env_with_action_masks_never_takes_invalid_actions(tmp_path):
     assert "next_action_mask" in exp.arena.buffer.fields
 
 
+def test_dict_observation_learns_through_per_key_encoders(tmp_path):
+    # the cue sits in one key among distractor noise in another; each key has its own encoder
+    cfg = tiny_config(env_id="agilerl_test/DictCue-v0", evo_steps=600, max_env_steps=3600, eval_episodes=5,
+                      target_fitness=7.5, **{"hyperparameters": {"batch_size": 32, "learning_delay": 64,
+                                                                   "buffer_size": 5000, "eps_decay_steps": 800},
+                                             "network.vector_encoder": {"hidden_sizes": [16], "latent_dim": 16},
+                                             "mutation.architecture": 0.5})
+    exp = build_evolution(cfg)
+    assert set(exp.population.members[0].agent.networks["q"].encoders) == {"cue", "noise"}
+    res = train_local(cfg, progress=False, run_dir=tmp_path)
+    assert res.best_fitness >= 7.5, [h.fitnesses for h in res.history]  # random play: ~2.7
+
+
 @pytest.mark.slow
 def test_cartpole_population_learns(tmp_path):
     cfg = tiny_config(num_envs=8, population_size=4, evo_steps=2000, max_env_steps=48_000, target_fitness=400,

@@ -25,6 +25,7 @@ from agilerl_core.networks.evolvable import (
     NODE_MUTATIONS,
     ArchSpec,
     EvolvableNetwork,
+    applicable_mutations,
     propose_mutation,
     with_activation,
 )
@@ -166,7 +167,7 @@ class RLAlgorithm(ABC):
 
     def _mutate_architecture(self, rng: np.random.Generator, settings: MutationSettings) -> str:
         layer = rng.random() < settings.new_layer_share
-        names = [n for n in (LAYER_MUTATIONS if layer else NODE_MUTATIONS) if n.startswith("mlp.") or self.arch.cnns]
+        names = applicable_mutations(self.arch, LAYER_MUTATIONS if layer else NODE_MUTATIONS)
         for i in rng.permutation(len(names)):
             proposal = propose_mutation(self.arch, names[i], settings.arch_bounds, rng)
             if proposal is not None:

@@ -1,4 +1,8 @@
-"""The network every algorithm builds on: per-image conv encoders, then an MLP to the outputs.
+"""The network every algorithm builds on: an encoder per observation key, then one MLP head to the outputs.
+
+A plain (non-Dict) vector observation goes straight into the head. A Dict observation gives each key
+its own encoder (a conv encoder for an image, a small MLP for a vector or a one-hot Discrete), and the
+head reads their latents concatenated. A non-Dict image gets its conv encoder as well.
 
 Architecture mutations act on the :class:`ArchSpec` (pure data); :meth:`EvolvableNetwork.rebuilt`
 turns a new spec into a network that keeps every weight that still exists.
@@ -16,31 +20,41 @@ from agilerl_core.envs.spaces import Obs, ObsSpec
 from agilerl_core.networks.cnn import CNNSpec, EvolvableCNN
 from agilerl_core.networks.mlp import EvolvableMLP, MLPSpec
 from agilerl_core.networks.obs_norm import RunningObsNorm
+from agilerl_core.networks.transfer import ACTIVATION_FNS
 
 
 @dataclass(frozen=True)
 class ArchSpec:
-    """Architecture of an EvolvableNetwork: the MLP and one conv encoder per image key."""
+    """Architecture of an EvolvableNetwork: the head MLP, one conv encoder per image key and (Dict
+    observations) one MLP encoder per vector key. Encoders keep their latent width under every
+    mutation, so the head's input width only changes with the observation."""
 
     mlp: MLPSpec
     cnns: tuple[tuple[str, CNNSpec], ...] = ()
+    encoders: tuple[tuple[str, MLPSpec], ...] = ()
 
     @property
     def activation(self) -> str:
         return self.mlp.activation
 
     def to_dict(self) -> dict:
-        return {"mlp": self.mlp.to_dict(), "cnns": [[k, s.to_dict()] for k, s in self.cnns]}
+        d = {"mlp": self.mlp.to_dict(), "cnns": [[k, s.to_dict()] for k, s in self.cnns]}
+        if self.encoders:  # absent for flat observations: their checkpoints read as before
+            d["encoders"] = [[k, s.to_dict()] for k, s in self.encoders]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> ArchSpec:
-        return cls(MLPSpec.from_dict(d["mlp"]), tuple((str(k), CNNSpec.from_dict(s)) for k, s in d["cnns"]))
+        return cls(MLPSpec.from_dict(d["mlp"]), tuple((str(k), CNNSpec.from_dict(s)) for k, s in d["cnns"]),
+                   tuple((str(k), MLPSpec.from_dict(s)) for k, s in d.get("encoders", ())))
 
     def describe(self) -> str:
         s = f"mlp{list(self.mlp.hidden)}/{self.activation}"
         if self.cnns:
             c = self.cnns[0][1]
             s += f" cnn{list(c.channels)}k{list(c.kernels)}"
+        if self.encoders:
+            s += f" enc{list(self.encoders[0][1].hidden)}x{len(self.encoders)}"
         return s
 
 
@@ -82,12 +96,18 @@ def initial_arch(obs_spec: ObsSpec, out_dim: int, net) -> ArchSpec:
                               f"leave no output for image {part.key!r} of shape {part.shape}; use smaller "
                               f"kernels/strides or fewer layers")
         cnns.append((part.key, spec))
-    in_dim = obs_spec.vector_dim + sum(s.latent_dim for _, s in cnns)
-    return ArchSpec(MLPSpec(in_dim, out_dim, tuple(net.hidden_sizes), net.activation), tuple(cnns))
+    encoders = []
+    enc = net.vector_encoder
+    if obs_spec.is_dict and enc.per_key:
+        encoders = [(p.key, MLPSpec(p.features, enc.latent_dim, tuple(enc.hidden_sizes), net.activation))
+                    for p in obs_spec.vector_parts]
+    vector_in = sum(s.out_dim for _, s in encoders) if encoders else obs_spec.vector_dim
+    in_dim = vector_in + sum(s.latent_dim for _, s in cnns)
+    return ArchSpec(MLPSpec(in_dim, out_dim, tuple(net.hidden_sizes), net.activation), tuple(cnns), tuple(encoders))
 
 
 class EvolvableNetwork(nn.Module):
-    """obs -> [conv encoder per image key] ++ flat vector -> MLP -> outputs."""
+    """obs -> (vector, or an MLP encoder per vector key) ++ conv encoder per image key -> MLP head -> outputs."""
 
     def __init__(self, obs_spec: ObsSpec, arch: ArchSpec, generator: torch.Generator | None = None,
                  noisy_std: float = 0.5) -> None:
@@ -95,19 +115,34 @@ class EvolvableNetwork(nn.Module):
         self.obs_spec = obs_spec
         self.arch = arch
         self.cnns = nn.ModuleDict({key: EvolvableCNN(spec, generator) for key, spec in arch.cnns})
+        self.encoders = nn.ModuleDict({key: EvolvableMLP(spec, generator) for key, spec in arch.encoders})
         self.mlp = EvolvableMLP(arch.mlp, generator, noisy_std)
-        self.plain_mlp = not arch.cnns
+        self._set_layout()
         self.obs_norm: RunningObsNorm | None = None  # the agent's, shared by all its networks
 
+    def _set_layout(self) -> None:
+        arch = self.arch
+        self.plain_mlp = not arch.cnns and not arch.encoders
+        # column widths of the flat vector, one per vector key in the order preprocess concatenates them
+        self._widths = [p.features for p in self.obs_spec.vector_parts] if arch.encoders else []
+        self._enc_act = ACTIVATION_FNS[arch.encoders[0][1].activation] if arch.encoders else None
+
     def features(self, obs: Obs) -> torch.Tensor:
-        """The MLP's input: flat vector part (normalised when the agent normalises observations) and conv
-        latents, concatenated."""
+        """The head's input: the flat vector part (normalised when the agent normalises observations)
+        or, with per-key encoders, each key's latent; then the conv latents; concatenated."""
         vector, images = self.obs_spec.preprocess(obs)
         if self.obs_norm is not None and vector is not None:
             vector = self.obs_norm(vector)
         if self.plain_mlp:
             return vector
-        parts = [] if vector is None else [vector]
+        if vector is None:
+            parts = []
+        elif self.encoders:
+            act = self._enc_act
+            parts = [act(self.encoders[p.key](x)) for p, x in
+                     zip(self.obs_spec.vector_parts, torch.split(vector, self._widths, dim=1), strict=True)]
+        else:
+            parts = [vector]
         parts += [self.cnns[p.key](x) for p, x in zip(self.obs_spec.image_parts, images, strict=True)]
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
@@ -125,8 +160,10 @@ class EvolvableNetwork(nn.Module):
         new.obs_spec = self.obs_spec
         new.arch = arch
         new.cnns = nn.ModuleDict({key: self.cnns[key].rebuilt(spec, generator) for key, spec in arch.cnns})
+        new.encoders = nn.ModuleDict({key: self.encoders[key].rebuilt(spec, generator) for key, spec in arch.encoders})
         new.mlp = self.mlp.rebuilt(arch.mlp, generator)
-        new.plain_mlp = not arch.cnns
+        new._set_layout()
+        new.obs_norm = self.obs_norm
         return new
 
     def param_count(self) -> int:
@@ -147,7 +184,13 @@ class EvolvableNetwork(nn.Module):
 
 LAYER_MUTATIONS = ("mlp.add_layer", "mlp.remove_layer", "cnn.add_layer", "cnn.remove_layer")
 NODE_MUTATIONS = ("mlp.add_nodes", "mlp.remove_nodes", "cnn.add_channels", "cnn.remove_channels",
-                  "cnn.change_kernel")
+                  "cnn.change_kernel", "enc.add_nodes", "enc.remove_nodes")
+
+
+def applicable_mutations(arch: ArchSpec, names: tuple[str, ...]) -> list[str]:
+    """The mutations in `names` that act on a part `arch` has (head MLP always; convs, key encoders)."""
+    return [n for n in names if n.startswith("mlp.") or (n.startswith("cnn.") and arch.cnns)
+            or (n.startswith("enc.") and arch.encoders)]
 
 
 def _map_cnns(arch: ArchSpec, fn) -> ArchSpec | None:
@@ -155,7 +198,7 @@ def _map_cnns(arch: ArchSpec, fn) -> ArchSpec | None:
     if any(not s.is_valid() for _, s in cnns):
         return None
     mlp_in = arch.mlp.in_dim - sum(s.latent_dim for _, s in arch.cnns) + sum(s.latent_dim for _, s in cnns)
-    return ArchSpec(replace(arch.mlp, in_dim=mlp_in), cnns)
+    return ArchSpec(replace(arch.mlp, in_dim=mlp_in), cnns, arch.encoders)
 
 
 def propose_mutation(arch: ArchSpec, name: str, bounds: ArchBounds,
@@ -179,6 +222,21 @@ def propose_mutation(arch: ArchSpec, name: str, bounds: ArchBounds,
             return None
         hidden[i] = new
         return replace(arch, mlp=replace(mlp, hidden=tuple(hidden))), f"{name}(layer={i}, {new - mlp.hidden[i]:+d})"
+    if name in ("enc.add_nodes", "enc.remove_nodes"):
+        if not arch.encoders:
+            return None
+        enc_hidden = list(arch.encoders[0][1].hidden)
+        if not enc_hidden:
+            return None
+        i = int(rng.integers(len(enc_hidden)))
+        n = int(rng.choice(bounds.node_changes))
+        old = enc_hidden[i]
+        new = min(old + n, bounds.max_nodes) if name == "enc.add_nodes" else max(old - n, bounds.min_nodes)
+        if new == old:
+            return None
+        encoders = tuple((k, replace(s, hidden=tuple(new if j == i else h for j, h in enumerate(s.hidden))))
+                         for k, s in arch.encoders)
+        return replace(arch, encoders=encoders), f"{name}(layer={i}, {new - old:+d})"
     if not arch.cnns:
         return None
     ref = arch.cnns[0][1]
@@ -219,4 +277,5 @@ def propose_mutation(arch: ArchSpec, name: str, bounds: ArchBounds,
 def with_activation(arch: ArchSpec, activation: str) -> ArchSpec:
     """The same architecture with another hidden activation (MLP and convs)."""
     return ArchSpec(replace(arch.mlp, activation=activation),
-                    tuple((k, replace(s, activation=activation)) for k, s in arch.cnns))
+                    tuple((k, replace(s, activation=activation)) for k, s in arch.cnns),
+                    tuple((k, replace(s, activation=activation)) for k, s in arch.encoders))
