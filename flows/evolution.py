@@ -52,6 +52,7 @@ from tasks.generation import (
 from tasks.tracking import (
     SECRET_FIELDS,
     Tracker,
+    champion_example,
     champion_signature,
     check_tracking_server,
     log_generation_task,
@@ -271,8 +272,9 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
             with tempfile.TemporaryDirectory(prefix="agilerl-elite-") as tmp:
                 elite_dir = evo.save_elite(Path(tmp) / "member")
                 signature = champion_signature(evo.arena.obs_space, evo.arena.action_spec)
+                example = champion_example(evo.arena.obs_space)
                 summary.update(log_run_end_task(tracker, [e.to_dict() for e in evo.population.lineage],
-                                                space_names, str(elite_dir), summary, signature))
+                                                space_names, str(elite_dir), summary, signature, example))
         store.storage.put_bytes(store.key("summary.json"), json.dumps(summary, indent=1).encode())
         with contextlib.suppress(Exception):  # the summary artifact is a convenience for `agilerl-flow trigger`
             create_table_artifact([summary], key=SUMMARY_ARTIFACT, description="evolution summary (JSON row)")

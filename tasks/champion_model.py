@@ -21,7 +21,11 @@ class ChampionPolicy(PythonModel):
         member, self.env = load_member(context.artifacts["member"])
         self.agent = member.agent
 
-    def predict(self, context, model_input, params=None):
+    def predict(self, context, model_input: np.ndarray, params=None):
+        """Greedy actions for a batch of observations. `model_input` is an array (a dict of arrays, one per
+        key, for a Dict observation space: what MLflow's tensor signature delivers; a DataFrame is read as
+        one row per observation). The hint is np.ndarray because MLflow validates against the model's
+        signature, not the hint, for that type."""
         spec = self.agent.obs_spec
         if hasattr(model_input, "to_numpy"):  # a DataFrame: one row per observation
             model_input = model_input.to_numpy()

@@ -61,6 +61,17 @@ def check_tracking_server(uri: str, timeout: float = 5.0) -> None:
                         f"(`agilerl-flow stack up`) or unset MLFLOW_TRACKING_URI to track in a local SQLite file")
 
 
+def warm_tracking_store(uri: str) -> None:
+    """Open the tracking store once, so that a new local SQLite file gets its tables now (~2 s of MLflow
+    migrations, measured) rather than when the flow's tracker first writes. MLflow caches the store per URI."""
+    if uri.startswith(("http://", "https://")):
+        return  # a server: nothing to create here (its health was checked)
+    try:
+        MlflowClient(uri).search_experiments(max_results=1)
+    except mlflow.exceptions.MlflowException as err:
+        raise TrackingError(f"tracking store {uri} (tracking.uri / MLFLOW_TRACKING_URI): {err.message}") from None
+
+
 def flat_params(cfg: ExperimentConfig) -> dict[str, str]:
     """The whole config as dotted params, secrets removed."""
     out: dict[str, str] = {}
@@ -181,9 +192,11 @@ class Tracker:
             self.client.log_artifact(self.parent_id, str(tree), "lineage")
             self.client.log_artifact(self.parent_id, str(hps), "lineage")
 
-    def log_champion(self, member_dir: Path, summary: dict[str, Any], signature: Any = None) -> dict[str, Any]:
+    def log_champion(self, member_dir: Path, summary: dict[str, Any], signature: Any = None,
+                     input_example: Any = None) -> dict[str, Any]:
         """Log the elite as a pyfunc model (code + safetensors checkpoint) with its typed `signature`
-        (:func:`champion_signature`), register it, alias it champion."""
+        (:func:`champion_signature`) and an `input_example` (:func:`champion_example`), register it,
+        alias it champion."""
         import torch
 
         name = self.cfg.tracking.model_name or self.cfg.name
@@ -194,7 +207,7 @@ class Tracker:
                 name="champion", python_model=code, artifacts={"member": str(member_dir)},
                 pip_requirements=["agilerl-flow", f"torch=={torch.__version__.split('+')[0]}"],
                 registered_model_name=name if self.cfg.tracking.register_model else None,
-                signature=signature,
+                signature=signature, input_example=input_example,
                 step=int(summary.get("generations", 1)) - 1,  # links the final generation's metrics
                 metadata={"fitness": summary.get("best_fitness"), "run_id": self.run_id})
         out = {"model_uri": info.model_uri}
@@ -234,6 +247,19 @@ def champion_signature(obs_space, action) -> Any:
     return ModelSignature(inputs=inputs, outputs=outputs)
 
 
+def champion_example(obs_space) -> Any:
+    """A batch of two observations drawn from the space (seeded): the champion's input example, so the
+    MLflow UI shows what the model takes and MLflow checks it against the signature when logging."""
+    import numpy as np
+    from gymnasium import spaces
+
+    obs_space.seed(0)
+    draws = [obs_space.sample() for _ in range(2)]
+    if isinstance(obs_space, spaces.Dict):
+        return {k: np.stack([np.asarray(d[k]) for d in draws]) for k in obs_space.spaces}
+    return np.stack([np.asarray(d) for d in draws])
+
+
 # ---- Prefect tasks (the tracking server is remote: transient failures are retried) ----------------------
 
 
@@ -258,12 +284,12 @@ def log_generation_task(tracker: Tracker, stats: dict[str, Any], members: list[d
 
 @task(name="log-run-end", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
 def log_run_end_task(tracker: Tracker, lineage: list[dict[str, Any]], hp_names: list[str], elite_dir: str,
-                     summary: dict[str, Any], signature: Any = None) -> dict[str, Any]:
+                     summary: dict[str, Any], signature: Any = None, input_example: Any = None) -> dict[str, Any]:
     """Lineage table and pictures on the parent run; the elite as a registered model aliased champion.
     The two run side by side: rendering the pictures is CPU work, logging the model mostly waits on the
     server."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="agilerl-lineage") as pool:
         lineage_done = pool.submit(tracker.log_lineage, lineage, hp_names)
-        champion = tracker.log_champion(Path(elite_dir), summary, signature)
+        champion = tracker.log_champion(Path(elite_dir), summary, signature, input_example)
         lineage_done.result()
     return champion

@@ -97,13 +97,32 @@ def _cli(*args, cwd):
                           timeout=300, check=False, env=env)
 
 
+def _ephemeral_servers(prefect_home: Path) -> list[int]:
+    """PIDs of live ephemeral Prefect servers whose PREFECT_HOME is `prefect_home`."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes()
+            env = (proc / "environ").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if b"prefect.server.api.server:create_app" in cmd and f"PREFECT_HOME={prefect_home}".encode() in env:
+            pids.append(int(proc.name))
+    return pids
+
+
 def test_default_run_is_the_flow_on_the_embedded_default(tmp_path):
     """No servers: ephemeral Prefect, MLflow in a SQLite file, storage in output_dir; same result as --local."""
     cfg = tmp_path / "c.yaml"
     cfg.write_text("env_id: CartPole-v1\nnum_envs: 4\npopulation_size: 2\nevo_steps: 200\neval_episodes: 2\n"
                    "max_env_steps: 800\nhyperparameters: {batch_size: 32, learning_delay: 64}\n")
-    p = _cli("run", str(cfg), "--set", f"output_dir={tmp_path / 'out'}", "--run-id", "emb", cwd=tmp_path)
+    p = _cli("run", str(cfg), "--set", f"output_dir={tmp_path / 'out'}", "--run-id", "emb", "--no-progress",
+             cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
+    # quiet: no warnings (MLflow's "Add type hints", "input example was not provided"), no download bars
+    assert "Warning" not in p.stderr and "Downloading artifacts" not in p.stderr, p.stderr[-3000:]
+    mlmodel = next((tmp_path / "out" / "mlartifacts").rglob("MLmodel")).read_text()
+    assert "signature:" in mlmodel and "saved_input_example_info" in mlmodel
     summary = json.loads(p.stdout.strip().splitlines()[-1])
     assert summary["run_id"] == "emb" and summary["storage_uri"] == str(tmp_path / "out" / "emb")
     assert summary["champion_uri"] == "models:/experiment@champion" and summary["mlflow_run_id"]
@@ -149,6 +168,8 @@ def test_cli_errors_are_one_paragraph_without_traceback(tmp_path):
     assert p.returncode == 1 and "storage error" in p.stderr and "unsupported scheme 'gs'" in p.stderr
     p = _cli("resume", "no-such-run", "--storage", str(tmp_path / "empty"), cwd=tmp_path)
     assert p.returncode == 2 and "not found in storage" in p.stderr
+    # the env id and storage errors came after the ephemeral Prefect server began starting: none is left behind
+    assert _ephemeral_servers(tmp_path / "prefect-home") == []
     p = _cli("stack", "status", "--data-dir", str(tmp_path / "stack"), cwd=tmp_path)
     status = json.loads(p.stdout.strip().splitlines()[-1])
     assert p.returncode == 0 and not any(status[s]["running"] for s in ("s3", "mlflow", "prefect", "worker"))

@@ -1,7 +1,4 @@
-"""Env construction and space handling."""
+"""Env construction (make.py: ids, your own envs, vector envs) and space handling (spaces.py).
 
-from agilerl_core.envs.make import check_env_id, make_env, make_vector_env, probe_spaces
-from agilerl_core.envs.spaces import Obs, ObsPart, ObsSpec, action_dim
-
-__all__ = ["Obs", "ObsPart", "ObsSpec", "action_dim", "check_env_id", "make_env", "make_vector_env",
-           "probe_spaces"]
+Import from the submodules: the CLI checks an env id before torch is imported.
+"""
