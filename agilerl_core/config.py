@@ -27,6 +27,7 @@ from pydantic import (
 from agilerl_core.algorithms.cql_hp import CQNHyperparameters
 from agilerl_core.algorithms.dqn_hp import DQNHyperparameters
 from agilerl_core.algorithms.hp_base import HP_TAG, Hyperparameters
+from agilerl_core.algorithms.maddpg_hp import MATD3Hyperparameters
 from agilerl_core.algorithms.registry import ALGORITHMS, algorithms_for_kind
 from agilerl_core.errors import ConfigError
 from agilerl_core.hpo.space import HyperparameterSpec
@@ -203,8 +204,10 @@ def _hyperparameter_union(kind: str) -> Any:
 
 GYM_ALGORITHMS = algorithms_for_kind("gym")
 OFFLINE_ALGORITHMS = algorithms_for_kind("offline")
+MULTI_AGENT_ALGORITHMS = algorithms_for_kind("multi_agent")
 GymHyperparameters = _hyperparameter_union("gym")
 OfflineHyperparameters = _hyperparameter_union("offline")
+MultiAgentHyperparameters = _hyperparameter_union("multi_agent")
 
 
 class _ExperimentBase(_Strict):
@@ -240,6 +243,12 @@ class _ExperimentBase(_Strict):
     env_entry_point: str | None = Field(None, description="module:Class (or module:function) of your own env; "
                                                           "registers env_id with it when it is not registered.")
     env_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for gymnasium.make.")
+
+    def check_env(self) -> None:
+        """The fast env check the CLI runs before anything starts (a ConfigError naming the field)."""
+        from agilerl_core.envs.make import check_env_id
+
+        check_env_id(self.env_id, self.env_entry_point)
 
     @model_validator(mode="before")
     @classmethod
@@ -315,6 +324,50 @@ class OfflineExperimentConfig(_ExperimentBase):
     dataset: DatasetConfig = Field(description="The dataset the members learn from.")
 
 
+class FitnessConfig(_Strict):
+    """How a team's per-agent returns become one fitness."""
+
+    reduce: Literal["sum", "mean"] = Field("sum", description="Sum (cooperative teams) or mean of the chosen "
+                                                             "agents' mean episode returns.")
+    agents: list[str] | None = Field(None, description="Agent ids or groups (an id without its _N suffix, e.g. "
+                                                       "listener) whose returns count; null: every agent.")
+
+
+class MultiAgentExperimentConfig(_ExperimentBase):
+    """An evolution of teams in a PettingZoo parallel env: every member is one team (an actor per agent,
+    centralised critics), collecting experience in its own vectorised envs into one shared replay buffer.
+    Budgets count parallel-env steps (every agent acts once per step)."""
+
+    default_algorithm: ClassVar[str] = "matd3"
+
+    kind: Literal["multi_agent"] = Field(description="Kind of experiment: multi_agent (PettingZoo).")
+    env_id: str = Field(description="PettingZoo parallel env as module:env, e.g. mpe2:simple_speaker_listener_v4 "
+                                    "(a module with parallel_env, or a function returning a parallel env).")
+    env_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the env function, "
+                                                                         "e.g. {continuous_actions: true}.")
+    num_envs: int = Field(8, ge=1, description="Vectorised envs per member.")
+    vector_processes: bool = Field(False, description="Step each env copy in its own process (for slow envs; "
+                                                      "MPE is faster in one).")
+    algorithm: Literal[MULTI_AGENT_ALGORITHMS] = Field("matd3", description="Multi-agent algorithm: maddpg, "
+                                                                            "matd3.")
+    hyperparameters: MultiAgentHyperparameters = Field(default_factory=MATD3Hyperparameters,
+                                                       description="Initial hyperparameters of every member (the "
+                                                                   "fields of the chosen algorithm).")
+    fitness: FitnessConfig = Field(default_factory=FitnessConfig, description="The team's fitness.")
+
+    @model_validator(mode="after")
+    def _no_entry_point(self) -> MultiAgentExperimentConfig:
+        if self.env_entry_point is not None:
+            raise ValueError("env_entry_point: multi-agent envs are named by env_id alone (module:env); remove "
+                             "env_entry_point")
+        return self
+
+    def check_env(self) -> None:
+        from agilerl_core.envs.multi_agent import check_parallel_env
+
+        check_parallel_env(self.env_id, self.env_kwargs)
+
+
 def _kind_tag(value: Any) -> str:
     if isinstance(value, dict):
         return value.get("kind", "gym")
@@ -322,9 +375,11 @@ def _kind_tag(value: Any) -> str:
 
 
 EXPERIMENT_KINDS: dict[str, type[_ExperimentBase]] = {"gym": GymExperimentConfig,
-                                                      "offline": OfflineExperimentConfig}
+                                                      "offline": OfflineExperimentConfig,
+                                                      "multi_agent": MultiAgentExperimentConfig}
 ExperimentConfig = Annotated[
-    Annotated[GymExperimentConfig, Tag("gym")] | Annotated[OfflineExperimentConfig, Tag("offline")],
+    Annotated[GymExperimentConfig, Tag("gym")] | Annotated[OfflineExperimentConfig, Tag("offline")]
+    | Annotated[MultiAgentExperimentConfig, Tag("multi_agent")],
     Discriminator(_kind_tag, custom_error_type="kind",
                   custom_error_message=f"kind: must be one of {', '.join(EXPERIMENT_KINDS)}"),
 ]

@@ -118,9 +118,7 @@ def _flow(cfg, run_id: str | None, progress: bool) -> dict:
     _prefect_defaults()
     if not progress:  # MLflow draws "Downloading artifacts" bars while it logs the champion
         os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
-    from agilerl_core.envs.make import check_env_id
-
-    check_env_id(cfg.env_id, cfg.env_entry_point)  # the likeliest mistake, before anything starts
+    cfg.check_env()  # the likeliest mistake (the env id), before anything starts
     server = _EphemeralPrefect.start_if_needed()
     try:
         from flows.evolution import PREPARED_RUNS, prepare_run

@@ -271,7 +271,7 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
         if tracker is not None:
             with tempfile.TemporaryDirectory(prefix="agilerl-elite-") as tmp:
                 elite_dir = evo.save_elite(Path(tmp) / "member")
-                signature = champion_signature(evo.arena.obs_space, evo.arena.action_spec)
+                signature = champion_signature(evo.arena.obs_space, evo.arena.act_space)
                 example = champion_example(evo.arena.obs_space)
                 summary.update(log_run_end_task(tracker, [e.to_dict() for e in evo.population.lineage],
                                                 space_names, str(elite_dir), summary, signature, example))

@@ -8,6 +8,7 @@ import importlib
 FLOW_ENTRYPOINTS = {
     "gym": "flows/online.py:online_evolution",
     "offline": "flows/offline.py:offline_evolution",
+    "multi_agent": "flows/multi_agent.py:multi_agent_evolution",
 }
 
 

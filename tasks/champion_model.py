@@ -36,11 +36,11 @@ class ChampionPolicy(PythonModel):
             shape = getattr(spec.space, "shape", None)
             if shape:
                 obs = obs.reshape(-1, *shape)
-        mask = params.get("action_mask") if params else None
+        mask = params.get("action_mask") if params else None  # single-agent envs
         with torch.no_grad():
             actions = self.agent.env_action(spec.to_tensors(obs, self.agent.device),
                                             None if mask is None else np.asarray(mask, dtype=bool))
-        return np.asarray(actions)
+        return actions if isinstance(actions, dict) else np.asarray(actions)  # a team: one array per agent
 
 
 mlflow.models.set_model(ChampionPolicy())

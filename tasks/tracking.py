@@ -222,29 +222,28 @@ class Tracker:
             self.client.set_terminated(rid, status)
 
 
-def champion_signature(obs_space, action) -> Any:
+def champion_signature(obs_space, act_space) -> Any:
     """The champion's typed MLflow signature: a batch of observations in (one named tensor per key of a Dict
-    space), the greedy actions out (ints for Discrete, floats in the env's bounds for Box)."""
+    space; per agent for a team), the greedy actions out (ints for Discrete, floats in the env's bounds for
+    Box; a dict of them, one per agent, for a team: `act_space` is then a dict of spaces)."""
     import numpy as np
     from gymnasium import spaces
     from mlflow.models import ModelSignature
     from mlflow.types.schema import Schema, TensorSpec
 
-    def spec(space, name=None) -> TensorSpec:
+    def spec(space, name=None, action=False) -> TensorSpec:
         if isinstance(space, spaces.Discrete):
             return TensorSpec(np.dtype(np.int64), (-1,), name)
-        dtype = np.dtype(np.uint8) if space.dtype == np.uint8 else np.dtype(np.float32)
+        dtype = np.dtype(np.uint8) if space.dtype == np.uint8 and not action else np.dtype(np.float32)
         return TensorSpec(dtype, (-1, *space.shape), name)
 
-    if isinstance(obs_space, spaces.Dict):
-        inputs = Schema([spec(s, k) for k, s in obs_space.spaces.items()])
-    else:
-        inputs = Schema([spec(obs_space)])
-    if action.discrete:
-        outputs = Schema([TensorSpec(np.dtype(np.int64), (-1,))])
-    else:
-        outputs = Schema([TensorSpec(np.dtype(np.float32), (-1, *action.shape))])
-    return ModelSignature(inputs=inputs, outputs=outputs)
+    def schema(space, action=False) -> Schema:
+        named = space.spaces if isinstance(space, spaces.Dict) else space if isinstance(space, dict) else None
+        if named is not None:
+            return Schema([spec(s, k, action) for k, s in named.items()])
+        return Schema([spec(space, action=action)])
+
+    return ModelSignature(inputs=schema(obs_space), outputs=schema(act_space, action=True))
 
 
 def champion_example(obs_space) -> Any:

@@ -50,10 +50,7 @@ class RLAlgorithm(ABC):
     def __init__(self, obs_spec: ObsSpec, action: ActionSpec | int, arch: ArchSpec, hp: BaseModel, seed: int,
                  device: str | torch.device = "cpu") -> None:
         self.obs_spec = obs_spec
-        self.action_spec = action if isinstance(action, ActionSpec) else ActionSpec("discrete", int(action))
-        if self.action_spec.kind not in self.action_kinds:
-            raise ValueError(f"{self.name} does not handle {self.action_spec.kind} actions")
-        self.action_dim = self.action_spec.dim
+        self.init_actions(action)
         self.device = torch.device(device)
         self.hp = self.hp_model.model_validate(hp.model_dump())
         self.np_rng = np.random.default_rng(seed)
@@ -62,9 +59,25 @@ class RLAlgorithm(ABC):
         self.learn_steps = 0  # gradient steps taken
         self.obs_norm = RunningObsNorm(obs_spec.vector_dim, self.hp.obs_norm_clip) if self.hp.normalize_obs else None
         std = getattr(self.hp, "noisy_std", 0.5)
-        online = {n: EvolvableNetwork(obs_spec, self.network_arch(arch, n), self.torch_gen, std)
+        online = {n: EvolvableNetwork(self.network_obs_spec(n), self.network_arch(arch, n), self.torch_gen, std)
                   for n in self.online_networks}
         self._install(arch, online, self._targets_from(online))
+
+    def init_actions(self, action: Any) -> None:
+        """Set `action_spec` and `action_dim` from the constructor's `action` (an ActionSpec, or a number of
+        discrete actions); multi-agent algorithms take one per agent."""
+        self.action_spec = action if isinstance(action, ActionSpec) else ActionSpec("discrete", int(action))
+        if self.action_spec.kind not in self.action_kinds:
+            raise ValueError(f"{self.name} does not handle {self.action_spec.kind} actions")
+        self.action_dim = self.action_spec.dim
+
+    def action_meta(self) -> Any:
+        """The actions as checkpoint JSON (:meth:`action_from_meta` reads it back)."""
+        return self.action_spec.to_dict()
+
+    @classmethod
+    def action_from_meta(cls, meta: dict[str, Any]) -> Any:
+        return ActionSpec.from_dict(meta["action"]) if "action" in meta else int(meta["action_dim"])
 
     # ---- observations ---------------------------------------------------------------------------------
     def observe(self, obs: Obs) -> None:
@@ -81,19 +94,27 @@ class RLAlgorithm(ABC):
         features plus `extra` inputs (an action, for Q(s, a) critics) and has `output` units."""
         return 0, self.action_dim
 
+    def network_obs_spec(self, name: str) -> ObsSpec:
+        """The observations network `name` reads (the agent's; a multi-agent critic reads every agent's)."""
+        return self.obs_spec
+
     def network_arch(self, arch: ArchSpec, name: str) -> ArchSpec:
         """Network `name`'s architecture derived from the agent's shared one: every network of an agent
         has the same hidden layers, activation and encoders, so one mutation changes them together."""
         extra, out = self.network_io(name)
         return replace(arch, mlp=replace(arch.mlp, in_dim=arch.mlp.in_dim + extra, out_dim=out))
 
+    def lr_field_for(self, name: str) -> str:
+        """The hyperparameter holding network `name`'s learning rate."""
+        return self.optimizer_lrs.get(name, self.lr_field)
+
     def lr_for(self, name: str) -> float:
-        return float(getattr(self.hp, self.optimizer_lrs.get(name, self.lr_field)))
+        return float(getattr(self.hp, self.lr_field_for(name)))
 
     def _targets_from(self, online: dict[str, EvolvableNetwork]) -> dict[str, EvolvableNetwork]:
         targets = {}
         for tname, oname in self.target_networks.items():
-            net = EvolvableNetwork(self.obs_spec, online[oname].arch)
+            net = EvolvableNetwork(online[oname].obs_spec, online[oname].arch)
             net.load_state_dict(online[oname].state_dict())
             targets[tname] = net
         return targets
@@ -148,7 +169,7 @@ class RLAlgorithm(ABC):
             value = round(value)
         self.hp = self.hp_model.model_validate({**self.hp.model_dump(), name: value})
         for n, opt in self.optimizers.items():
-            if self.optimizer_lrs.get(n, self.lr_field) == name:
+            if self.lr_field_for(n) == name:
                 opt.lr = float(value)
 
     # ---- the Evolvable protocol (agilerl_core.hpo.evolvable) -----------------------------------------
@@ -258,7 +279,7 @@ class RLAlgorithm(ABC):
             "env_steps": self.env_steps,
             "learn_steps": self.learn_steps,
             "action_dim": self.action_dim,
-            "action": self.action_spec.to_dict(),
+            "action": self.action_meta(),
         }
         return tensors, meta
 
@@ -269,8 +290,7 @@ class RLAlgorithm(ABC):
         if meta.get("algorithm") != cls.name:
             raise ValueError(f"state is for algorithm {meta.get('algorithm')!r}, not {cls.name!r}")
         arch = ArchSpec.from_dict(meta["arch"])
-        action = ActionSpec.from_dict(meta["action"]) if "action" in meta else int(meta["action_dim"])
-        agent = cls(obs_spec, action, arch, cls.hp_model.model_validate(meta["hp"]), 0, device)
+        agent = cls(obs_spec, cls.action_from_meta(meta), arch, cls.hp_model.model_validate(meta["hp"]), 0, device)
         with torch.no_grad():
             for n, net in agent.networks.items():
                 for k, p in net.state_dict().items():

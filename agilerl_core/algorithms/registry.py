@@ -14,6 +14,7 @@ from agilerl_core.algorithms.bc_hp import BCHyperparameters
 from agilerl_core.algorithms.cql_hp import CQLHyperparameters, CQNHyperparameters
 from agilerl_core.algorithms.dqn_hp import DQNHyperparameters, RainbowHyperparameters
 from agilerl_core.algorithms.hp_base import Hyperparameters
+from agilerl_core.algorithms.maddpg_hp import MADDPGHyperparameters, MATD3Hyperparameters
 from agilerl_core.algorithms.ppo_hp import PPOHyperparameters
 from agilerl_core.algorithms.sac_hp import SACHyperparameters
 from agilerl_core.algorithms.td3_hp import DDPGHyperparameters, TD3Hyperparameters
@@ -52,6 +53,10 @@ ALGORITHMS: dict[str, AlgorithmInfo] = {a.name: a for a in (
     AlgorithmInfo("cqn", CQNHyperparameters, "agilerl_core.algorithms.cql:CQN", _OFFLINE_FIRST),
     AlgorithmInfo("cql", CQLHyperparameters, "agilerl_core.algorithms.cql:CQL", _OFFLINE_FIRST),
     AlgorithmInfo("bc", BCHyperparameters, "agilerl_core.algorithms.bc:BC", {"offline": "offline"}),
+    AlgorithmInfo("maddpg", MADDPGHyperparameters, "agilerl_core.algorithms.maddpg:MADDPG",
+                  {"multi_agent": "multi_agent_off_policy"}),
+    AlgorithmInfo("matd3", MATD3Hyperparameters, "agilerl_core.algorithms.maddpg:MATD3",
+                  {"multi_agent": "multi_agent_off_policy"}),
 )}
 
 

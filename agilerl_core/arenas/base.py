@@ -22,7 +22,7 @@ from agilerl_core.envs.spaces import ActionSpec, ObsSpec, action_spec
 from agilerl_core.envs.vector import action_masks
 from agilerl_core.errors import ConfigError
 from agilerl_core.hpo.evolution import TrainResult
-from agilerl_core.hpo.space import merge_space
+from agilerl_core.hpo.space import HyperparameterSpace, merge_space
 from agilerl_core.networks.evolvable import ArchBounds, initial_arch
 
 
@@ -77,6 +77,18 @@ def torch_device(requested: str) -> str:
     return "cuda" if requested == "cuda" or (requested == "auto" and torch.cuda.is_available()) else "cpu"
 
 
+def checked_space(cfg, algo_cls) -> HyperparameterSpace:
+    """The members' mutable hyperparameters (the algorithm's space with the config's overrides); a
+    ConfigError when an initial value lies outside its bounds."""
+    space = merge_space(algo_cls.hp_model.default_space, cfg.hp_space)
+    for name, spec in space.items():
+        value = getattr(cfg.hyperparameters, name)
+        if not spec.min <= value <= spec.max:
+            raise ConfigError(f"hyperparameters.{name}: initial value {value} lies outside hp_space.{name} "
+                              f"bounds [{spec.min}, {spec.max}]; change one of them")
+    return space
+
+
 class GymArena(ABC):
     """Members are RL agents of one algorithm acting in a Gymnasium env; evaluation is greedy episodes.
 
@@ -103,12 +115,7 @@ class GymArena(ABC):
                                          "channels_last": cfg.network.cnn.channels_last}
         if cfg.env_entry_point is not None:
             self.env_desc["env_entry_point"] = cfg.env_entry_point
-        self.space = merge_space(algo_cls.hp_model.default_space, cfg.hp_space)
-        for name, spec in self.space.items():
-            value = getattr(cfg.hyperparameters, name)
-            if not spec.min <= value <= spec.max:
-                raise ConfigError(f"hyperparameters.{name}: initial value {value} lies outside hp_space.{name} "
-                                  f"bounds [{spec.min}, {spec.max}]; change one of them")
+        self.space = checked_space(cfg, algo_cls)
         self.arch_bounds = ArchBounds.from_config(cfg.network)
         self.arch = initial_arch(self.obs_spec, self.action_spec.dim, cfg.network)
         self.buffer = None  # the shared experience, for arenas that share it

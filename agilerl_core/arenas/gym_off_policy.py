@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
 
 import torch
 from gymnasium.vector import VectorEnv
 
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.arenas.base import EpisodeReturns, GymArena, probe_action_mask
+from agilerl_core.arenas.shared_replay import SharedReplay
 from agilerl_core.buffers.nstep import NStepCollector
-from agilerl_core.buffers.replay import ReplayBuffer, Shard, transition_fields
+from agilerl_core.buffers.replay import ReplayBuffer, transition_fields
 from agilerl_core.envs.make import make_vector_env
 from agilerl_core.envs.vector import action_masks, real_next_obs
 from agilerl_core.hpo.evolution import TrainResult
@@ -86,10 +86,8 @@ def train_member(agent: RLAlgorithm, slot: int, env: VectorEnv, buffer: ReplayBu
                        time.perf_counter() - t0)
 
 
-class OffPolicyArena(GymArena):
+class OffPolicyArena(SharedReplay, GymArena):
     """Members act in their own vector envs and learn from the shared replay buffer."""
-
-    shares_experience = True
 
     def __init__(self, cfg, algo_cls: type[RLAlgorithm]) -> None:
         super().__init__(cfg, algo_cls)
@@ -101,36 +99,6 @@ class OffPolicyArena(GymArena):
                                    cfg.hyperparameters.buffer_size, self.device)
         self.slot_capacity = math.ceil(cfg.evo_steps / cfg.num_envs) * cfg.num_envs
 
-    def begin_generation(self, slots: int) -> None:
-        self.buffer.reserve_staging(slots, self.slot_capacity)
-
     def train(self, member: RLAlgorithm, slot: int, seed: int, steps: int) -> TrainResult:
         self.buffer.reset_slot(slot)
         return train_member(member, slot, self.envs[slot], self.buffer, steps, seed)
-
-    def shard(self, slot: int) -> Shard:
-        return self.buffer.shard(slot)
-
-    def commit_experience(self, shards: list[Shard], members: list[RLAlgorithm]) -> None:
-        first = self.buffer.pos
-        self.buffer.commit(shards)
-        count = sum(next(iter(sh.values())).shape[0] for sh in shards) if shards else 0
-        for m in members:  # e.g. prioritised replay: the new rows enter every member's priorities
-            m.committed(first, count)
-
-    def experience_state(self) -> dict[str, int]:
-        b = self.buffer
-        return {"size": b.size, "pos": b.pos, "capacity": b.capacity}
-
-    def restore_experience(self, store: Any, generation: int) -> None:
-        store.rebuild_buffer(generation, self.buffer)
-
-    def sync_experience(self, store: Any, synced: int, target: int) -> None:
-        if synced == target:
-            return
-        if synced == target - 1 and target >= 0:
-            store.extend_buffer(target, self.buffer)
-        elif target >= 0:
-            store.rebuild_buffer(target, self.buffer)
-        else:
-            self.buffer.size, self.buffer.pos = 0, 0

@@ -151,6 +151,11 @@ class ReplayBuffer:
 
     def sample(self, batch_size: int, slot: int | None = None, generator: torch.Generator | None = None) -> Transition:
         """Uniform sample (with replacement) from the committed ring plus `slot`'s staged data."""
+        return self._gather(self.sample_rows(batch_size, slot, generator))
+
+    def sample_rows(self, batch_size: int, slot: int | None = None,
+                    generator: torch.Generator | None = None) -> torch.Tensor:
+        """Storage rows of a uniform sample (with replacement) from the committed ring plus `slot`'s staged data."""
         staged = self._staged[slot] if slot is not None and self._staged else 0
         n = self.size + staged
         if n == 0:
@@ -159,7 +164,11 @@ class ReplayBuffer:
         if staged:
             offset = self.capacity + slot * self.slot_capacity - self.size
             idx = idx + (idx >= self.size) * offset
-        return self._gather(idx if self.device.type == "cpu" else idx.to(self.device))
+        return idx if self.device.type == "cpu" else idx.to(self.device)
+
+    def gather(self, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Every field at storage rows `idx`, by field name (what multi-agent batches are built from)."""
+        return {k: t.index_select(0, idx) for k, t in self._storage.items()}
 
     def _gather(self, idx: torch.Tensor) -> Transition:
         s = self._storage

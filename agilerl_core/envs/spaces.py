@@ -196,3 +196,43 @@ def action_dim(space: spaces.Space) -> int:
         raise ConfigError(f"env_id: action space {space} is continuous; DQN needs Discrete actions (use td3, ddpg, "
                           f"sac or ppo)")
     return spec.dim
+
+
+@dataclass(frozen=True)
+class MultiAgentSpec:
+    """The spaces of a multi-agent env: each agent's observations and actions, and the joint observation
+    (a Dict keyed by agent id) that centralised critics read. Observations travel as ``dict[agent_id,
+    Tensor]``, which is exactly the joint spec's :data:`Obs`; an agent's own networks read ``{"obs": x}``."""
+
+    agents: tuple[str, ...]
+    obs: dict[str, ObsSpec]
+    actions: dict[str, ActionSpec]
+    joint: ObsSpec
+
+    @classmethod
+    def from_spaces(cls, agents: list[str], obs_spaces: dict[str, spaces.Space],
+                    action_spaces: dict[str, spaces.Space]) -> MultiAgentSpec:
+        obs = {}
+        for a in agents:
+            spec = ObsSpec(obs_spaces[a])
+            if spec.has_images or spec.is_dict:
+                raise ConfigError(f"env_id: agent {a!r} observes {obs_spaces[a]}; multi-agent observations must be "
+                                  f"flat Box vectors or Discrete")
+            obs[a] = spec
+        actions = {a: action_spec(action_spaces[a]) for a in agents}
+        joint = ObsSpec(spaces.Dict({a: obs_spaces[a] for a in agents}))
+        return cls(tuple(agents), obs, actions, joint)
+
+    @property
+    def vector_dim(self) -> int:
+        return self.joint.vector_dim
+
+    @property
+    def space(self) -> spaces.Dict:
+        """The joint observation space (a Dict keyed by agent id)."""
+        return self.joint.space
+
+    def to_tensors(self, obs: dict[str, np.ndarray], device: torch.device | str = "cpu") -> Obs:
+        """Per-agent raw observations (leading sub-env dim) -> stored-dtype tensors keyed by agent."""
+        return {a: torch.as_tensor(np.asarray(obs[a]), device=device).to(self.obs[a].parts[0].dtype)
+                for a in self.agents}

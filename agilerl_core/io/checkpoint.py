@@ -141,10 +141,9 @@ def load_member(path: str | Path, obs_spec: ObsSpec | None = None, device: str =
         raise CheckpointError(f"{path / 'member.json'}: missing field {err}") from None
     tensors = _load_tensors(path / "weights.safetensors", files.get("weights.safetensors"))
     if rebuild is None and obs_spec is None:
-        from agilerl_core.envs.make import probe_spaces
+        from agilerl_core.envs.make import spec_of_env
 
-        obs_space, _ = probe_spaces(env["env_id"], env.get("env_kwargs"), env.get("env_entry_point"))
-        obs_spec = ObsSpec(obs_space, env.get("channels_last"))
+        obs_spec = spec_of_env(env)
     try:
         if rebuild is None:
             agent = get_algorithm(agent_meta["algorithm"]).from_state(obs_spec, tensors, agent_meta, device)

@@ -1,0 +1,282 @@
+"""MADDPG: Lowe et al., "Multi-Agent Actor-Critic for Mixed Cooperative-Competitive Environments",
+NeurIPS 2017; and MATD3 (Ackermann et al., "Reducing Overestimation Bias in Multi-Agent Domains Using
+Double Centralized Critics", 2019) as MADDPG with TD3's three changes switched on.
+
+Every agent has a deterministic actor on its own observation and a centralised critic Q_i(x, a_1..a_N)
+on every agent's observation (x, concatenated) and action. Box actions are tanh-bounded in [-1, 1]
+(scaled to the env's bounds by its ActionSpec); Discrete actions are one-hot in the critics, explored by
+sampling the actor's softmax, and trained through a straight-through Gumbel-softmax sample, drawn from
+the agent's own generator (so runs repeat bit for bit).
+
+* critic_i: y_i = r_i + gamma (1 - done_i) min_c Q'_c,i(x', mu'_1(o'_1), .., mu'_N(o'_N)), regressed
+  on the rows where agent i acted (an agent dead for the rest of an episode contributes nothing);
+* actor_i: maximise Q_1,i(x, a_1, .., mu_i(o_i), .., a_N), the other agents' actions from the batch;
+* MATD3: two critics per agent (the minimum in the target), actors and targets every ``policy_freq``
+  critic steps, clipped Gaussian noise on the target's Box actions.
+
+All networks share one architecture template, so one architecture or activation mutation changes every
+agent's actor and critics together (and keeps their trained weights).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from agilerl_core.algorithms.actor_critic import GaussianNoise, OUNoise
+from agilerl_core.algorithms.base import RLAlgorithm
+from agilerl_core.algorithms.maddpg_hp import MADDPGHyperparameters, MATD3Hyperparameters
+from agilerl_core.envs.spaces import ActionSpec, MultiAgentSpec, Obs, ObsSpec
+from agilerl_core.networks.evolvable import ArchSpec
+
+AgentTensors = dict[str, torch.Tensor]
+
+
+class MultiAgentBatch:
+    """A batch of multi-agent transitions: every field a dict keyed by agent id (leading batch dim)."""
+
+    __slots__ = ("acted", "action", "next_obs", "obs", "reward", "terminated")
+
+    def __init__(self, obs: AgentTensors, action: AgentTensors, reward: AgentTensors, next_obs: AgentTensors,
+                 terminated: AgentTensors, acted: AgentTensors) -> None:
+        self.obs, self.action, self.reward = obs, action, reward
+        self.next_obs, self.terminated, self.acted = next_obs, terminated, acted
+
+    @classmethod
+    def from_fields(cls, fields: dict[str, torch.Tensor], agents: tuple[str, ...]) -> MultiAgentBatch:
+        def pick(prefix: str) -> AgentTensors:
+            return {a: fields[f"{prefix}.{a}"] for a in agents}
+        return cls(pick("obs"), pick("action"), pick("reward"), pick("next_obs"), pick("terminated"), pick("acted"))
+
+
+def gumbel_softmax(logits: torch.Tensor, temperature: float, generator: torch.Generator | None,
+                   hard: bool = True) -> torch.Tensor:
+    """A (straight-through, when `hard`) Gumbel-softmax sample of `logits`, its noise from `generator`."""
+    u = torch.rand(logits.shape, generator=generator).to(logits.device).clamp_(1e-10, 1.0 - 1e-10)
+    soft = F.softmax((logits - torch.log(-torch.log(u))) / temperature, dim=-1)
+    if not hard:
+        return soft
+    onehot = F.one_hot(soft.argmax(-1), logits.shape[-1]).to(soft.dtype)
+    return onehot + soft - soft.detach()
+
+
+def masked_logits(logits: torch.Tensor, mask: np.ndarray | torch.Tensor | None) -> torch.Tensor:
+    if mask is None:
+        return logits
+    m = torch.as_tensor(np.asarray(mask), dtype=torch.bool, device=logits.device)
+    return logits.masked_fill(~m, torch.finfo(logits.dtype).min)
+
+
+class MADDPG(RLAlgorithm):
+    """MADDPG over any mix of Discrete and Box agents (see the module doc)."""
+
+    name: ClassVar[str] = "maddpg"
+    hp_model = MADDPGHyperparameters
+    action_kinds: ClassVar[tuple[str, ...]] = ("discrete", "box")
+
+    def __init__(self, obs_spec: MultiAgentSpec, action: dict[str, ActionSpec] | None, arch: ArchSpec, hp,
+                 seed: int, device: str | torch.device = "cpu") -> None:
+        self.ma = obs_spec
+        self.agents = obs_spec.agents
+        critics = ("critic_1", "critic_2") if hp.twin_q else ("critic_1",)
+        self.critic_names = critics
+        self.online_networks = (*(f"actor.{a}" for a in self.agents),
+                                *(f"{c}.{a}" for c in critics for a in self.agents))
+        self.target_networks = {f"{n}.target": n for n in self.online_networks}
+        self.noise_networks = tuple(f"actor.{a}" for a in self.agents)
+        self._noise: dict[str, GaussianNoise | OUNoise] = {}
+        super().__init__(obs_spec, action if action is not None else obs_spec.actions, arch, hp, seed, device)
+
+    # ---- spaces and networks ----------------------------------------------------------------------------
+    def init_actions(self, action: Any) -> None:
+        actions = {a: action[a] if isinstance(action[a], ActionSpec) else ActionSpec.from_dict(action[a])
+                   for a in self.agents}
+        self.action_specs = actions
+        self.action_dim = sum(s.dim for s in actions.values())
+        self.action_spec = None  # one per agent: action_specs
+
+    def action_meta(self) -> Any:
+        return {a: s.to_dict() for a, s in self.action_specs.items()}
+
+    @classmethod
+    def action_from_meta(cls, meta: dict[str, Any]) -> Any:
+        return meta["action"]
+
+    def network_obs_spec(self, name: str) -> ObsSpec:
+        kind, _, agent = name.partition(".")
+        return self.ma.obs[agent] if kind == "actor" else self.ma.joint
+
+    def network_arch(self, arch: ArchSpec, name: str) -> ArchSpec:
+        kind, _, agent = name.partition(".")
+        if kind == "actor":
+            in_dim, out = self.ma.obs[agent].vector_dim, self.action_specs[agent].dim
+        else:
+            in_dim, out = self.ma.joint.vector_dim + self.action_dim, 1
+        return replace(arch, mlp=replace(arch.mlp, in_dim=in_dim, out_dim=out))
+
+    def lr_field_for(self, name: str) -> str:
+        return "lr_actor" if name.startswith("actor.") else "lr_critic"
+
+    # ---- acting -----------------------------------------------------------------------------------------
+    def _actor_out(self, agent: str, obs: torch.Tensor, target: bool = False) -> torch.Tensor:
+        net = self.networks[f"actor.{agent}.target" if target else f"actor.{agent}"]
+        return net({"obs": obs})
+
+    @torch.no_grad()
+    def act(self, obs: Obs, explore: bool, masks: dict[str, np.ndarray | None] | None = None) -> dict[str, np.ndarray]:
+        """Every agent's actions for a batch of observations (agent scale: ints, or floats in [-1, 1]):
+        greedy, or with exploration (Box: noise; Discrete: a sample of the softmax)."""
+        out = {}
+        for a in self.agents:
+            spec = self.action_specs[a]
+            y = self._actor_out(a, obs[a])
+            mask = None if masks is None else masks.get(a)
+            if spec.discrete:
+                logits = masked_logits(y, mask)
+                if explore:
+                    probs = F.softmax(logits, dim=-1).cpu().double().numpy()
+                    u = self.np_rng.random((probs.shape[0], 1))
+                    idx = (probs.cumsum(1) < u).sum(1)
+                    out[a] = np.minimum(idx, probs.shape[1] - 1).astype(np.int64)
+                else:
+                    out[a] = logits.argmax(-1).cpu().numpy()
+            else:
+                x = torch.tanh(y).cpu().numpy()
+                if explore:
+                    noise = self._noise_for(a, x.shape)
+                    hp = self.hp
+                    x = np.clip(x + noise.sample(self.np_rng, hp.expl_noise, hp.ou_theta, hp.ou_dt), -1.0, 1.0)
+                out[a] = x.astype(np.float32)
+        return out
+
+    def _noise_for(self, agent: str, shape: tuple[int, int]) -> GaussianNoise | OUNoise:
+        noise = self._noise.get(agent)
+        have = None if noise is None else (noise.x.shape if isinstance(noise, OUNoise) else noise.shape)
+        if have != shape:
+            noise = self._noise[agent] = (OUNoise if self.hp.noise_type == "ou" else GaussianNoise)(*shape)
+        return noise
+
+    def begin_rollout(self, num_envs: int) -> None:
+        self._noise = {}
+
+    def episodes_done(self, done: np.ndarray) -> None:
+        for noise in self._noise.values():
+            noise.reset(done)
+
+    def env_actions(self, actions: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Agent-scale actions -> what the env takes (a Box's bounds and shape)."""
+        return {a: self.action_specs[a].to_env(x) for a, x in actions.items()}
+
+    def explore_action(self, obs: Obs, action_mask=None) -> dict[str, np.ndarray]:
+        return self.act(obs, True, action_mask)
+
+    def greedy_action(self, obs: Obs, action_mask=None) -> dict[str, np.ndarray]:
+        return self.act(obs, False, action_mask)
+
+    def env_action(self, obs: Obs, action_mask=None) -> dict[str, np.ndarray]:
+        return self.env_actions(self.greedy_action(obs, action_mask))
+
+    # ---- learning ---------------------------------------------------------------------------------------
+    def sample(self, buffer, slot: int) -> MultiAgentBatch:
+        rows = buffer.sample_rows(self.hp.batch_size, slot, self.torch_gen)
+        return MultiAgentBatch.from_fields(buffer.gather(rows), self.agents)
+
+    def joint_action(self, actions: AgentTensors) -> torch.Tensor:
+        """The critics' action input: every agent's action (Discrete ones one-hot), concatenated in agent order."""
+        parts = []
+        for a in self.agents:
+            spec, x = self.action_specs[a], actions[a]
+            parts.append(F.one_hot(x.long().reshape(-1), spec.dim).to(torch.float32) if spec.discrete and
+                         x.dtype in (torch.int64, torch.int32) else x.reshape(x.shape[0], -1).to(torch.float32))
+        return torch.cat(parts, dim=1)
+
+    def q(self, critic: str, agent: str, obs: Obs, joint_action: torch.Tensor, target: bool = False) -> torch.Tensor:
+        name = f"{critic}.{agent}" + (".target" if target else "")
+        return self.networks[name](obs, joint_action).squeeze(1)
+
+    @torch.no_grad()
+    def target_actions(self, next_obs: Obs, smoothing_noise: AgentTensors | None = None) -> AgentTensors:
+        """Every agent's target-actor action on the next observations: Box ones with MATD3's clipped
+        smoothing noise (drawn from the agent's generator unless given), Discrete ones one-hot greedy."""
+        hp = self.hp
+        out = {}
+        for a in self.agents:
+            y = self._actor_out(a, next_obs[a], target=True)
+            if self.action_specs[a].discrete:
+                out[a] = F.one_hot(y.argmax(-1), y.shape[-1]).to(torch.float32)
+                continue
+            x = torch.tanh(y)
+            if hp.target_noise > 0:
+                eps = smoothing_noise[a] if smoothing_noise is not None else \
+                    torch.randn(x.shape, generator=self.torch_gen).to(x.device)
+                x = (x + (eps * hp.target_noise).clamp(-hp.target_noise_clip, hp.target_noise_clip)).clamp(-1.0, 1.0)
+            out[a] = x
+        return out
+
+    @torch.no_grad()
+    def targets(self, batch: MultiAgentBatch, smoothing_noise: AgentTensors | None = None) -> AgentTensors:
+        """y_i for every agent i (see the module doc)."""
+        next_joint = self.joint_action(self.target_actions(batch.next_obs, smoothing_noise))
+        out = {}
+        for a in self.agents:
+            q_next = torch.stack([self.q(c, a, batch.next_obs, next_joint, target=True)
+                                  for c in self.critic_names]).min(0).values
+            out[a] = batch.reward[a] + self.hp.gamma * (1.0 - batch.terminated[a]) * q_next
+        return out
+
+    def learn(self, batch: MultiAgentBatch) -> torch.Tensor:
+        """One step of every critic; every `policy_freq`-th call also every actor and the soft target
+        updates. Returns the summed critic loss."""
+        hp = self.hp
+        targets = self.targets(batch)
+        joint = self.joint_action(batch.action)
+        total = torch.zeros(())
+        for a in self.agents:
+            weight = batch.acted[a]
+            denom = weight.sum().clamp_min(1.0)
+            for c in self.critic_names:
+                name = f"{c}.{a}"
+                opt = self.optimizers[name]
+                opt.zero_grad()
+                loss = (weight * (self.q(c, a, batch.obs, joint) - targets[a]).pow(2)).sum() / denom
+                loss.backward()
+                self._step(name)
+                total = total + loss.detach()
+        self.learn_steps += 1
+        if self.learn_steps % hp.policy_freq == 0:
+            for a in self.agents:
+                name = f"actor.{a}"
+                self.optimizers[name].zero_grad()
+                self.actor_loss(a, batch).backward()
+                self._step(name)
+            self.update_targets(hp.tau)
+        return total
+
+    def actor_loss(self, agent: str, batch: MultiAgentBatch) -> torch.Tensor:
+        """-Q_1,i(x, a_1, .., mu_i(o_i), .., a_N) over the rows where agent i acted."""
+        y = self._actor_out(agent, batch.obs[agent])
+        if self.action_specs[agent].discrete:
+            mine = gumbel_softmax(y, self.hp.gumbel_temperature, self.torch_gen)
+        else:
+            mine = torch.tanh(y)
+        actions = {a: (mine if a == agent else batch.action[a]) for a in self.agents}
+        q = self.q("critic_1", agent, batch.obs, self.joint_action(actions))
+        weight = batch.acted[agent]
+        return -(weight * q).sum() / weight.sum().clamp_min(1.0)
+
+    def _step(self, name: str) -> None:
+        opt = self.optimizers[name]
+        if self.hp.max_grad_norm is not None:
+            opt.clip_grad_norm(self.hp.max_grad_norm)
+        opt.step()
+
+
+class MATD3(MADDPG):
+    """MATD3: MADDPG with twin critics, delayed actors and target smoothing (the hyperparameters' defaults)."""
+
+    name: ClassVar[str] = "matd3"
+    hp_model = MATD3Hyperparameters

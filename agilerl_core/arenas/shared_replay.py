@@ -1,0 +1,49 @@
+"""Experience shared through one replay buffer: what every off-policy arena (Gymnasium, multi-agent) does
+with its members' fresh transitions. During generation g a member samples from the buffer as committed at
+the end of g-1 plus its own staging slot; at the commit the slots' shards are appended in member order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agilerl_core.buffers.replay import ReplayBuffer, Shard
+
+
+class SharedReplay:
+    """Mixin of an arena holding `buffer` (a ReplayBuffer) and `slot_capacity` (fresh transitions per slot
+    per generation)."""
+
+    shares_experience = True
+    buffer: ReplayBuffer
+    slot_capacity: int
+
+    def begin_generation(self, slots: int) -> None:
+        self.buffer.reserve_staging(slots, self.slot_capacity)
+
+    def shard(self, slot: int) -> Shard:
+        return self.buffer.shard(slot)
+
+    def commit_experience(self, shards: list[Shard], members: list[Any]) -> None:
+        first = self.buffer.pos
+        self.buffer.commit(shards)
+        count = sum(next(iter(sh.values())).shape[0] for sh in shards) if shards else 0
+        for m in members:  # e.g. prioritised replay: the new rows enter every member's priorities
+            m.committed(first, count)
+
+    def experience_state(self) -> dict[str, int]:
+        b = self.buffer
+        return {"size": b.size, "pos": b.pos, "capacity": b.capacity}
+
+    def restore_experience(self, store: Any, generation: int) -> None:
+        store.rebuild_buffer(generation, self.buffer)
+
+    def sync_experience(self, store: Any, synced: int, target: int) -> None:
+        """A worker process's shared experience from the commit of generation `synced` to that of `target`."""
+        if synced == target:
+            return
+        if synced == target - 1 and target >= 0:
+            store.extend_buffer(target, self.buffer)
+        elif target >= 0:
+            store.rebuild_buffer(target, self.buffer)
+        else:
+            self.buffer.size, self.buffer.pos = 0, 0

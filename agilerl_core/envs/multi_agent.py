@@ -1,0 +1,291 @@
+"""PettingZoo parallel envs, named and vectorised.
+
+An env is named ``module:env`` (``mpe2:simple_speaker_listener_v4``): ``env`` is a module with a
+``parallel_env`` function (PettingZoo's convention) or a function returning a parallel env; ``env_kwargs``
+go to that function. :class:`ParallelVectorEnv` steps N copies together in this process (on 2 cores a
+process per copy was not faster for MPE); :class:`ProcessParallelVectorEnv` steps them in worker
+processes, for envs slow enough to pay for the pipes.
+
+Observations, actions, rewards and flags travel as ``dict[agent_id, np.ndarray]`` with a leading
+sub-env dimension. A sub-env whose agents are all done is reset in the same step (its last observations
+go to ``info["final_obs"]``), so every step yields one storable transition per sub-env. An agent that is
+done while others play on is *dead* for the rest of that episode: its observation is zeros, its
+``info["alive"]`` entry False, its action ignored, and its reward 0.
+"""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing as mp
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from agilerl_core.errors import ConfigError
+
+AgentArrays = dict[str, np.ndarray]
+
+
+def agent_group(agent_id: str) -> str:
+    """The group of an agent: its id without the trailing ``_<index>`` (``speaker_0`` -> ``speaker``)."""
+    head, sep, tail = agent_id.rpartition("_")
+    return head if sep and tail.isdigit() else agent_id
+
+
+def resolve_env_fn(env_id: str) -> Callable[..., Any]:
+    """The function that builds the parallel env `env_id` names (``module:env``); a ConfigError naming the
+    field and the fix otherwise."""
+    module, sep, attr = env_id.partition(":")
+    if not sep or not module or not attr:
+        raise ConfigError(f"env_id: {env_id!r} must name a PettingZoo parallel env as module:env, e.g. "
+                          f"mpe2:simple_speaker_listener_v4 (a module with parallel_env, or a function)")
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as err:
+        raise ConfigError(f"env_id: {env_id!r} names module {module!r}, which cannot be imported ({err}); "
+                          f"install the package that provides it (e.g. pip install mpe2)") from None
+    found = getattr(mod, attr, None)
+    if found is None:
+        try:  # a submodule not imported by its package (mpe2.simple_spread_v3 is; others may not be)
+            found = importlib.import_module(f"{module}.{attr}")
+        except ImportError:
+            names = sorted(n for n in dir(mod) if not n.startswith("_"))
+            raise ConfigError(f"env_id: module {module!r} has no env {attr!r}; it has: {', '.join(names[:30])}")\
+                from None
+    fn = getattr(found, "parallel_env", found)
+    if not callable(fn):
+        raise ConfigError(f"env_id: {env_id!r} is neither a module with parallel_env nor a function")
+    return fn
+
+
+def make_parallel_env(env_id: str, env_kwargs: dict[str, Any] | None = None):
+    """One parallel env, with construction failures as ConfigErrors."""
+    fn = resolve_env_fn(env_id)
+    try:
+        env = fn(**(env_kwargs or {}))
+    except TypeError as err:
+        raise ConfigError(f"env_kwargs: {env_id}(**env_kwargs) failed: {err}") from None
+    for attr in ("possible_agents", "observation_space", "action_space", "reset", "step"):
+        if not hasattr(env, attr):
+            raise ConfigError(f"env_id: {env_id!r} built a {type(env).__name__}, not a PettingZoo parallel env "
+                              f"(it lacks {attr}); name the parallel_env function (AEC envs are not supported)")
+    return env
+
+
+def check_parallel_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> None:
+    """Build and close one env: the fast check the CLI runs before anything starts."""
+    env = make_parallel_env(env_id, env_kwargs)
+    env.close()
+
+
+class ParallelVectorEnv:
+    """N copies of a PettingZoo parallel env stepped together, same-step autoreset (see the module doc)."""
+
+    def __init__(self, env_fns: list[Callable[[], Any]]) -> None:
+        if not env_fns:
+            raise ValueError("a vector env needs at least one env")
+        self._envs = [fn() for fn in env_fns]
+        first = self._envs[0]
+        self.agents: list[str] = list(first.possible_agents)
+        self.observation_spaces = {a: first.observation_space(a) for a in self.agents}
+        self.action_spaces = {a: first.action_space(a) for a in self.agents}
+        self.num_envs = len(self._envs)
+        self._alive = {a: np.zeros(self.num_envs, dtype=bool) for a in self.agents}
+        self._masks = {a: self._mask_width(a) for a in self.agents}
+
+    def _mask_width(self, agent: str) -> int | None:
+        space = self.action_spaces[agent]
+        return int(space.n) if isinstance(space, spaces.Discrete) else None
+
+    # ---- the per-copy work (the process variant runs it in workers) ------------------------------------
+    def _reset_copies(self, seeds: list[int | None], rows: list[int]) -> list[tuple[dict, dict]]:
+        return [self._envs[i].reset(seed=s) for i, s in zip(rows, seeds, strict=True)]
+
+    def _step_copies(self, actions: list[dict[str, Any]]) -> list[tuple]:
+        out = []
+        for env, act in zip(self._envs, actions, strict=True):
+            live = list(env.agents)
+            out.append((*env.step({a: act[a] for a in live}), live, not env.agents))
+        return out
+
+    # ---- the vector API --------------------------------------------------------------------------------
+    def reset(self, seed: int | None = None) -> tuple[AgentArrays, dict[str, Any]]:
+        """Reset every copy (copy i with seed + i when a seed is given)."""
+        seeds = [None if seed is None else seed + i for i in range(self.num_envs)]
+        results = self._reset_copies(seeds, list(range(self.num_envs)))
+        obs = self._blank_obs()
+        masks = self._blank_masks()
+        for i, (o, infos) in enumerate(results):
+            self._write_obs(i, o, infos, obs, masks)
+        return obs, {"alive": {a: v.copy() for a, v in self._alive.items()}, "action_mask": masks}
+
+    def step(self, actions: dict[str, np.ndarray]) -> tuple[AgentArrays, AgentArrays, AgentArrays, AgentArrays,
+                                                          dict[str, Any]]:
+        """Step every copy with `actions` (env format, leading sub-env dim; dead agents' rows are ignored).
+
+        Returns (obs, rewards, terminated, truncated, info). `info` holds ``acted`` (which agents acted in
+        this step), ``alive`` (which act next), ``action_mask``, ``env_done`` (copies whose episode ended
+        and were reset) and ``final_obs`` (their last observations; the rows of other copies repeat obs)."""
+        n = self.num_envs
+        per_copy = [{a: actions[a][i] for a in self.agents} for i in range(n)]
+        results = self._step_copies(per_copy)
+        obs = self._blank_obs()
+        masks = self._blank_masks()
+        rewards = {a: np.zeros(n, dtype=np.float32) for a in self.agents}
+        terminated = {a: np.zeros(n, dtype=bool) for a in self.agents}
+        truncated = {a: np.zeros(n, dtype=bool) for a in self.agents}
+        acted = {a: v.copy() for a, v in self._alive.items()}
+        env_done = np.zeros(n, dtype=bool)
+        reset_rows = []
+        for i, (o, rew, term, trunc, infos, live, over) in enumerate(results):
+            for a in live:
+                rewards[a][i] = rew.get(a, 0.0)
+                terminated[a][i] = bool(term.get(a, False))
+                truncated[a][i] = bool(trunc.get(a, False))
+            self._write_obs(i, o, infos, obs, masks)
+            if over:
+                env_done[i] = True
+                reset_rows.append(i)
+        final_obs = {a: v.copy() for a, v in obs.items()} if reset_rows else obs
+        if reset_rows:
+            for i, (o, infos) in zip(reset_rows, self._reset_copies([None] * len(reset_rows), reset_rows),
+                                     strict=True):
+                for a in self.agents:
+                    obs[a][i] = 0
+                    if masks[a] is not None:
+                        masks[a][i] = True
+                self._write_obs(i, o, infos, obs, masks)
+        info = {"acted": acted, "alive": {a: v.copy() for a, v in self._alive.items()}, "action_mask": masks,
+                "env_done": env_done, "final_obs": final_obs}
+        return obs, rewards, terminated, truncated, info
+
+    def close(self) -> None:
+        for env in self._envs:
+            env.close()
+
+    # ---- helpers ---------------------------------------------------------------------------------------
+    def _blank_obs(self) -> AgentArrays:
+        out = {}
+        for a, space in self.observation_spaces.items():
+            dtype = np.int64 if isinstance(space, spaces.Discrete) else space.dtype
+            out[a] = np.zeros((self.num_envs, *(space.shape or ())), dtype=dtype)
+        return out
+
+    def _blank_masks(self) -> dict[str, np.ndarray | None]:
+        return {a: None if w is None else np.ones((self.num_envs, w), dtype=bool) for a, w in self._masks.items()}
+
+    def _write_obs(self, i: int, o: dict, infos: dict, obs: AgentArrays, masks: dict) -> None:
+        """Copy i's observations (an agent done in this step still reports its last one) and masks; an
+        agent is alive when the env still lists it."""
+        for a, value in o.items():
+            if a not in obs:
+                raise ValueError(f"agent {a!r} is not among the env's possible_agents {self.agents}")
+            obs[a][i] = value
+            mask = (infos.get(a) or {}).get("action_mask")
+            if mask is not None and masks[a] is not None:
+                masks[a][i] = np.asarray(mask, dtype=bool)
+        live = set(self._live_agents(i))
+        for a in self.agents:
+            self._alive[a][i] = a in live
+
+    def _live_agents(self, i: int) -> list[str]:
+        return list(self._envs[i].agents)
+
+
+def _worker(conn, env_fn) -> None:
+    env = env_fn()
+    try:
+        while True:
+            cmd, arg = conn.recv()
+            if cmd == "reset":
+                conn.send((*env.reset(seed=arg), list(env.agents)))
+            elif cmd == "step":
+                live = list(env.agents)
+                o, r, te, tr, inf = env.step({a: arg[a] for a in live})
+                conn.send((o, dict(r), dict(te), dict(tr), inf, live, not env.agents, list(env.agents)))
+            elif cmd == "close":
+                env.close()
+                conn.send(None)
+                return
+    except (EOFError, KeyboardInterrupt):
+        return
+
+
+class ProcessParallelVectorEnv(ParallelVectorEnv):
+    """:class:`ParallelVectorEnv` with each copy in its own worker process (for slow envs). The env
+    function must be importable by name (workers are spawned)."""
+
+    def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None, num_envs: int) -> None:
+        fn = _EnvFactory(env_id, env_kwargs)
+        probe = fn()
+        self.agents = list(probe.possible_agents)
+        self.observation_spaces = {a: probe.observation_space(a) for a in self.agents}
+        self.action_spaces = {a: probe.action_space(a) for a in self.agents}
+        probe.close()
+        self.num_envs = num_envs
+        ctx = mp.get_context("spawn")
+        self._conns, self._procs = [], []
+        for _ in range(num_envs):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_worker, args=(child, fn), daemon=True)
+            proc.start()
+            child.close()
+            self._conns.append(parent)
+            self._procs.append(proc)
+        self._live: list[list[str]] = [[] for _ in range(num_envs)]
+        self._alive = {a: np.zeros(num_envs, dtype=bool) for a in self.agents}
+        self._masks = {a: self._mask_width(a) for a in self.agents}
+
+    def _reset_copies(self, seeds: list[int | None], rows: list[int]) -> list[tuple[dict, dict]]:
+        for i, s in zip(rows, seeds, strict=True):
+            self._conns[i].send(("reset", s))
+        out = []
+        for i in rows:
+            o, infos, live = self._conns[i].recv()
+            self._live[i] = live
+            out.append((o, infos))
+        return out
+
+    def _step_copies(self, actions: list[dict[str, Any]]) -> list[tuple]:
+        for conn, act in zip(self._conns, actions, strict=True):
+            conn.send(("step", act))
+        out = []
+        for i, conn in enumerate(self._conns):
+            o, r, te, tr, inf, live, over, now_live = conn.recv()
+            self._live[i] = now_live
+            out.append((o, r, te, tr, inf, live, over))
+        return out
+
+    def _live_agents(self, i: int) -> list[str]:
+        return self._live[i]
+
+    def close(self) -> None:
+        for conn in self._conns:
+            try:
+                conn.send(("close", None))
+                conn.recv()
+            except (BrokenPipeError, EOFError):
+                pass
+        for proc in self._procs:
+            proc.join(timeout=5)
+
+
+class _EnvFactory:
+    """A picklable env builder (by name), for spawned workers."""
+
+    def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None) -> None:
+        self.env_id, self.env_kwargs = env_id, dict(env_kwargs or {})
+
+    def __call__(self):
+        return make_parallel_env(self.env_id, self.env_kwargs)
+
+
+def make_parallel_vector_env(env_id: str, num_envs: int, env_kwargs: dict[str, Any] | None = None,
+                             processes: bool = False) -> ParallelVectorEnv:
+    """`num_envs` copies of `env_id`, stepped in this process (default) or one worker process each."""
+    if processes:
+        return ProcessParallelVectorEnv(env_id, env_kwargs, num_envs)
+    factory = _EnvFactory(env_id, env_kwargs)
+    return ParallelVectorEnv([factory] * num_envs)

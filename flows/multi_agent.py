@@ -1,0 +1,22 @@
+"""The multi-agent (PettingZoo) evolution flow: every member is a team acting in its own vectorised parallel
+envs, sharing one replay buffer. The body is :func:`flows.evolution.run_evolution`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow
+
+from agilerl_core.config import MultiAgentExperimentConfig
+from flows.evolution import run_evolution
+
+
+@flow(name="multi-agent-evolution", flow_run_name="{config.name}", validate_parameters=True)
+def multi_agent_evolution(config: MultiAgentExperimentConfig, run_id: str | None = None,
+                          progress: bool = False) -> dict[str, Any]:
+    """Evolve a population of teams in a PettingZoo parallel env until the target fitness or the budget.
+
+    Running it again with the same `run_id` after a crash continues from the last committed generation
+    and ends exactly as an uninterrupted run would.
+    """
+    return run_evolution(config, run_id, progress)
