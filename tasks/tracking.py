@@ -179,6 +179,8 @@ class Tracker:
             if _finite(m.get("train_return")):
                 metrics.append(Metric("train_return", float(m["train_return"]), now, g))
             metrics += [Metric(f"hp.{k}", float(v), now, g) for k, v in m["hyperparameters"].items()]
+            metrics += [Metric(f"return.{a}", float(v), now, g) for a, v in m.get("agent_returns", {}).items()
+                        if _finite(v)]
             tags = [RunTag("agilerl.member_id", str(m["member_id"])), RunTag("agilerl.mutation", m["mutation"]),
                     RunTag("agilerl.architecture", m["architecture"][:5000])]
             self.client.log_batch(self.child_ids[slot], metrics=metrics, tags=tags, synchronous=True)
@@ -270,6 +272,7 @@ def member_rows(population, train_returns: list[float], space_names: list[str]) 
         rows.append({"fitness": m.fitness, "train_return": train_returns[slot], "member_id": m.member_id,
                      "mutation": m.mutation, "architecture": m.agent.describe(),
                      "param_count": m.agent.param_count(),
+                     "agent_returns": dict(getattr(m.agent, "agent_returns", None) or {}),  # teams: per agent
                      "hyperparameters": {k: hp[k] for k in space_names if isinstance(hp.get(k), int | float)}})
     return rows
 

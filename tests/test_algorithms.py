@@ -38,7 +38,7 @@ def _tiny(name: str, **extra):
             "target_fitness": None, "eval_max_steps": 100, "network.hidden_sizes": [32, 32],
             "network.min_nodes": 16, "mutation.architecture": 1.0, "mutation.rl_hp": 1.0}
     hp = cfg.hyperparameters
-    if cfg.kind == "gym":
+    if cfg.kind in ("gym", "multi_agent"):
         over["num_envs"] = 2
     if hasattr(hp, "learning_delay"):
         over.update({"hyperparameters.learning_delay": 40, "hyperparameters.batch_size": 32,

@@ -55,7 +55,8 @@ def _config(kind: str):
     return _tiny(kind)
 
 
-@pytest.mark.parametrize("kind", ["dqn", "cartpole_rainbow.yaml", "pendulum_td3.yaml", "cartpole_ppo.yaml"])
+@pytest.mark.parametrize("kind", ["dqn", "cartpole_rainbow.yaml", "pendulum_td3.yaml", "cartpole_ppo.yaml",
+                                  "speaker_listener_matd3.yaml"])
 def test_thread_and_process_tasks_match_the_local_loop(kind, tmp_path):
     cfg = _config(kind)
     local = build_evolution(cfg)

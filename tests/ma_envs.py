@@ -1,0 +1,74 @@
+"""Small PettingZoo parallel envs for the multi-agent tests (named as tests.ma_envs:<function>)."""
+
+from __future__ import annotations
+
+import numpy as np
+from gymnasium import spaces
+from pettingzoo import ParallelEnv
+
+
+class CueTeam(ParallelEnv):
+    """Two agents, one team. ``pointer_0`` (Box obs: a cue in [-1, 1]; Box action in [-1, 1]) is rewarded
+    -(action - cue)^2; ``chooser_0`` (Discrete obs: a bit; Discrete(2) action) gets 1 when its action equals
+    the bit. Both receive the team's reward (the sum). Cues are redrawn every step; episodes last `length`
+    steps. With `chooser_dies_at`, chooser_0 terminates after that many steps while pointer_0 plays on.
+    Optimal return per agent: `length`; random play: about length * (0.5 - 0.67)."""
+
+    metadata = {"name": "cue_team_v0"}
+
+    def __init__(self, length: int = 5, chooser_dies_at: int | None = None, image_obs: bool = False) -> None:
+        self.possible_agents = ["pointer_0", "chooser_0"]
+        self.length = length
+        self.chooser_dies_at = chooser_dies_at
+        self._obs_spaces = {"pointer_0": spaces.Box(-1.0, 1.0, (1,), np.float32),
+                            "chooser_0": spaces.Discrete(2)}
+        if image_obs:
+            self._obs_spaces["pointer_0"] = spaces.Box(0, 255, (8, 8, 3), np.uint8)
+        self._act_spaces = {"pointer_0": spaces.Box(-1.0, 1.0, (1,), np.float32), "chooser_0": spaces.Discrete(2)}
+        self.agents: list[str] = []
+        self._rng = np.random.default_rng()
+
+    def observation_space(self, agent):
+        return self._obs_spaces[agent]
+
+    def action_space(self, agent):
+        return self._act_spaces[agent]
+
+    def _draw(self):
+        self.cue = float(self._rng.uniform(-1, 1))
+        self.bit = int(self._rng.integers(2))
+        return {"pointer_0": np.array([self.cue], np.float32), "chooser_0": self.bit}
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        self.agents = list(self.possible_agents)
+        self.t = 0
+        return self._draw(), {a: {} for a in self.agents}
+
+    def step(self, actions):
+        live = list(self.agents)
+        team = 0.0
+        if "pointer_0" in live:
+            team += 1.0 - float(np.asarray(actions["pointer_0"]).reshape(-1)[0] - self.cue) ** 2
+        if "chooser_0" in live:
+            team += float(int(actions["chooser_0"]) == self.bit)
+        self.t += 1
+        obs = self._draw()
+        obs = {a: obs[a] for a in live}
+        rewards = {a: team for a in live}
+        trunc = {a: self.t >= self.length for a in live}
+        term = {a: False for a in live}
+        if self.chooser_dies_at is not None and "chooser_0" in live and self.t >= self.chooser_dies_at:
+            term["chooser_0"] = True
+        self.agents = [a for a in live if not (term[a] or trunc[a])]
+        return obs, rewards, term, trunc, {a: {} for a in live}
+
+
+def cue_team(**kwargs) -> CueTeam:
+    return CueTeam(**kwargs)
+
+
+def not_parallel():
+    """Returns something that is not a parallel env."""
+    return object()

@@ -1,0 +1,354 @@
+"""Multi-agent: the PettingZoo vector env, MADDPG/MATD3 maths, the shared buffer, learning, bad inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from agilerl_core.algorithms.maddpg import MADDPG, MATD3, MultiAgentBatch
+from agilerl_core.algorithms.maddpg_hp import MADDPGHyperparameters, MATD3Hyperparameters
+from agilerl_core.arenas.multi_agent import multi_agent_fields
+from agilerl_core.buffers.replay import ReplayBuffer
+from agilerl_core.config import validate_config
+from agilerl_core.envs.multi_agent import ParallelVectorEnv, agent_group, make_parallel_vector_env
+from agilerl_core.envs.spaces import MultiAgentSpec
+from agilerl_core.errors import ConfigError
+from agilerl_core.experiment import build_evolution, train_local
+from agilerl_core.networks.evolvable import ArchSpec
+from agilerl_core.networks.mlp import MLPSpec
+from tests.ma_envs import CueTeam
+
+SPEAKER_LISTENER = MultiAgentSpec.from_spaces(
+    ["speaker_0", "listener_0"],
+    {"speaker_0": spaces.Box(-np.inf, np.inf, (3,), np.float32), "listener_0": spaces.Box(-np.inf, np.inf, (11,),
+                                                                                         np.float32)},
+    {"speaker_0": spaces.Box(0, 1, (3,), np.float32), "listener_0": spaces.Box(0, 1, (5,), np.float32)})
+MIXED = MultiAgentSpec.from_spaces(
+    ["pointer_0", "chooser_0"],
+    {"pointer_0": spaces.Box(-1, 1, (1,), np.float32), "chooser_0": spaces.Discrete(2)},
+    {"pointer_0": spaces.Box(-1, 1, (1,), np.float32), "chooser_0": spaces.Discrete(2)})
+ARCH = ArchSpec(MLPSpec(0, 0, (32, 32), "relu"))
+
+
+def ma_config(**overrides):
+    data = {"kind": "multi_agent", "name": "ma-test", "env_id": "tests.ma_envs:cue_team", "algorithm": "matd3",
+            "num_envs": 4, "population_size": 2, "evo_steps": 400, "eval_episodes": 4, "max_env_steps": 1600,
+            "seed": 0, "hyperparameters": {"batch_size": 32, "learning_delay": 64, "learn_step": 4,
+                                           "buffer_size": 5000},
+            "network": {"hidden_sizes": [32, 32], "min_nodes": 8}}
+    for k, v in overrides.items():
+        node = data
+        parts = k.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = v
+    return validate_config(data)
+
+
+def _batch(spec: MultiAgentSpec, b: int, seed: int = 0) -> MultiAgentBatch:
+    g = torch.Generator().manual_seed(seed)
+
+    def obs():
+        out = {}
+        for a in spec.agents:
+            part = spec.obs[a].parts[0]
+            out[a] = torch.randint(0, part.n, (b,), generator=g) if part.kind == "discrete" else \
+                torch.randn((b, *part.shape), generator=g)
+        return out
+    action = {a: (torch.randint(0, s.dim, (b,), generator=g) if s.discrete else torch.rand((b, s.dim), generator=g) * 2 - 1)
+              for a, s in spec.actions.items()}
+    reward = {a: torch.randn(b, generator=g) for a in spec.agents}
+    term = {a: (torch.rand(b, generator=g) < 0.3).float() for a in spec.agents}
+    acted = {a: torch.ones(b) for a in spec.agents}
+    return MultiAgentBatch(obs(), action, reward, obs(), term, acted)
+
+
+# ---- the vector env ----------------------------------------------------------------------------------------
+def test_groups_are_ids_without_their_index():
+    assert agent_group("speaker_0") == "speaker" and agent_group("adversary_12") == "adversary"
+    assert agent_group("solo") == "solo" and agent_group("agent_x") == "agent_x"
+
+
+def test_vector_env_autoresets_with_agents_dying_early():
+    env = ParallelVectorEnv([lambda: CueTeam(length=4, chooser_dies_at=2)] * 3)
+    obs, info = env.reset(seed=7)
+    assert obs["pointer_0"].shape == (3, 1) and obs["chooser_0"].shape == (3,)
+    assert info["alive"]["chooser_0"].all() and info["action_mask"]["chooser_0"].shape == (3, 2)
+    act = {"pointer_0": np.zeros((3, 1), np.float32), "chooser_0": np.zeros(3, np.int64)}
+    _, rew, term, _, info = env.step(act)  # step 1: both act
+    assert info["acted"]["chooser_0"].all() and not info["env_done"].any()
+    obs, rew, term, _, info = env.step(act)  # step 2: chooser acts, then terminates
+    assert info["acted"]["chooser_0"].all() and term["chooser_0"].all() and not info["alive"]["chooser_0"].any()
+    assert info["alive"]["pointer_0"].all()
+    obs, rew, term, _, info = env.step(act)  # step 3: chooser is dead: no reward, zeros, did not act
+    assert not info["acted"]["chooser_0"].any() and (rew["chooser_0"] == 0).all() and (obs["chooser_0"] == 0).all()
+    assert (rew["pointer_0"] != 0).all()
+    before = obs["pointer_0"].copy()
+    obs, rew, _, trunc, info = env.step(act)  # step 4: the episode ends; every copy resets in the same step
+    assert info["env_done"].all() and trunc["pointer_0"].all()
+    assert info["alive"]["chooser_0"].all() and info["alive"]["pointer_0"].all()  # a fresh episode
+    assert not np.array_equal(info["final_obs"]["pointer_0"], obs["pointer_0"])  # last obs kept apart
+    assert before.shape == obs["pointer_0"].shape
+
+
+def test_vector_env_is_seeded_and_process_copies_match():
+    a = ParallelVectorEnv([lambda: CueTeam()] * 2)
+    b = make_parallel_vector_env("tests.ma_envs:cue_team", 2, processes=True)
+    try:
+        oa, _ = a.reset(seed=3)
+        ob, _ = b.reset(seed=3)
+        assert all(np.array_equal(oa[k], ob[k]) for k in oa)
+        act = {"pointer_0": np.full((2, 1), 0.5, np.float32), "chooser_0": np.ones(2, np.int64)}
+        for _ in range(7):  # through an autoreset
+            ra, rb = a.step(act), b.step(act)
+            assert all(np.array_equal(ra[0][k], rb[0][k]) and np.array_equal(ra[1][k], rb[1][k]) for k in oa)
+            assert np.array_equal(ra[4]["env_done"], rb[4]["env_done"])
+    finally:
+        a.close()
+        b.close()
+
+
+# ---- MADDPG / MATD3 maths -----------------------------------------------------------------------------------
+def test_centralised_critics_read_every_agent_and_actors_their_own():
+    agent = MADDPG(SPEAKER_LISTENER, None, ARCH, MADDPGHyperparameters(), seed=0)
+    nets = agent.networks
+    assert nets["actor.speaker_0"].arch.mlp.in_dim == 3 and nets["actor.speaker_0"].arch.mlp.out_dim == 3
+    assert nets["actor.listener_0"].arch.mlp.in_dim == 11 and nets["actor.listener_0"].arch.mlp.out_dim == 5
+    for a in ("speaker_0", "listener_0"):  # all observations (3 + 11) and all actions (3 + 5)
+        assert nets[f"critic_1.{a}"].arch.mlp.in_dim == 22 and nets[f"critic_1.{a}"].arch.mlp.out_dim == 1
+    assert "critic_2.speaker_0" not in nets
+    batch = _batch(SPEAKER_LISTENER, 16)
+    joint = agent.joint_action(batch.action)
+    assert joint.shape == (16, 8)
+    assert agent.q("critic_1", "listener_0", batch.obs, joint).shape == (16,)
+    # Discrete actions enter the critics one-hot
+    mixed = MATD3(MIXED, None, ARCH, MATD3Hyperparameters(), seed=0)
+    mb = _batch(MIXED, 8)
+    j = mixed.joint_action(mb.action)
+    assert j.shape == (8, 1 + 2) and torch.equal(j[:, 1:].sum(1), torch.ones(8))
+    assert mixed.networks["critic_2.chooser_0"].arch.mlp.in_dim == (1 + 2) + (1 + 2)
+
+
+def test_matd3_target_on_a_known_batch():
+    hp = MATD3Hyperparameters(gamma=0.9, target_noise=0.2, target_noise_clip=0.3)
+    agent = MATD3(SPEAKER_LISTENER, None, ARCH, hp, seed=1)
+    for n, net in agent.networks.items():  # targets differ from the online networks, as after training
+        if n.endswith(".target"):
+            with torch.no_grad():
+                for p in net.parameters():
+                    p.add_(0.05)
+    batch = _batch(SPEAKER_LISTENER, 12, seed=3)
+    noise = {a: torch.randn(12, agent.action_specs[a].dim, generator=torch.Generator().manual_seed(9))
+             for a in agent.agents}
+    got = agent.targets(batch, noise)
+    with torch.no_grad():
+        acts = []
+        for a in ("speaker_0", "listener_0"):
+            mu = torch.tanh(agent.networks[f"actor.{a}.target"]({"obs": batch.next_obs[a]}))
+            acts.append((mu + (0.2 * noise[a]).clamp(-0.3, 0.3)).clamp(-1, 1))
+        joint = torch.cat(acts, dim=1)
+        for a in ("speaker_0", "listener_0"):
+            q1 = agent.networks[f"critic_1.{a}.target"](batch.next_obs, joint).squeeze(1)
+            q2 = agent.networks[f"critic_2.{a}.target"](batch.next_obs, joint).squeeze(1)
+            want = batch.reward[a] + 0.9 * (1 - batch.terminated[a]) * torch.minimum(q1, q2)
+            torch.testing.assert_close(got[a], want)
+
+
+def test_delayed_actor_and_rows_where_an_agent_did_not_act():
+    agent = MATD3(MIXED, None, ARCH, MATD3Hyperparameters(), seed=0)
+    batch = _batch(MIXED, 32)
+    actor_before = [p.clone() for p in agent.networks["actor.pointer_0"].parameters()]
+    agent.learn(batch)  # critic step only (policy_freq 2)
+    assert all(torch.equal(a, b) for a, b in zip(actor_before, agent.networks["actor.pointer_0"].parameters(),
+                                                  strict=True))
+    agent.learn(batch)
+    assert not all(torch.equal(a, b) for a, b in zip(actor_before, agent.networks["actor.pointer_0"].parameters(),
+                                                      strict=True))
+    # a dead agent's rows (acted 0) give its critic no gradient at all (a fresh agent: no Adam momentum)
+    fresh = MATD3(MIXED, None, ARCH, MATD3Hyperparameters(), seed=0)
+    dead = MultiAgentBatch(batch.obs, batch.action, batch.reward, batch.next_obs, batch.terminated,
+                           {**batch.acted, "chooser_0": torch.zeros(32)})
+    critic = [p.clone() for p in fresh.networks["critic_1.chooser_0"].parameters()]
+    other = [p.clone() for p in fresh.networks["critic_1.pointer_0"].parameters()]
+    fresh.learn(dead)
+    assert all(torch.equal(a, b) for a, b in zip(critic, fresh.networks["critic_1.chooser_0"].parameters(),
+                                                  strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(other, fresh.networks["critic_1.pointer_0"].parameters(),
+                                                      strict=True))
+
+
+def test_team_mutates_together_and_round_trips():
+    agent = MATD3(SPEAKER_LISTENER, None, ARCH, MATD3Hyperparameters(), seed=0)
+    from agilerl_core.hpo.evolvable import MutationSettings
+    from agilerl_core.networks.evolvable import ArchBounds
+
+    settings = MutationSettings(arch_bounds=ArchBounds(min_nodes=8), new_layer_share=1.0, parameter_strength=0.1)
+    desc = agent.mutate("architecture", np.random.default_rng(0), settings)
+    assert desc.startswith("arch:mlp.add_layer")
+    hidden = {n: net.arch.mlp.hidden for n, net in agent.networks.items()}
+    assert len(set(hidden.values())) == 1 and len(next(iter(hidden.values()))) == 3  # every network alike
+    tensors, meta = agent.state()
+    again = MATD3.from_state(SPEAKER_LISTENER, tensors, meta)
+    obs = _batch(SPEAKER_LISTENER, 5).obs
+    a, b = agent.greedy_action(obs), again.greedy_action(obs)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_buffer_ring_wraps_with_per_agent_fields():
+    fields = multi_agent_fields(MIXED)
+    assert {"obs.pointer_0", "action.chooser_0", "acted.chooser_0", "next_obs.pointer_0"} <= set(fields)
+    buf = ReplayBuffer(fields, capacity=10)
+    buf.reserve_staging(1, 8)
+    for start in (0, 8):  # 16 rows into a ring of 10: the oldest 6 are overwritten
+        for i in range(start, start + 8, 4):
+            data = {k: torch.zeros((4, *f.shape), dtype=f.dtype) for k, f in fields.items()}
+            data["reward.pointer_0"] = torch.arange(i, i + 4, dtype=torch.float32)
+            data["action.chooser_0"] = torch.arange(i, i + 4) % 2
+            buf.add(0, data)
+        buf.commit([buf.shard(0)])
+    assert buf.size == 10 and buf.pos == 6
+    kept = buf.committed()
+    assert kept["reward.pointer_0"].tolist() == list(range(6, 16))
+    assert kept["action.chooser_0"].tolist() == [i % 2 for i in range(6, 16)]
+
+
+# ---- the arena, learning ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("algorithm", ["matd3", "maddpg"])
+def test_a_two_agent_probe_env_is_learned_in_seconds(tmp_path, algorithm):
+    # random play scores ~8.3 (team reward per step ~0.83, both agents' returns summed); the optimum is 20
+    cfg = ma_config(algorithm=algorithm, evo_steps=1500, max_env_steps=6000, target_fitness=17.0,
+                    **{"hyperparameters.learn_step": 2, "hyperparameters.lr_actor": 3e-3,
+                       "hyperparameters.lr_critic": 3e-3, "hyperparameters.expl_noise": 0.3})
+    res = train_local(cfg, progress=False, run_dir=tmp_path)
+    assert res.best_fitness >= 17.0, [h.fitnesses for h in res.history]
+
+
+def test_same_seed_same_team_result(tmp_path):
+    cfg = ma_config(**{"mutation.architecture": 1.0})
+    a = train_local(cfg, progress=False, run_dir=tmp_path / "a")
+    b = train_local(cfg, progress=False, run_dir=tmp_path / "b")
+    assert [h.fitnesses for h in a.history] == [h.fitnesses for h in b.history]
+    assert [h.mutations for h in a.history] == [h.mutations for h in b.history]
+
+
+def test_fitness_of_one_group_and_per_agent_returns():
+    evo = build_evolution(ma_config(fitness={"reduce": "sum", "agents": ["chooser"]}))
+    assert evo.arena.fitness.agents == ("chooser_0",)
+    member = evo.population.members[0].agent
+    fit = evo.arena.evaluate(member, seed=0)
+    assert fit == member.agent_returns["chooser_0"] and set(member.agent_returns) == {"pointer_0", "chooser_0"}
+
+
+# ---- bad input ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("overrides, match", [
+    ({"env_id": "tests.ma_envs:no_such_env"}, "env_id: module 'tests.ma_envs' has no env 'no_such_env'"),
+    ({"env_id": "no_such_pkg:env"}, "env_id: .*cannot be imported"),
+    ({"env_id": "simple_spread_v3"}, "env_id: .*module:env"),
+    ({"env_id": "tests.ma_envs:not_parallel"}, "not a PettingZoo parallel env"),
+    ({"env_kwargs": {"image_obs": True}}, "env_id: agent 'pointer_0' observes .*flat Box vectors or Discrete"),
+    ({"env_kwargs": {"colour": 3}}, "env_kwargs: .*colour"),
+    ({"fitness": {"agents": ["listener"]}}, "fitness.agents: 'listener' is neither an agent nor a group.*"
+                                            "agents: pointer_0, chooser_0; groups: chooser, pointer"),
+    ({"hyperparameters.normalize_obs": True}, "hyperparameters.normalize_obs"),
+])
+def test_bad_input_is_refused_before_any_work(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        build_evolution(ma_config(**overrides))
+
+
+def test_config_refuses_what_does_not_fit_a_multi_agent_experiment():
+    with pytest.raises(ConfigError, match="algorithm: dqn does not train in multi_agent experiments"):
+        ma_config(algorithm="dqn")
+    with pytest.raises(ConfigError, match="env_entry_point"):
+        ma_config(env_entry_point="tests.ma_envs:CueTeam")
+
+
+# ---- through the flow ---------------------------------------------------------------------------------------
+MA_YAML = """\
+kind: multi_agent
+name: ma-flow
+env_id: tests.ma_envs:cue_team
+algorithm: matd3
+num_envs: 4
+population_size: 2
+evo_steps: 800
+eval_episodes: 4
+max_env_steps: 12800
+seed: 2
+hyperparameters: {batch_size: 32, learning_delay: 64, learn_step: 4, buffer_size: 3000}
+network: {hidden_sizes: [32, 32], min_nodes: 8}
+storage: {keep_generations: 2}
+"""
+
+
+def _flow_cli(*args, cwd, env):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+
+
+def test_team_run_resumes_after_kill_9_as_if_uninterrupted(tmp_path):
+    """Through the flow on the embedded default (ephemeral Prefect, SQLite MLflow, local storage): the team's
+    members, the shared multi-agent buffer and every RNG come back from the last commit."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from agilerl_core.io.run_store import RunStore
+    from agilerl_core.io.storage import open_storage
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = tmp_path / "ma.yaml"
+    cfg.write_text(MA_YAML)
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI",
+                                                            "AGILERL_STORAGE_URI", "AWS_ENDPOINT_URL")}
+    env.update(PREFECT_HOME=str(tmp_path / "prefect-home"), PYTHONPATH=str(root))
+    storage = str(tmp_path / "store")
+    common = ["--storage", storage, "--no-progress", "--set", f"output_dir={tmp_path / 'out'}"]
+    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "run", str(cfg), "--run-id", "crashed", *common],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    store = RunStore(open_storage(storage), "crashed")
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and 2 not in store.committed_generations():
+        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert store.committed_generations()[-1] < 7
+
+    def summary(p):
+        assert p.returncode == 0, p.stderr[-3000:]
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    resumed = summary(_flow_cli("resume", "crashed", "--storage", storage, "--no-progress", cwd=tmp_path, env=env))
+    straight = summary(_flow_cli("run", str(cfg), "--run-id", "straight", *common, cwd=tmp_path, env=env))
+    assert resumed["generations"] == straight["generations"] == 8
+    assert resumed["best_fitness"] == straight["best_fitness"]
+
+    def final(run_id):
+        s = RunStore(open_storage(storage), run_id)
+        g = s.latest_generation()
+        pop = json.loads(s.storage.get_bytes(s.key(s.gen_dir(g), "population", "population.json")))
+        weights = {k.split("/population/")[1]: v for k, v in s.manifest(g)["files"].items()
+                   if k.endswith(".safetensors")}
+        return pop["lineage"], [h["fitnesses"] for h in pop["extra"]["history"]], weights
+
+    assert final("crashed") == final("straight")
+
+    from mlflow.tracking import MlflowClient  # per-agent returns beside each member's fitness
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'out' / 'mlflow.db'}")
+    children = client.search_runs([client.get_experiment_by_name("ma-flow").experiment_id],
+                                  filter_string=f"tags.`agilerl.parent` = '{straight['mlflow_run_id']}'")
+    assert len(children) == 2
+    for run in children:
+        assert {"return.pointer_0", "return.chooser_0", "fitness"} <= set(run.data.metrics)
