@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
@@ -14,7 +16,7 @@ class CueTeam(ParallelEnv):
     steps. With `chooser_dies_at`, chooser_0 terminates after that many steps while pointer_0 plays on.
     Optimal return per agent: `length`; random play: about length * (0.5 - 0.67)."""
 
-    metadata = {"name": "cue_team_v0"}
+    metadata: ClassVar[dict] = {"name": "cue_team_v0"}
 
     def __init__(self, length: int = 5, chooser_dies_at: int | None = None, image_obs: bool = False) -> None:
         self.possible_agents = ["pointer_0", "chooser_0"]
