@@ -349,7 +349,8 @@ class MultiAgentExperimentConfig(_ExperimentBase):
     vector_processes: bool = Field(False, description="Step each env copy in its own process (for slow envs; "
                                                       "MPE is faster in one).")
     algorithm: Literal[MULTI_AGENT_ALGORITHMS] = Field("matd3", description="Multi-agent algorithm: maddpg, "
-                                                                            "matd3.")
+                                                                            "matd3 (shared replay), ippo "
+                                                                            "(independent PPO).")
     hyperparameters: MultiAgentHyperparameters = Field(default_factory=MATD3Hyperparameters,
                                                        description="Initial hyperparameters of every member (the "
                                                                    "fields of the chosen algorithm).")

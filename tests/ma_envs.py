@@ -74,3 +74,40 @@ def cue_team(**kwargs) -> CueTeam:
 def not_parallel():
     """Returns something that is not a parallel env."""
     return object()
+
+
+class Solo(ParallelEnv):
+    """A Gymnasium env as a one-agent parallel env (agent ``solo_0``): what IPPO must learn exactly as PPO."""
+
+    metadata: ClassVar[dict] = {"name": "solo_v0"}
+
+    def __init__(self, env_id: str = "CartPole-v1") -> None:
+        import gymnasium as gym
+
+        self.env = gym.make(env_id)
+        self.possible_agents = ["solo_0"]
+        self.agents: list[str] = []
+
+    def observation_space(self, agent):
+        return self.env.observation_space
+
+    def action_space(self, agent):
+        return self.env.action_space
+
+    def reset(self, seed=None, options=None):
+        obs, info = self.env.reset(seed=seed)
+        self.agents = ["solo_0"]
+        return {"solo_0": obs}, {"solo_0": info}
+
+    def step(self, actions):
+        obs, r, term, trunc, info = self.env.step(actions["solo_0"])
+        if term or trunc:
+            self.agents = []
+        return {"solo_0": obs}, {"solo_0": r}, {"solo_0": term}, {"solo_0": trunc}, {"solo_0": info}
+
+    def close(self):
+        self.env.close()
+
+
+def solo(env_id: str = "CartPole-v1") -> Solo:
+    return Solo(env_id)

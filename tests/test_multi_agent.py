@@ -352,3 +352,62 @@ def test_team_run_resumes_after_kill_9_as_if_uninterrupted(tmp_path):
     assert len(children) == 2
     for run in children:
         assert {"return.pointer_0", "return.chooser_0", "fitness"} <= set(run.data.metrics)
+
+
+# ---- IPPO ----------------------------------------------------------------------------------------------------
+def test_ippo_with_one_agent_is_ppo(tmp_path):
+    """Same seed, same hyperparameters: IPPO on a one-agent wrapper of CartPole ends exactly as PPO on CartPole
+    (rollouts, GAE with truncation bootstrap, the PPO update, mutations, evaluation)."""
+    common = {"population_size": 2, "evo_steps": 256, "eval_episodes": 3, "max_env_steps": 1536, "seed": 4,
+              "num_envs": 4, "network": {"hidden_sizes": [32, 32], "min_nodes": 8},
+              "mutation": {"architecture": 0.5, "rl_hp": 0.5, "parameters": 0.3, "activation": 0.3},
+              "hyperparameters": {"rollout_steps": 32, "update_epochs": 2, "ent_coef": 0.01}}
+    ppo = validate_config({**common, "name": "ppo", "env_id": "CartPole-v1", "algorithm": "ppo"})
+    ippo = validate_config({**common, "name": "ippo", "kind": "multi_agent", "env_id": "tests.ma_envs:solo",
+                            "algorithm": "ippo"})
+    a = train_local(ppo, progress=False, run_dir=tmp_path / "ppo")
+    b = train_local(ippo, progress=False, run_dir=tmp_path / "ippo")
+    assert [h.fitnesses for h in a.history] == [h.fitnesses for h in b.history]
+    assert [h.mutations for h in a.history] == [h.mutations for h in b.history]
+    assert [h.train_returns for h in a.history] == [h.train_returns for h in b.history]
+    assert len(a.history) == 3
+
+
+def test_ippo_shares_a_policy_per_group_and_round_trips():
+    from agilerl_core.algorithms.ippo import IPPO, policy_units
+    from agilerl_core.algorithms.ippo_hp import IPPOHyperparameters
+
+    spread = MultiAgentSpec.from_spaces(
+        ["agent_0", "agent_1", "adversary_0"],
+        {"agent_0": spaces.Box(-1, 1, (4,)), "agent_1": spaces.Box(-1, 1, (4,)), "adversary_0": spaces.Box(-1, 1, (6,))},
+        {"agent_0": spaces.Discrete(3), "agent_1": spaces.Discrete(3), "adversary_0": spaces.Discrete(2)})
+    assert policy_units(spread, "group") == {"agent": ("agent_0", "agent_1"), "adversary": ("adversary_0",)}
+    assert set(policy_units(spread, "agent")) == {"agent_0", "agent_1", "adversary_0"}
+    with pytest.raises(ConfigError, match="share_policy: group 'listener' mixes spaces"):
+        policy_units(MultiAgentSpec.from_spaces(
+            ["listener_0", "listener_1"], {"listener_0": spaces.Box(-1, 1, (2,)), "listener_1": spaces.Box(-1, 1, (3,))},
+            {"listener_0": spaces.Discrete(2), "listener_1": spaces.Discrete(2)}), "group")
+    team = IPPO(spread, None, ARCH, IPPOHyperparameters(share_policy="group"), seed=0)
+    assert set(team.learners) == {"agent", "adversary"}
+    obs = {a: torch.randn(5, spread.obs[a].vector_dim) for a in spread.agents}
+    acts = team.greedy_action(obs)
+    assert {a: v.shape for a, v in acts.items()} == {"agent_0": (5,), "agent_1": (5,), "adversary_0": (5,)}
+    from agilerl_core.hpo.evolvable import MutationSettings
+    from agilerl_core.networks.evolvable import ArchBounds
+
+    team.mutate("architecture", np.random.default_rng(1), MutationSettings(1.0, 0.1, ArchBounds(min_nodes=8)))
+    assert len({learner.arch.mlp.hidden for learner in team.learners.values()}) == 1  # every unit alike
+    team.set_hyperparameter("lr", 1e-3)
+    assert all(learner.hp.lr == 1e-3 for learner in team.learners.values())
+    tensors, meta = team.state()
+    again = IPPO.from_state(spread, tensors, meta)
+    b = again.greedy_action(obs)
+    assert all(np.array_equal(acts2, b[a]) for a, acts2 in team.greedy_action(obs).items())
+    assert again.describe() == team.describe() and "x2 policies" in team.describe()
+
+
+def test_ippo_trains_with_agents_dying_early(tmp_path):
+    cfg = ma_config(algorithm="ippo", env_kwargs={"length": 6, "chooser_dies_at": 2},
+                    hyperparameters={"rollout_steps": 16})
+    res = train_local(cfg, progress=False, run_dir=tmp_path)
+    assert res.generations == 2 and all(np.isfinite(h.fitnesses).all() for h in res.history)

@@ -14,6 +14,7 @@ from agilerl_core.algorithms.bc_hp import BCHyperparameters
 from agilerl_core.algorithms.cql_hp import CQLHyperparameters, CQNHyperparameters
 from agilerl_core.algorithms.dqn_hp import DQNHyperparameters, RainbowHyperparameters
 from agilerl_core.algorithms.hp_base import Hyperparameters
+from agilerl_core.algorithms.ippo_hp import IPPOHyperparameters
 from agilerl_core.algorithms.maddpg_hp import MADDPGHyperparameters, MATD3Hyperparameters
 from agilerl_core.algorithms.ppo_hp import PPOHyperparameters
 from agilerl_core.algorithms.sac_hp import SACHyperparameters
@@ -57,6 +58,8 @@ ALGORITHMS: dict[str, AlgorithmInfo] = {a.name: a for a in (
                   {"multi_agent": "multi_agent_off_policy"}),
     AlgorithmInfo("matd3", MATD3Hyperparameters, "agilerl_core.algorithms.maddpg:MATD3",
                   {"multi_agent": "multi_agent_off_policy"}),
+    AlgorithmInfo("ippo", IPPOHyperparameters, "agilerl_core.algorithms.ippo:IPPO",
+                  {"multi_agent": "multi_agent_on_policy"}, on_policy=True),
 )}
 
 

@@ -13,7 +13,8 @@ ARENAS = {
     "gym_off_policy": "agilerl_core.arenas.gym_off_policy:OffPolicyArena",
     "gym_on_policy": "agilerl_core.arenas.gym_on_policy:OnPolicyArena",
     "offline": "agilerl_core.arenas.offline:OfflineArena",
-    "multi_agent_off_policy": "agilerl_core.arenas.multi_agent:MultiAgentArena",
+    "multi_agent_off_policy": "agilerl_core.arenas.multi_agent:MultiAgentOffPolicyArena",
+    "multi_agent_on_policy": "agilerl_core.arenas.multi_agent:MultiAgentOnPolicyArena",
 }
 
 

@@ -17,6 +17,7 @@ from gymnasium.vector import VectorEnv
 
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.registry import algorithms_for
+from agilerl_core.arenas.experience import OwnExperience
 from agilerl_core.envs.make import make_vector_env, probe_spaces
 from agilerl_core.envs.spaces import ActionSpec, ObsSpec, action_spec
 from agilerl_core.envs.vector import action_masks
@@ -89,13 +90,12 @@ def checked_space(cfg, algo_cls) -> HyperparameterSpace:
     return space
 
 
-class GymArena(ABC):
+class GymArena(OwnExperience, ABC):
     """Members are RL agents of one algorithm acting in a Gymnasium env; evaluation is greedy episodes.
 
     Subclasses say how members train (:meth:`train`) and whether they share experience."""
 
     kind: ClassVar[str] = "gym"
-    shares_experience: ClassVar[bool] = False
 
     def __init__(self, cfg, algo_cls: type[RLAlgorithm]) -> None:
         self.cfg = cfg
@@ -118,7 +118,6 @@ class GymArena(ABC):
         self.space = checked_space(cfg, algo_cls)
         self.arch_bounds = ArchBounds.from_config(cfg.network)
         self.arch = initial_arch(self.obs_spec, self.action_spec.dim, cfg.network)
-        self.buffer = None  # the shared experience, for arenas that share it
         self.eval_env = make_vector_env(cfg.env_id, cfg.eval_episodes, cfg.env_kwargs, cfg.env_entry_point)
         self._eval_envs: dict[int, VectorEnv] = {}  # per slot, so that slots evaluate concurrently in threads
         self._lock = threading.Lock()
@@ -142,9 +141,6 @@ class GymArena(ABC):
         return self.algo_cls.from_state(self.obs_spec, tensors, meta, self.device)
 
     # ---- a generation ----------------------------------------------------------------------------------
-    def begin_generation(self, slots: int) -> None:
-        return None  # no fresh-experience area to prepare
-
     @abstractmethod
     def train(self, member: RLAlgorithm, slot: int, seed: int, steps: int) -> TrainResult:
         """Train `member` for `steps` budget units (rounded up to whole vector steps) from envs reset with `seed`."""
@@ -160,20 +156,3 @@ class GymArena(ABC):
                 self._eval_envs[slot] = make_vector_env(self.cfg.env_id, self.cfg.eval_episodes, self.cfg.env_kwargs,
                                                         self.cfg.env_entry_point)
             return self._eval_envs[slot]
-
-    # ---- shared experience (none here) -----------------------------------------------------------------
-    def shard(self, slot: int) -> dict[str, torch.Tensor] | None:
-        return None
-
-    def commit_experience(self, shards: list[dict[str, torch.Tensor]], members: list[RLAlgorithm]) -> None:
-        return None
-
-    def experience_state(self) -> dict[str, int]:
-        return {"size": 0, "pos": 0, "capacity": 0}
-
-    def restore_experience(self, store, generation: int) -> None:
-        return None
-
-    def sync_experience(self, store, synced: int, target: int) -> None:
-        """A worker process's shared experience from the commit of generation `synced` to that of `target`."""
-        return None

@@ -15,7 +15,7 @@ from gymnasium.vector import VectorEnv
 
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.arenas.base import EpisodeReturns, GymArena, probe_action_mask
-from agilerl_core.arenas.shared_replay import SharedReplay
+from agilerl_core.arenas.experience import SharedReplay
 from agilerl_core.buffers.nstep import NStepCollector
 from agilerl_core.buffers.replay import ReplayBuffer, transition_fields
 from agilerl_core.envs.make import make_vector_env

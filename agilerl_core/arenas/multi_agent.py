@@ -1,5 +1,6 @@
-"""The multi-agent arena: members are teams of agents (MADDPG, MATD3) acting in their own vectorised
-PettingZoo parallel envs and learning from one replay buffer the population shares.
+"""The multi-agent arenas: members are teams of agents acting in their own vectorised PettingZoo parallel
+envs. Off-policy teams (MADDPG, MATD3) learn from one replay buffer the population shares; on-policy teams
+(IPPO) from their own rollouts.
 
 One budget unit is one parallel-env step of one sub-env (every agent acts once). A transition row holds
 every agent's observation, action, reward, next observation, termination and whether it acted (an agent
@@ -20,8 +21,9 @@ import numpy as np
 import torch
 
 from agilerl_core.arenas.base import checked_space, torch_device
-from agilerl_core.arenas.shared_replay import SharedReplay
+from agilerl_core.arenas.experience import OwnExperience, SharedReplay
 from agilerl_core.buffers.replay import FieldSpec, ReplayBuffer
+from agilerl_core.buffers.rollout import Rollout, compute_gae
 from agilerl_core.envs.multi_agent import ParallelVectorEnv, agent_group, make_parallel_env, make_parallel_vector_env
 from agilerl_core.envs.spaces import MultiAgentSpec
 from agilerl_core.errors import ConfigError
@@ -160,8 +162,9 @@ def evaluate_team(agent, env: ParallelVectorEnv, seed: int, fitness: TeamFitness
     return fitness(means), means
 
 
-class MultiAgentArena(SharedReplay):
-    """Teams of one multi-agent algorithm in a PettingZoo parallel env, sharing one replay buffer."""
+class MultiAgentArena(OwnExperience):
+    """Teams of one multi-agent algorithm in a PettingZoo parallel env: spaces, fitness and evaluation.
+    Subclasses say how teams train and what experience they share."""
 
     kind: ClassVar[str] = "multi_agent"
 
@@ -194,8 +197,6 @@ class MultiAgentArena(SharedReplay):
         self.eval_env = self._vector_env(cfg.eval_episodes)
         self._eval_envs: dict[int, ParallelVectorEnv] = {}
         self._lock = threading.Lock()
-        self.buffer = ReplayBuffer(multi_agent_fields(self.spec), cfg.hyperparameters.buffer_size, self.device)
-        self.slot_capacity = math.ceil(cfg.evo_steps / cfg.num_envs) * cfg.num_envs
 
     def _vector_env(self, copies: int) -> ParallelVectorEnv:
         return make_parallel_vector_env(self.cfg.env_id, copies, self.cfg.env_kwargs, self.cfg.vector_processes)
@@ -217,8 +218,7 @@ class MultiAgentArena(SharedReplay):
 
     # ---- a generation ----------------------------------------------------------------------------------
     def train(self, member, slot: int, seed: int, steps: int) -> TrainResult:
-        self.buffer.reset_slot(slot)
-        return train_team(member, slot, self.envs[slot], self.buffer, steps, seed, self.fitness)
+        raise NotImplementedError
 
     def evaluate(self, member, seed: int, slot: int | None = None) -> float:
         env = self.eval_env if slot is None else self.slot_eval_env(slot)
@@ -232,3 +232,109 @@ class MultiAgentArena(SharedReplay):
             if slot not in self._eval_envs:
                 self._eval_envs[slot] = self._vector_env(self.cfg.eval_episodes)
             return self._eval_envs[slot]
+
+
+class MultiAgentOffPolicyArena(SharedReplay, MultiAgentArena):
+    """Off-policy teams (MADDPG, MATD3) sharing one replay buffer of every agent's transitions."""
+
+    def __init__(self, cfg, algo_cls) -> None:
+        super().__init__(cfg, algo_cls)
+        self.buffer = ReplayBuffer(multi_agent_fields(self.spec), cfg.hyperparameters.buffer_size, self.device)
+        self.slot_capacity = math.ceil(cfg.evo_steps / cfg.num_envs) * cfg.num_envs
+
+    def train(self, member, slot: int, seed: int, steps: int) -> TrainResult:
+        self.buffer.reset_slot(slot)
+        return train_team(member, slot, self.envs[slot], self.buffer, steps, seed, self.fitness)
+
+
+class MultiAgentOnPolicyArena(MultiAgentArena):
+    """On-policy teams (IPPO): each learns from its own rollouts only."""
+
+    def __init__(self, cfg, algo_cls) -> None:
+        super().__init__(cfg, algo_cls)
+        from agilerl_core.algorithms.ippo import policy_units
+
+        policy_units(self.spec, cfg.hyperparameters.share_policy)  # a group that cannot share fails here
+
+    def train(self, member, slot: int, seed: int, steps: int) -> TrainResult:
+        return train_team_on_policy(member, slot, self.envs[slot], steps, seed, self.fitness)
+
+
+def train_team_on_policy(team, slot: int, env: ParallelVectorEnv, evo_steps: int, seed: int,
+                         fitness: TeamFitness) -> TrainResult:
+    """Collect `evo_steps` env steps (whole vector steps) in rollouts of `rollout_steps`, every policy unit
+    learning with PPO after each rollout from its agents' rows (stacked agent after agent: k agents of a
+    unit over N envs are k * N rollout columns). A time limit credits gamma * V(final observation); an agent
+    out of its episode pads its column (done, not learned from) until the env resets."""
+    t0 = time.perf_counter()
+    spec: MultiAgentSpec = team.ma
+    hp = team.hp
+    n = env.num_envs
+    obs, info = env.reset(seed=seed)
+    masks, alive = info["action_mask"], info["alive"]
+    returns = TeamReturns(spec.agents, n)
+    vector_steps = math.ceil(evo_steps / n)
+    obs_t = spec.to_tensors(obs, team.device)
+    rollouts, valid = {}, {}
+    for u in team.learners:
+        act = team.action_spec_of(u)
+        first = team.units[u][0]
+        cols = n * len(team.units[u])
+        mask_dim = act.dim if act.discrete and masks[first] is not None else None
+        rollouts[u] = Rollout.allocate(hp.rollout_steps, cols, {"obs": team.stack(u, obs_t)},
+                                       () if act.discrete else (act.dim,),
+                                       torch.int64 if act.discrete else torch.float32, mask_dim)
+        valid[u] = torch.zeros(hp.rollout_steps, cols)
+    losses: list[float] = []
+    done_steps = 0
+    learn0 = sum(learner.learn_steps for learner in team.learners.values())
+    while done_steps < vector_steps:
+        steps = min(hp.rollout_steps, vector_steps - done_steps)
+        for t in range(steps):
+            actions = {}
+            for u, learner in team.learners.items():
+                r = rollouts[u]
+                x = team.stack(u, obs_t)
+                m = None if r.masks is None else team.stack(u, masks)
+                acts, logp, value = learner.policy_step({"obs": x}, m)
+                r.obs["obs"][t] = x
+                r.actions[t] = torch.as_tensor(acts)
+                r.logprobs[t], r.values[t] = logp.cpu(), value.cpu()
+                if r.masks is not None:
+                    r.masks[t] = torch.as_tensor(m)
+                valid[u][t] = torch.as_tensor(team.stack(u, alive), dtype=torch.float32)
+                for i, a in enumerate(team.units[u]):
+                    actions[a] = acts[i * n:(i + 1) * n]
+            next_obs, rewards, terminated, truncated, info = env.step(team.env_actions(actions))
+            env_done = info["env_done"]
+            final = spec.to_tensors(info["final_obs"], team.device)
+            for u, learner in team.learners.items():
+                r = rollouts[u]
+                rew = torch.as_tensor(team.stack(u, rewards), dtype=torch.float32)
+                term = team.stack(u, terminated)
+                cut = team.stack(u, truncated) & ~term
+                if cut.any():  # a time limit is not the end of the world: credit the final state's value
+                    with torch.no_grad():
+                        v_final = learner.value({"obs": team.stack(u, final)}).cpu()
+                    rew = rew + hp.gamma * v_final * torch.as_tensor(cut, dtype=torch.float32)
+                done = term | cut | np.tile(env_done, len(team.units[u])) | ~team.stack(u, info["acted"])
+                r.rewards[t] = rew * valid[u][t]
+                r.dones[t] = torch.as_tensor(done, dtype=torch.float32)
+            team.env_steps += n
+            returns.step(rewards, env_done)
+            obs, masks, alive = next_obs, info["action_mask"], info["alive"]
+            obs_t = spec.to_tensors(obs, team.device)
+        for u, learner in team.learners.items():
+            r = rollouts[u]
+            with torch.no_grad():
+                last_value = learner.value({"obs": team.stack(u, obs_t)}).cpu()
+            adv, ret = compute_gae(r.rewards[:steps], r.values[:steps], r.dones[:steps], last_value, hp.gamma,
+                                   hp.gae_lambda)
+            every = bool(valid[u][:steps].all())
+            losses.append(learner.learn_rollout(r, steps, adv, ret, None if every else valid[u])["loss"])
+        done_steps += steps
+    team.learn_steps = sum(learner.learn_steps for learner in team.learners.values())
+    means = returns.means()
+    team_return = fitness(means) if returns.episodes else float("nan")
+    return TrainResult(slot, vector_steps * n, team.learn_steps - learn0, returns.episodes, team_return,
+                       float(np.mean(losses)) if losses else float("nan"), time.perf_counter() - t0)

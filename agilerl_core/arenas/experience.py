@@ -1,6 +1,10 @@
-"""Experience shared through one replay buffer: what every off-policy arena (Gymnasium, multi-agent) does
-with its members' fresh transitions. During generation g a member samples from the buffer as committed at
-the end of g-1 plus its own staging slot; at the commit the slots' shards are appended in member order."""
+"""What an arena does with its members' experience between generations.
+
+:class:`SharedReplay`: one replay buffer shared by the population (every off-policy arena, Gymnasium or
+multi-agent). During generation g a member samples from the buffer as committed at the end of g-1 plus its
+own staging slot; at the commit the slots' shards are appended in member order.
+:class:`OwnExperience`: members learn only from what they collect themselves (on-policy arenas), so a
+generation commits no experience."""
 
 from __future__ import annotations
 
@@ -47,3 +51,28 @@ class SharedReplay:
             store.rebuild_buffer(target, self.buffer)
         else:
             self.buffer.size, self.buffer.pos = 0, 0
+
+
+class OwnExperience:
+    """Mixin of an arena whose members share no experience: nothing to stage, commit or restore."""
+
+    shares_experience = False
+    buffer = None
+
+    def begin_generation(self, slots: int) -> None:
+        return None
+
+    def shard(self, slot: int) -> None:
+        return None
+
+    def commit_experience(self, shards: list[Any], members: list[Any]) -> None:
+        return None
+
+    def experience_state(self) -> dict[str, int]:
+        return {"size": 0, "pos": 0, "capacity": 0}
+
+    def restore_experience(self, store: Any, generation: int) -> None:
+        return None
+
+    def sync_experience(self, store: Any, synced: int, target: int) -> None:
+        return None

@@ -1,0 +1,177 @@
+"""IPPO: de Witt et al., "Is Independent Learning All You Need in the StarCraft Multi-Agent Challenge?",
+arXiv:2011.09533 (2020): every policy unit learns with PPO (:mod:`agilerl_core.algorithms.ppo`, the same
+loss functions, GAE and minibatching) from its agents' own observations, actions and rewards.
+
+A *unit* is one agent (``share_policy: agent``) or one group of agents with identical spaces, which then
+share an actor and a critic trained on all of the group's experience (``share_policy: group``;
+``speaker_0``, ``speaker_1`` -> ``speaker``). A member is the team of its units: one architecture,
+activation or hyperparameter mutation changes every unit alike, parameter noise reaches each. With one
+agent an IPPO member is exactly a PPO agent (same seed, same draws, same result).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from agilerl_core.algorithms.ippo_hp import IPPOHyperparameters
+from agilerl_core.algorithms.ppo import PPO
+from agilerl_core.algorithms.ppo_hp import PPOHyperparameters
+from agilerl_core.envs.multi_agent import agent_group
+from agilerl_core.envs.spaces import ActionSpec, MultiAgentSpec, Obs
+from agilerl_core.errors import ConfigError
+from agilerl_core.hpo.evolvable import MUTATION_KINDS, MutationSettings
+from agilerl_core.networks.evolvable import ArchSpec
+
+
+def policy_units(spec: MultiAgentSpec, share: str) -> dict[str, tuple[str, ...]]:
+    """Unit name -> its agents (in env order): one per agent, or one per group of agents with identical
+    spaces (a ConfigError naming the group otherwise)."""
+    if share == "agent":
+        return {a: (a,) for a in spec.agents}
+    units: dict[str, list[str]] = {}
+    for a in spec.agents:
+        units.setdefault(agent_group(a), []).append(a)
+    for group, agents in units.items():
+        first = agents[0]
+        for a in agents[1:]:
+            if spec.obs[a].space != spec.obs[first].space or spec.actions[a] != spec.actions[first]:
+                raise ConfigError(f"hyperparameters.share_policy: group {group!r} mixes spaces ({first} and {a} "
+                                  f"differ), so its agents cannot share one policy; use share_policy: agent")
+    return {g: tuple(a) for g, a in units.items()}
+
+
+def _ppo_hp(hp: IPPOHyperparameters) -> PPOHyperparameters:
+    return PPOHyperparameters(**{k: v for k, v in hp.model_dump().items() if k in PPOHyperparameters.model_fields})
+
+
+class IPPO:
+    """A team of PPO learners, one per policy unit (see the module doc). Implements the Evolvable protocol."""
+
+    name: ClassVar[str] = "ippo"
+    hp_model = IPPOHyperparameters
+    action_kinds: ClassVar[tuple[str, ...]] = ("discrete", "box")
+    uses_replay: ClassVar[bool] = False
+    mutation_kinds: ClassVar[frozenset[str]] = frozenset(MUTATION_KINDS)
+
+    def __init__(self, obs_spec: MultiAgentSpec, action: dict[str, Any] | None, arch: ArchSpec, hp, seed: int,
+                 device: str | torch.device = "cpu") -> None:
+        self.ma = obs_spec
+        self.agents = obs_spec.agents
+        self.device = torch.device(device)
+        self._hp = self.hp_model.model_validate(hp.model_dump())
+        self.units = policy_units(obs_spec, self._hp.share_policy)
+        self.unit_of = {a: u for u, agents in self.units.items() for a in agents}
+        self.arch = replace(arch, mlp=replace(arch.mlp, in_dim=0, out_dim=0))  # the shared template
+        ppo_hp = _ppo_hp(self._hp)
+        self.learners: dict[str, PPO] = {}
+        for i, (u, agents) in enumerate(self.units.items()):
+            unit_seed = seed if i == 0 else int(np.random.SeedSequence([seed, i]).generate_state(1)[0] & 0x7FFFFFFF)
+            first = agents[0]
+            self.learners[u] = PPO(obs_spec.obs[first], obs_spec.actions[first], self._unit_arch(u), ppo_hp,
+                                   unit_seed, device)
+        self.action_specs = obs_spec.actions
+        self.env_steps = 0
+        self.learn_steps = 0
+
+    def _unit_arch(self, unit: str, template: ArchSpec | None = None) -> ArchSpec:
+        t = template or self.arch
+        first = self.units[unit][0]
+        return replace(t, mlp=replace(t.mlp, in_dim=self.ma.obs[first].vector_dim, out_dim=self.ma.actions[first].dim))
+
+    # ---- the Evolvable protocol -------------------------------------------------------------------------
+    @property
+    def hp(self) -> IPPOHyperparameters:
+        return self._hp
+
+    def set_hyperparameter(self, name: str, value: Any) -> None:
+        if self.hp_model.model_fields[name].annotation is int:
+            value = round(value)
+        self._hp = self.hp_model.model_validate({**self._hp.model_dump(), name: value})
+        if name in PPOHyperparameters.model_fields:
+            for learner in self.learners.values():
+                learner.set_hyperparameter(name, value)
+
+    def mutate(self, kind: str, rng: np.random.Generator, settings: MutationSettings) -> str:
+        """Architecture and activation: drawn once (by the first unit) and applied to every unit, keeping
+        its weights; parameter noise: each unit in turn."""
+        first, *rest = self.learners.values()
+        desc = first.mutate(kind, rng, settings)
+        if kind == "parameters":
+            for learner in rest:
+                learner.mutate(kind, rng, settings)
+        elif kind in ("architecture", "activation"):
+            self.arch = replace(first.arch, mlp=replace(first.arch.mlp, in_dim=0, out_dim=0))
+            for u, learner in list(self.learners.items())[1:]:
+                learner.apply_architecture(self._unit_arch(u))
+        return desc
+
+    def describe(self) -> str:
+        n = len(self.learners)
+        return next(iter(self.learners.values())).describe() + (f" x{n} policies" if n > 1 else "")
+
+    def param_count(self) -> int:
+        return sum(learner.param_count() for learner in self.learners.values())
+
+    def clone(self) -> IPPO:
+        tensors, meta = self.state()
+        return type(self).from_state(self.ma, tensors, meta, self.device)
+
+    def state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        tensors: dict[str, torch.Tensor] = {}
+        units = {}
+        for u, learner in self.learners.items():
+            t, m = learner.state()
+            tensors.update({f"unit/{u}/{k}": v for k, v in t.items()})
+            units[u] = m
+        meta = {"algorithm": self.name, "hp": self._hp.model_dump(), "arch": self.arch.to_dict(), "units": units,
+                "env_steps": self.env_steps, "learn_steps": self.learn_steps,
+                "action": {a: s.to_dict() for a, s in self.action_specs.items()}}
+        return tensors, meta
+
+    @classmethod
+    def from_state(cls, obs_spec: MultiAgentSpec, tensors: dict[str, torch.Tensor], meta: dict[str, Any],
+                   device: str | torch.device = "cpu") -> IPPO:
+        if meta.get("algorithm") != cls.name:
+            raise ValueError(f"state is for algorithm {meta.get('algorithm')!r}, not {cls.name!r}")
+        team = cls(obs_spec, None, ArchSpec.from_dict(meta["arch"]), cls.hp_model.model_validate(meta["hp"]), 0, device)
+        if set(meta["units"]) != set(team.learners):
+            raise ValueError(f"state has policy units {sorted(meta['units'])}, the env gives {sorted(team.learners)}")
+        for u in team.learners:
+            prefix = f"unit/{u}/"
+            team.learners[u] = PPO.from_state(obs_spec.obs[team.units[u][0]],
+                                              {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)},
+                                              meta["units"][u], device)
+        team.env_steps, team.learn_steps = int(meta["env_steps"]), int(meta["learn_steps"])
+        return team
+
+    # ---- acting -----------------------------------------------------------------------------------------
+    def stack(self, unit: str, per_agent: dict[str, Any]) -> Any:
+        """The unit's agents' rows stacked agent after agent ([k * N, ...])."""
+        parts = [per_agent[a] for a in self.units[unit]]
+        if isinstance(parts[0], torch.Tensor):
+            return parts[0] if len(parts) == 1 else torch.cat(parts)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def greedy_action(self, obs: Obs, action_mask: dict[str, np.ndarray | None] | None = None) -> dict[str, np.ndarray]:
+        out = {}
+        for u, learner in self.learners.items():
+            mask = None if action_mask is None or action_mask.get(self.units[u][0]) is None else \
+                self.stack(u, action_mask)
+            acts = learner.greedy_action({"obs": self.stack(u, obs)}, mask)
+            for i, a in enumerate(self.units[u]):
+                n = obs[a].shape[0]
+                out[a] = acts[i * n:(i + 1) * n]
+        return out
+
+    def env_actions(self, actions: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {a: self.action_specs[a].to_env(x) for a, x in actions.items()}
+
+    def env_action(self, obs: Obs, action_mask=None) -> dict[str, np.ndarray]:
+        return self.env_actions(self.greedy_action(obs, action_mask))
+
+    def action_spec_of(self, unit: str) -> ActionSpec:
+        return self.action_specs[self.units[unit][0]]

@@ -1,0 +1,20 @@
+"""IPPO's hyperparameters: PPO's, and which agents share a policy."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field
+
+from agilerl_core.algorithms.ppo_hp import PPOHyperparameters
+
+
+class IPPOHyperparameters(PPOHyperparameters):
+    """IPPO (de Witt et al. 2020): independent PPO learners, each on its agents' own observations."""
+
+    algorithm_name: ClassVar[str] = "ippo"
+    fixed_fields: ClassVar[frozenset[str]] = PPOHyperparameters.fixed_fields | {"share_policy"}
+
+    share_policy: Literal["agent", "group"] = Field("agent", description="One policy per agent, or one per group "
+                                                                         "(agents named GROUP_N, identical spaces), "
+                                                                         "trained on all its agents' experience.")
