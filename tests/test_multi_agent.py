@@ -352,6 +352,14 @@ def test_team_run_resumes_after_kill_9_as_if_uninterrupted(tmp_path):
     assert len(children) == 2
     for run in children:
         assert {"return.pointer_0", "return.chooser_0", "fitness"} <= set(run.data.metrics)
+    # the champion takes a dict of observations (one array per agent) and returns a dict of actions
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'out' / 'mlflow.db'}")
+    champion = mlflow.pyfunc.load_model(straight["champion_uri"])
+    acts = champion.predict({"pointer_0": np.zeros((3, 1), np.float32), "chooser_0": np.array([0, 1, 1])})
+    assert acts["pointer_0"].shape == (3, 1) and acts["chooser_0"].shape == (3,)
+    assert acts["chooser_0"].dtype == np.int64 and (np.abs(acts["pointer_0"]) <= 1).all()
 
 
 # ---- IPPO ----------------------------------------------------------------------------------------------------

@@ -1,0 +1,95 @@
+"""Multi-agent throughput beside AgileRL 2.58 on the peer's MATD3 configuration, measured in one run.
+
+Configuration (../shared/bench/peer_agilerl_matd3.py, --hp-set yaml, i.e. AgileRL's matd3.yaml):
+mpe2 simple_speaker_listener_v4 with continuous actions, population 4, 16 envs per member, batch 128,
+learn_step 16 (one gradient step of every agent's critics per vector step, actors every second), lr_actor
+1e-4, lr_critic 1e-3, gamma 0.95, tau 1e-3, Ornstein-Uhlenbeck exploration (0.1, theta 0.15, dt 0.01),
+learning from the first step, replay 100k, networks of two 64-unit layers, evo_steps 10,000. Both sides
+run on one torch thread, alternating, `--repeats` times; env steps/s is training steps (one step = one
+parallel-env step of one sub-env, both agents acting) over wall time, evaluation included on both sides.
+Medians are reported; the target is 4x the peer.
+
+Set up the peer first (its own venv, see ../shared/bench/README.md), then:
+
+    python benchmarks/throughput_matd3.py [--peer-python ~/peer-venv/bin/python] [--budget 40000] [--repeats 2]
+
+Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+
+from agilerl_core.config import validate_config
+from agilerl_core.experiment import train_local
+
+ROOT = Path(__file__).resolve().parents[1]
+PEER_DIR = ROOT.parent / "shared" / "bench"
+
+
+def ours(budget: int, evo_steps: int, seed: int, out: str) -> dict:
+    cfg = validate_config({
+        "kind": "multi_agent", "name": "throughput-matd3", "env_id": "mpe2:simple_speaker_listener_v4",
+        "env_kwargs": {"continuous_actions": True}, "algorithm": "matd3", "num_envs": 16, "population_size": 4,
+        "evo_steps": evo_steps, "eval_episodes": 16, "max_env_steps": budget, "seed": seed, "output_dir": out,
+        "hyperparameters": {"batch_size": 128, "lr_actor": 1e-4, "lr_critic": 1e-3, "gamma": 0.95, "tau": 1e-3,
+                            "learn_step": 16, "policy_freq": 2, "noise_type": "ou", "expl_noise": 0.1,
+                            "ou_theta": 0.15, "ou_dt": 0.01, "learning_delay": 0, "buffer_size": 100_000},
+        "network": {"hidden_sizes": [64, 64], "min_nodes": 64, "max_nodes": 500, "max_hidden_layers": 3},
+        "mutation": {"no_mutation": 0.4, "architecture": 0.2, "new_layer_share": 0.2, "parameters": 0.2,
+                     "activation": 0.2, "rl_hp": 0.2},
+        "hp_space": {"learn_step": None},  # one gradient step per vector step throughout, as measured for the peer
+    })
+    res = train_local(cfg, progress=False)
+    return {"wall_s": res.wall_s, "train_env_steps": res.global_steps, "env_steps_per_s": res.env_steps_per_s,
+            "best_fitness": res.best_fitness}
+
+
+def peer(python: str, budget: int, evo_steps: int, seed: int, out: str) -> dict:
+    cmd = [python, "peer_agilerl_matd3.py", "--seed", str(seed), "--global-budget", str(budget),
+           "--evo-steps", str(evo_steps), "--threads", "1", "--vec", "sync", "--out", out]
+    proc = subprocess.run(cmd, cwd=PEER_DIR, capture_output=True, text=True, check=False)
+    m = re.search(r"^RESULT (.*)$", proc.stdout, re.M)
+    if proc.returncode != 0 or not m:
+        raise RuntimeError(f"peer run failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    r = json.loads(m.group(1))
+    return {"wall_s": r["wall_s"], "train_env_steps": r["train_env_steps"],
+            "env_steps_per_s": r["train_env_steps"] / r["wall_s"]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--peer-python", default=os.path.expanduser("~/peer-venv/bin/python"))
+    p.add_argument("--budget", type=int, default=40_000)
+    p.add_argument("--evo-steps", type=int, default=10_000)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--no-peer", action="store_true")
+    args = p.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    mine, theirs = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.repeats):
+            mine.append(ours(args.budget, args.evo_steps, i + 1, tmp))
+            if not args.no_peer:
+                theirs.append(peer(args.peer_python, args.budget, args.evo_steps, i + 1, f"{tmp}/peer{i}.json"))
+    med_ours = statistics.median(r["env_steps_per_s"] for r in mine)
+    out = {"benchmark": "throughput_matd3", "budget": args.budget, "repeats": args.repeats,
+           "ours_env_steps_per_s_median": round(med_ours, 1), "ours": mine}
+    if theirs:
+        med_peer = statistics.median(r["env_steps_per_s"] for r in theirs)
+        out.update({"peer_env_steps_per_s_median": round(med_peer, 1), "peer": theirs,
+                    "speedup_median": round(med_ours / med_peer, 2), "target_speedup": 4.0})
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
