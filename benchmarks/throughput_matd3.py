@@ -7,7 +7,9 @@ learn_step 16 (one gradient step of every agent's critics per vector step, actor
 learning from the first step, replay 100k, networks of two 64-unit layers, evo_steps 10,000. Both sides
 run on one torch thread, alternating, `--repeats` times; env steps/s is training steps (one step = one
 parallel-env step of one sub-env, both agents acting) over wall time, evaluation included on both sides.
-Medians are reported; the target is 4x the peer.
+Medians are reported; the target is 4x the peer. `--dask-workers 2` also runs ours through the flow's
+Dask runner (members in worker processes at once: what a 2-core machine offers that the peer's
+sequential population loop does not use).
 
 Set up the peer first (its own venv, see ../shared/bench/README.md), then:
 
@@ -34,8 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PEER_DIR = ROOT.parent / "shared" / "bench"
 
 
-def ours(budget: int, evo_steps: int, seed: int, out: str) -> dict:
-    cfg = validate_config({
+def _config(budget: int, evo_steps: int, seed: int, out: str, **extra):
+    return validate_config({**extra,
         "kind": "multi_agent", "name": "throughput-matd3", "env_id": "mpe2:simple_speaker_listener_v4",
         "env_kwargs": {"continuous_actions": True}, "algorithm": "matd3", "num_envs": 16, "population_size": 4,
         "evo_steps": evo_steps, "eval_episodes": 16, "max_env_steps": budget, "seed": seed, "output_dir": out,
@@ -47,9 +49,27 @@ def ours(budget: int, evo_steps: int, seed: int, out: str) -> dict:
                      "activation": 0.2, "rl_hp": 0.2},
         "hp_space": {"learn_step": None},  # one gradient step per vector step throughout, as measured for the peer
     })
-    res = train_local(cfg, progress=False)
+
+
+def ours(budget: int, evo_steps: int, seed: int, out: str) -> dict:
+    """One process, members one after another (what the peer does)."""
+    res = train_local(_config(budget, evo_steps, seed, out), progress=False)
     return {"wall_s": res.wall_s, "train_env_steps": res.global_steps, "env_steps_per_s": res.env_steps_per_s,
             "best_fitness": res.best_fitness}
+
+
+def ours_dask(budget: int, evo_steps: int, seed: int, out: str, workers: int) -> dict:
+    """Through the multi-agent flow with the Dask runner: members train in `workers` processes at once.
+    The rate is the flow's own training loop (cluster start included; Prefect's server start is not)."""
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from flows.multi_agent import multi_agent_evolution
+
+    cfg = _config(budget, evo_steps, seed, out, runner={"kind": "dask", "workers": workers},
+                  tracking={"enabled": False}, storage={"uri": str(Path(out) / f"storage-{seed}")})
+    summary = multi_agent_evolution(config=cfg, run_id=f"throughput-{seed}")
+    return {"wall_s": summary["wall_s"], "train_env_steps": summary["global_steps"],
+            "env_steps_per_s": summary["env_steps_per_s"], "best_fitness": summary["best_fitness"]}
 
 
 def peer(python: str, budget: int, evo_steps: int, seed: int, out: str) -> dict:
@@ -71,23 +91,33 @@ def main() -> None:
     p.add_argument("--evo-steps", type=int, default=10_000)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--no-peer", action="store_true")
+    p.add_argument("--dask-workers", type=int, default=0,
+                   help="also run ours through the flow's Dask runner with this many worker processes")
     args = p.parse_args()
     import torch
 
     torch.set_num_threads(1)
-    mine, theirs = [], []
+    mine, theirs, dask = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeats):
             mine.append(ours(args.budget, args.evo_steps, i + 1, tmp))
+            if args.dask_workers:
+                dask.append(ours_dask(args.budget, args.evo_steps, i + 1, tmp, args.dask_workers))
             if not args.no_peer:
                 theirs.append(peer(args.peer_python, args.budget, args.evo_steps, i + 1, f"{tmp}/peer{i}.json"))
     med_ours = statistics.median(r["env_steps_per_s"] for r in mine)
     out = {"benchmark": "throughput_matd3", "budget": args.budget, "repeats": args.repeats,
            "ours_env_steps_per_s_median": round(med_ours, 1), "ours": mine}
+    if dask:
+        med_dask = statistics.median(r["env_steps_per_s"] for r in dask)
+        out.update({"dask_workers": args.dask_workers, "ours_dask_env_steps_per_s_median": round(med_dask, 1),
+                    "ours_dask": dask})
     if theirs:
         med_peer = statistics.median(r["env_steps_per_s"] for r in theirs)
         out.update({"peer_env_steps_per_s_median": round(med_peer, 1), "peer": theirs,
                     "speedup_median": round(med_ours / med_peer, 2), "target_speedup": 4.0})
+        if dask:
+            out["dask_speedup_median"] = round(med_dask / med_peer, 2)
     print(json.dumps(out))
 
 

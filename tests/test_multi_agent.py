@@ -7,10 +7,9 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from agilerl_core.algorithms.maddpg import MADDPG, MATD3, MultiAgentBatch
+from agilerl_core.algorithms.maddpg import MADDPG, MATD3
 from agilerl_core.algorithms.maddpg_hp import MADDPGHyperparameters, MATD3Hyperparameters
-from agilerl_core.arenas.multi_agent import multi_agent_fields
-from agilerl_core.buffers.replay import ReplayBuffer
+from agilerl_core.buffers.replay import MultiAgentBatch, ReplayBuffer, multi_agent_fields
 from agilerl_core.config import validate_config
 from agilerl_core.envs.multi_agent import ParallelVectorEnv, agent_group, make_parallel_vector_env
 from agilerl_core.envs.spaces import MultiAgentSpec

@@ -56,7 +56,7 @@ def _config(kind: str):
 
 
 @pytest.mark.parametrize("kind", ["dqn", "cartpole_rainbow.yaml", "pendulum_td3.yaml", "cartpole_ppo.yaml",
-                                  "speaker_listener_matd3.yaml"])
+                                  "speaker_listener_matd3.yaml", "speaker_listener_ippo.yaml"])
 def test_thread_and_process_tasks_match_the_local_loop(kind, tmp_path):
     cfg = _config(kind)
     local = build_evolution(cfg)

@@ -30,27 +30,9 @@ import torch.nn.functional as F
 from agilerl_core.algorithms.actor_critic import GaussianNoise, OUNoise
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.maddpg_hp import MADDPGHyperparameters, MATD3Hyperparameters
+from agilerl_core.buffers.replay import AgentTensors, MultiAgentBatch
 from agilerl_core.envs.spaces import ActionSpec, MultiAgentSpec, Obs, ObsSpec
 from agilerl_core.networks.evolvable import ArchSpec
-
-AgentTensors = dict[str, torch.Tensor]
-
-
-class MultiAgentBatch:
-    """A batch of multi-agent transitions: every field a dict keyed by agent id (leading batch dim)."""
-
-    __slots__ = ("acted", "action", "next_obs", "obs", "reward", "terminated")
-
-    def __init__(self, obs: AgentTensors, action: AgentTensors, reward: AgentTensors, next_obs: AgentTensors,
-                 terminated: AgentTensors, acted: AgentTensors) -> None:
-        self.obs, self.action, self.reward = obs, action, reward
-        self.next_obs, self.terminated, self.acted = next_obs, terminated, acted
-
-    @classmethod
-    def from_fields(cls, fields: dict[str, torch.Tensor], agents: tuple[str, ...]) -> MultiAgentBatch:
-        def pick(prefix: str) -> AgentTensors:
-            return {a: fields[f"{prefix}.{a}"] for a in agents}
-        return cls(pick("obs"), pick("action"), pick("reward"), pick("next_obs"), pick("terminated"), pick("acted"))
 
 
 def gumbel_softmax(logits: torch.Tensor, temperature: float, generator: torch.Generator | None,

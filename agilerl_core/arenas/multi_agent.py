@@ -22,7 +22,7 @@ import torch
 
 from agilerl_core.arenas.base import checked_space, torch_device
 from agilerl_core.arenas.experience import OwnExperience, SharedReplay
-from agilerl_core.buffers.replay import FieldSpec, ReplayBuffer
+from agilerl_core.buffers.replay import ReplayBuffer, multi_agent_fields
 from agilerl_core.buffers.rollout import Rollout, compute_gae
 from agilerl_core.envs.multi_agent import ParallelVectorEnv, agent_group, make_parallel_env, make_parallel_vector_env
 from agilerl_core.envs.spaces import MultiAgentSpec
@@ -30,20 +30,6 @@ from agilerl_core.errors import ConfigError
 from agilerl_core.hpo.evolution import TrainResult
 from agilerl_core.networks.evolvable import ArchBounds, ArchSpec
 from agilerl_core.networks.mlp import MLPSpec
-
-
-def multi_agent_fields(spec: MultiAgentSpec) -> dict[str, FieldSpec]:
-    """Stored fields of a multi-agent transition: per agent obs, next_obs, action, reward, terminated, acted."""
-    fields = {}
-    for a in spec.agents:
-        part = spec.obs[a].parts[0]
-        fields[f"obs.{a}"] = FieldSpec(tuple(part.shape), part.dtype)
-        fields[f"next_obs.{a}"] = FieldSpec(tuple(part.shape), part.dtype)
-        act = spec.actions[a]
-        fields[f"action.{a}"] = FieldSpec((), torch.int64) if act.discrete else FieldSpec((act.dim,), torch.float32)
-        for name in ("reward", "terminated", "acted"):
-            fields[f"{name}.{a}"] = FieldSpec((), torch.float32)
-    return fields
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import torch
 
-from agilerl_core.envs.spaces import ActionSpec, Obs, ObsSpec
+from agilerl_core.envs.spaces import ActionSpec, MultiAgentSpec, Obs, ObsSpec
 
 
 class Transition(NamedTuple):
@@ -65,6 +65,42 @@ def transition_fields(obs_spec: ObsSpec, action_mask_dim: int | None = None, act
     if n_step:
         fields["discount"] = FieldSpec((), torch.float32)
     return fields
+
+
+def multi_agent_fields(spec: MultiAgentSpec) -> dict[str, FieldSpec]:
+    """Stored fields of a multi-agent transition: per agent obs, next_obs, action, reward, terminated, acted."""
+    fields = {}
+    for a in spec.agents:
+        part = spec.obs[a].parts[0]
+        fields[f"obs.{a}"] = FieldSpec(tuple(part.shape), part.dtype)
+        fields[f"next_obs.{a}"] = FieldSpec(tuple(part.shape), part.dtype)
+        act = spec.actions[a]
+        fields[f"action.{a}"] = FieldSpec((), torch.int64) if act.discrete else FieldSpec((act.dim,), torch.float32)
+        for name in ("reward", "terminated", "acted"):
+            fields[f"{name}.{a}"] = FieldSpec((), torch.float32)
+    return fields
+
+
+AgentTensors = dict[str, torch.Tensor]
+
+
+class MultiAgentBatch(NamedTuple):
+    """A batch of multi-agent transitions: every field a dict keyed by agent id (leading batch dim); `acted`
+    is 1 where the agent acted (0 once it is out of its episode)."""
+
+    obs: AgentTensors
+    action: AgentTensors
+    reward: AgentTensors
+    next_obs: AgentTensors
+    terminated: AgentTensors
+    acted: AgentTensors
+
+    @classmethod
+    def from_fields(cls, fields: dict[str, torch.Tensor], agents: tuple[str, ...]) -> MultiAgentBatch:
+        """Gathered buffer fields (``obs.<agent>``, ...) regrouped by field."""
+        def pick(prefix: str) -> AgentTensors:
+            return {a: fields[f"{prefix}.{a}"] for a in agents}
+        return cls(pick("obs"), pick("action"), pick("reward"), pick("next_obs"), pick("terminated"), pick("acted"))
 
 
 class ReplayBuffer:
