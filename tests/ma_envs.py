@@ -18,7 +18,8 @@ class CueTeam(ParallelEnv):
 
     metadata: ClassVar[dict] = {"name": "cue_team_v0"}
 
-    def __init__(self, length: int = 5, chooser_dies_at: int | None = None, image_obs: bool = False) -> None:
+    def __init__(self, length: int = 5, chooser_dies_at: int | None = None, image_obs: bool = False,
+                 masked: bool = False) -> None:
         self.possible_agents = ["pointer_0", "chooser_0"]
         self.length = length
         self.chooser_dies_at = chooser_dies_at
@@ -26,7 +27,9 @@ class CueTeam(ParallelEnv):
                             "chooser_0": spaces.Discrete(2)}
         if image_obs:
             self._obs_spaces["pointer_0"] = spaces.Box(0, 255, (8, 8, 3), np.uint8)
-        self._act_spaces = {"pointer_0": spaces.Box(-1.0, 1.0, (1,), np.float32), "chooser_0": spaces.Discrete(2)}
+        self._act_spaces = {"pointer_0": spaces.Box(-1.0, 1.0, (1,), np.float32),
+                            "chooser_0": spaces.Discrete(3 if masked else 2)}
+        self.masked = masked  # chooser_0 gets a third action, allowed only at even steps (info's action_mask)
         self.agents: list[str] = []
         self._rng = np.random.default_rng()
 
@@ -46,10 +49,18 @@ class CueTeam(ParallelEnv):
             self._rng = np.random.default_rng(seed)
         self.agents = list(self.possible_agents)
         self.t = 0
-        return self._draw(), {a: {} for a in self.agents}
+        return self._draw(), self._infos(self.agents)
+
+    def _infos(self, agents):
+        infos = {a: {} for a in agents}
+        if self.masked and "chooser_0" in infos:
+            infos["chooser_0"]["action_mask"] = np.array([1, 1, int(self.t % 2 == 0)], dtype=np.int8)
+        return infos
 
     def step(self, actions):
         live = list(self.agents)
+        if self.masked and "chooser_0" in live and int(actions["chooser_0"]) == 2 and self.t % 2:
+            raise AssertionError(f"chooser_0 took the masked action 2 at step {self.t}")
         team = 0.0
         if "pointer_0" in live:
             team += 1.0 - float(np.asarray(actions["pointer_0"]).reshape(-1)[0] - self.cue) ** 2
@@ -64,7 +75,7 @@ class CueTeam(ParallelEnv):
         if self.chooser_dies_at is not None and "chooser_0" in live and self.t >= self.chooser_dies_at:
             term["chooser_0"] = True
         self.agents = [a for a in live if not (term[a] or trunc[a])]
-        return obs, rewards, term, trunc, {a: {} for a in live}
+        return obs, rewards, term, trunc, self._infos(live)
 
 
 def cue_team(**kwargs) -> CueTeam:

@@ -413,6 +413,15 @@ def test_ippo_shares_a_policy_per_group_and_round_trips():
     assert again.describe() == team.describe() and "x2 policies" in team.describe()
 
 
+@pytest.mark.parametrize("algorithm", ["maddpg", "ippo"])
+def test_action_masks_from_infos_are_respected(tmp_path, algorithm):
+    # the env raises on a masked action: exploration, learning-time sampling and greedy evaluation obey
+    cfg = ma_config(algorithm=algorithm, env_kwargs={"masked": True}, evo_steps=200, max_env_steps=800,
+                    **({"hyperparameters": {"rollout_steps": 16}} if algorithm == "ippo" else {}))
+    res = train_local(cfg, progress=False, run_dir=tmp_path)
+    assert res.generations == 2
+
+
 def test_ippo_trains_with_agents_dying_early(tmp_path):
     cfg = ma_config(algorithm="ippo", env_kwargs={"length": 6, "chooser_dies_at": 2},
                     hyperparameters={"rollout_steps": 16})
