@@ -346,8 +346,8 @@ class MultiAgentExperimentConfig(_ExperimentBase):
     env_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the env function, "
                                                                          "e.g. {continuous_actions: true}.")
     num_envs: int = Field(8, ge=1, description="Vectorised envs per member.")
-    vector_processes: bool = Field(False, description="Step each env copy in its own process (for slow envs; "
-                                                      "MPE is faster in one).")
+    vector_workers: int = Field(0, ge=0, description="Worker processes stepping the env copies (0: in the member's "
+                                                     "own process; workers pay off only for slow envs).")
     algorithm: Literal[MULTI_AGENT_ALGORITHMS] = Field("matd3", description="Multi-agent algorithm: maddpg, "
                                                                             "matd3 (shared replay), ippo "
                                                                             "(independent PPO).")

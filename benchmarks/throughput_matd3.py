@@ -7,7 +7,9 @@ learn_step 16 (one gradient step of every agent's critics per vector step, actor
 learning from the first step, replay 100k, networks of two 64-unit layers, evo_steps 10,000. Both sides
 run on one torch thread, alternating, `--repeats` times; env steps/s is training steps (one step = one
 parallel-env step of one sub-env, both agents acting) over wall time, evaluation included on both sides.
-Medians are reported; the target is 4x the peer. `--dask-workers 2` also runs ours through the flow's
+Medians are reported; the target is 4x the peer. `--env-workers N` also runs ours with the 16 copies in N
+worker processes (``vector_workers``).
+`--dask-workers 2` also runs ours through the flow's
 Dask runner (members in worker processes at once: what a 2-core machine offers that the peer's
 sequential population loop does not use).
 
@@ -51,9 +53,10 @@ def _config(budget: int, evo_steps: int, seed: int, out: str, **extra):
     })
 
 
-def ours(budget: int, evo_steps: int, seed: int, out: str) -> dict:
-    """One process, members one after another (what the peer does)."""
-    res = train_local(_config(budget, evo_steps, seed, out), progress=False)
+def ours(budget: int, evo_steps: int, seed: int, out: str, env_workers: int = 0) -> dict:
+    """Members one after another (what the peer does); with `env_workers`, the env copies step in that many
+    worker processes."""
+    res = train_local(_config(budget, evo_steps, seed, out, vector_workers=env_workers), progress=False)
     return {"wall_s": res.wall_s, "train_env_steps": res.global_steps, "env_steps_per_s": res.env_steps_per_s,
             "best_fitness": res.best_fitness}
 
@@ -91,16 +94,20 @@ def main() -> None:
     p.add_argument("--evo-steps", type=int, default=10_000)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--no-peer", action="store_true")
+    p.add_argument("--env-workers", type=int, default=0,
+                   help="also run ours with the env copies in this many worker processes (0: skip)")
     p.add_argument("--dask-workers", type=int, default=0,
                    help="also run ours through the flow's Dask runner with this many worker processes")
     args = p.parse_args()
     import torch
 
     torch.set_num_threads(1)
-    mine, theirs, dask = [], [], []
+    mine, theirs, dask, overlapped = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeats):
             mine.append(ours(args.budget, args.evo_steps, i + 1, tmp))
+            if args.env_workers:
+                overlapped.append(ours(args.budget, args.evo_steps, i + 1, tmp, args.env_workers))
             if args.dask_workers:
                 dask.append(ours_dask(args.budget, args.evo_steps, i + 1, tmp, args.dask_workers))
             if not args.no_peer:
@@ -108,6 +115,10 @@ def main() -> None:
     med_ours = statistics.median(r["env_steps_per_s"] for r in mine)
     out = {"benchmark": "throughput_matd3", "budget": args.budget, "repeats": args.repeats,
            "ours_env_steps_per_s_median": round(med_ours, 1), "ours": mine}
+    if overlapped:
+        med_over = statistics.median(r["env_steps_per_s"] for r in overlapped)
+        out.update({"env_workers": args.env_workers, "ours_env_workers_env_steps_per_s_median": round(med_over, 1),
+                    "ours_env_workers": overlapped})
     if dask:
         med_dask = statistics.median(r["env_steps_per_s"] for r in dask)
         out.update({"dask_workers": args.dask_workers, "ours_dask_env_steps_per_s_median": round(med_dask, 1),
@@ -116,6 +127,8 @@ def main() -> None:
         med_peer = statistics.median(r["env_steps_per_s"] for r in theirs)
         out.update({"peer_env_steps_per_s_median": round(med_peer, 1), "peer": theirs,
                     "speedup_median": round(med_ours / med_peer, 2), "target_speedup": 4.0})
+        if overlapped:
+            out["env_workers_speedup_median"] = round(med_over / med_peer, 2)
         if dask:
             out["dask_speedup_median"] = round(med_dask / med_peer, 2)
     print(json.dumps(out))

@@ -93,13 +93,13 @@ def test_vector_env_autoresets_with_agents_dying_early():
 
 
 def test_vector_env_is_seeded_and_process_copies_match():
-    a = ParallelVectorEnv([lambda: CueTeam()] * 2)
-    b = make_parallel_vector_env("tests.ma_envs:cue_team", 2, processes=True)
+    a = ParallelVectorEnv([lambda: CueTeam()] * 3)
+    b = make_parallel_vector_env("tests.ma_envs:cue_team", 3, workers=2)  # blocks of 2 and 1 copies
     try:
         oa, _ = a.reset(seed=3)
         ob, _ = b.reset(seed=3)
         assert all(np.array_equal(oa[k], ob[k]) for k in oa)
-        act = {"pointer_0": np.full((2, 1), 0.5, np.float32), "chooser_0": np.ones(2, np.int64)}
+        act = {"pointer_0": np.full((3, 1), 0.5, np.float32), "chooser_0": np.ones(3, np.int64)}
         for _ in range(7):  # through an autoreset
             ra, rb = a.step(act), b.step(act)
             assert all(np.array_equal(ra[0][k], rb[0][k]) and np.array_equal(ra[1][k], rb[1][k]) for k in oa)
@@ -230,6 +230,10 @@ def test_same_seed_same_team_result(tmp_path):
     b = train_local(cfg, progress=False, run_dir=tmp_path / "b")
     assert [h.fitnesses for h in a.history] == [h.fitnesses for h in b.history]
     assert [h.mutations for h in a.history] == [h.mutations for h in b.history]
+    # with the env copies in a worker process the run is the same
+    c = train_local(ma_config(vector_workers=1, **{"mutation.architecture": 1.0}), progress=False,
+                    run_dir=tmp_path / "c")
+    assert [h.fitnesses for h in c.history] == [h.fitnesses for h in a.history]
 
 
 def test_fitness_of_one_group_and_per_agent_returns():

@@ -185,7 +185,7 @@ class MultiAgentArena(OwnExperience):
         self._lock = threading.Lock()
 
     def _vector_env(self, copies: int) -> ParallelVectorEnv:
-        return make_parallel_vector_env(self.cfg.env_id, copies, self.cfg.env_kwargs, self.cfg.vector_processes)
+        return make_parallel_vector_env(self.cfg.env_id, copies, self.cfg.env_kwargs, self.cfg.vector_workers)
 
     def _check_actions(self) -> None:
         for a, act in self.spec.actions.items():

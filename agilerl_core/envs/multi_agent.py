@@ -2,9 +2,9 @@
 
 An env is named ``module:env`` (``mpe2:simple_speaker_listener_v4``): ``env`` is a module with a
 ``parallel_env`` function (PettingZoo's convention) or a function returning a parallel env; ``env_kwargs``
-go to that function. :class:`ParallelVectorEnv` steps N copies together in this process (on 2 cores a
-process per copy was not faster for MPE); :class:`ProcessParallelVectorEnv` steps them in worker
-processes, for envs slow enough to pay for the pipes.
+go to that function. :class:`ParallelVectorEnv` steps N copies together in this process;
+:class:`ProcessParallelVectorEnv` steps them in a few worker processes, each hosting a block of copies
+(for slow envs: for MPE on 2 cores, workers were slower than stepping in the learner's process).
 
 Observations, actions, rewards and flags travel as ``dict[agent_id, np.ndarray]`` with a leading
 sub-env dimension. A sub-env whose agents are all done is reset in the same step (its last observations
@@ -103,7 +103,10 @@ class ParallelVectorEnv:
     def _reset_copies(self, seeds: list[int | None], rows: list[int]) -> list[tuple[dict, dict]]:
         return [self._envs[i].reset(seed=s) for i, s in zip(rows, seeds, strict=True)]
 
-    def _step_copies(self, actions: list[dict[str, Any]]) -> list[tuple]:
+    def _send_steps(self, actions: list[dict[str, Any]]) -> None:
+        return None  # in this process the copies step in _recv_steps
+
+    def _recv_steps(self, actions: list[dict[str, Any]]) -> list[tuple]:
         out = []
         for env, act in zip(self._envs, actions, strict=True):
             live = list(env.agents)
@@ -128,9 +131,13 @@ class ParallelVectorEnv:
         Returns (obs, rewards, terminated, truncated, info). `info` holds ``acted`` (which agents acted in
         this step), ``alive`` (which act next), ``action_mask``, ``env_done`` (copies whose episode ended
         and were reset) and ``final_obs`` (their last observations; the rows of other copies repeat obs)."""
+        per_copy = [{a: actions[a][i] for a in self.agents} for i in range(self.num_envs)]
+        self._send_steps(per_copy)  # worker processes: every block steps at once
+        return self._finish_step(self._recv_steps(per_copy))
+
+    def _finish_step(self, results: list[tuple]) -> tuple[AgentArrays, AgentArrays, AgentArrays, AgentArrays,
+                                                          dict[str, Any]]:
         n = self.num_envs
-        per_copy = [{a: actions[a][i] for a in self.agents} for i in range(n)]
-        results = self._step_copies(per_copy)
         obs = self._blank_obs()
         masks = self._blank_masks()
         rewards = {a: np.zeros(n, dtype=np.float32) for a in self.agents}
@@ -194,19 +201,29 @@ class ParallelVectorEnv:
         return list(self._envs[i].agents)
 
 
-def _worker(conn, env_fn) -> None:
-    env = env_fn()
+def _step_one(env, act: dict[str, Any]) -> tuple:
+    live = list(env.agents)
+    o, r, te, tr, inf = env.step({a: act[a] for a in live})
+    return o, dict(r), dict(te), dict(tr), inf, live, not env.agents, list(env.agents)
+
+
+def _worker(conn, env_fn, count: int) -> None:
+    """A worker process hosting `count` copies: resets and steps them on request."""
+    envs = [env_fn() for _ in range(count)]
     try:
         while True:
             cmd, arg = conn.recv()
-            if cmd == "reset":
-                conn.send((*env.reset(seed=arg), list(env.agents)))
-            elif cmd == "step":
-                live = list(env.agents)
-                o, r, te, tr, inf = env.step({a: arg[a] for a in live})
-                conn.send((o, dict(r), dict(te), dict(tr), inf, live, not env.agents, list(env.agents)))
+            if cmd == "reset":  # [(local index, seed)]
+                out = []
+                for j, seed in arg:
+                    o, infos = envs[j].reset(seed=seed)
+                    out.append((o, infos, list(envs[j].agents)))
+                conn.send(out)
+            elif cmd == "step":  # one action dict per hosted copy
+                conn.send([_step_one(env, act) for env, act in zip(envs, arg, strict=True)])
             elif cmd == "close":
-                env.close()
+                for env in envs:
+                    env.close()
                 conn.send(None)
                 return
     except (EOFError, KeyboardInterrupt):
@@ -214,10 +231,10 @@ def _worker(conn, env_fn) -> None:
 
 
 class ProcessParallelVectorEnv(ParallelVectorEnv):
-    """:class:`ParallelVectorEnv` with each copy in its own worker process (for slow envs). The env
-    function must be importable by name (workers are spawned)."""
+    """:class:`ParallelVectorEnv` with its copies in `workers` worker processes (contiguous blocks, stepping
+    at the same time). The env function must be importable by name (workers are spawned)."""
 
-    def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None, num_envs: int) -> None:
+    def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None, num_envs: int, workers: int) -> None:
         fn = _EnvFactory(env_id, env_kwargs)
         probe = fn()
         self.agents = list(probe.possible_agents)
@@ -225,11 +242,14 @@ class ProcessParallelVectorEnv(ParallelVectorEnv):
         self.action_spaces = {a: probe.action_space(a) for a in self.agents}
         probe.close()
         self.num_envs = num_envs
+        workers = max(1, min(workers, num_envs))
+        bounds = np.linspace(0, num_envs, workers + 1).round().astype(int)
+        self._blocks = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
         ctx = mp.get_context("spawn")
         self._conns, self._procs = [], []
-        for _ in range(num_envs):
+        for lo, hi in self._blocks:
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_worker, args=(child, fn), daemon=True)
+            proc = ctx.Process(target=_worker, args=(child, fn, hi - lo), daemon=True)
             proc.start()
             child.close()
             self._conns.append(parent)
@@ -239,23 +259,32 @@ class ProcessParallelVectorEnv(ParallelVectorEnv):
         self._masks = {a: self._mask_width(a) for a in self.agents}
 
     def _reset_copies(self, seeds: list[int | None], rows: list[int]) -> list[tuple[dict, dict]]:
+        asks: list[list[tuple[int, int | None]]] = [[] for _ in self._blocks]
         for i, s in zip(rows, seeds, strict=True):
-            self._conns[i].send(("reset", s))
-        out = []
-        for i in rows:
-            o, infos, live = self._conns[i].recv()
-            self._live[i] = live
-            out.append((o, infos))
-        return out
+            w = next(k for k, (lo, hi) in enumerate(self._blocks) if lo <= i < hi)
+            asks[w].append((i - self._blocks[w][0], s))
+        for conn, ask in zip(self._conns, asks, strict=True):
+            if ask:
+                conn.send(("reset", ask))
+        got: dict[int, tuple[dict, dict]] = {}
+        for w, (conn, ask) in enumerate(zip(self._conns, asks, strict=True)):
+            if ask:
+                for (j, _), (o, infos, live) in zip(ask, conn.recv(), strict=True):
+                    i = self._blocks[w][0] + j
+                    self._live[i] = live
+                    got[i] = (o, infos)
+        return [got[i] for i in rows]
 
-    def _step_copies(self, actions: list[dict[str, Any]]) -> list[tuple]:
-        for conn, act in zip(self._conns, actions, strict=True):
-            conn.send(("step", act))
+    def _send_steps(self, actions: list[dict[str, Any]]) -> None:
+        for conn, (lo, hi) in zip(self._conns, self._blocks, strict=True):
+            conn.send(("step", actions[lo:hi]))
+
+    def _recv_steps(self, actions: list[dict[str, Any]]) -> list[tuple]:
         out = []
-        for i, conn in enumerate(self._conns):
-            o, r, te, tr, inf, live, over, now_live = conn.recv()
-            self._live[i] = now_live
-            out.append((o, r, te, tr, inf, live, over))
+        for conn, (lo, _) in zip(self._conns, self._blocks, strict=True):
+            for j, (o, r, te, tr, inf, live, over, now_live) in enumerate(conn.recv()):
+                self._live[lo + j] = now_live
+                out.append((o, r, te, tr, inf, live, over))
         return out
 
     def _live_agents(self, i: int) -> list[str]:
@@ -283,9 +312,9 @@ class _EnvFactory:
 
 
 def make_parallel_vector_env(env_id: str, num_envs: int, env_kwargs: dict[str, Any] | None = None,
-                             processes: bool = False) -> ParallelVectorEnv:
-    """`num_envs` copies of `env_id`, stepped in this process (default) or one worker process each."""
-    if processes:
-        return ProcessParallelVectorEnv(env_id, env_kwargs, num_envs)
+                             workers: int = 0) -> ParallelVectorEnv:
+    """`num_envs` copies of `env_id`, stepped in this process (`workers` 0) or in `workers` worker processes."""
+    if workers:
+        return ProcessParallelVectorEnv(env_id, env_kwargs, num_envs, workers)
     factory = _EnvFactory(env_id, env_kwargs)
     return ParallelVectorEnv([factory] * num_envs)
