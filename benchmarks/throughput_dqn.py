@@ -17,9 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
-import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -27,7 +26,8 @@ from agilerl_core.config import GymExperimentConfig
 from agilerl_core.experiment import train_local
 
 ROOT = Path(__file__).resolve().parents[1]
-PEER_DIR = ROOT.parent / "shared" / "bench"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peer import run_peer  # noqa: E402  (beside this script)
 
 
 def ours(budget: int, evo_steps: int, seed: int, out: str) -> dict:
@@ -46,15 +46,8 @@ def ours(budget: int, evo_steps: int, seed: int, out: str) -> dict:
 
 
 def peer(python: str, budget: int, evo_steps: int, seed: int, out: str) -> dict:
-    cmd = [python, "peer_agilerl_dqn.py", "--seed", str(seed), "--global-budget", str(budget),
-           "--evo-steps", str(evo_steps), "--threads", "1", "--out", out]
-    proc = subprocess.run(cmd, cwd=PEER_DIR, capture_output=True, text=True, check=False)
-    m = re.search(r"^RESULT (.*)$", proc.stdout, re.M)
-    if proc.returncode != 0 or not m:
-        raise RuntimeError(f"peer run failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    r = json.loads(m.group(1))
-    return {"wall_s": r["wall_s"], "train_env_steps": r["train_env_steps"],
-            "env_steps_per_s": r["train_env_steps"] / r["wall_s"]}
+    return run_peer(python, "peer_agilerl_dqn.py", "--seed", str(seed), "--global-budget", str(budget), "--evo-steps",
+                    str(evo_steps), "--threads", "1", "--out", out)
 
 
 def main() -> None:

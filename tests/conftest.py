@@ -123,6 +123,17 @@ def _single_thread():
     torch.set_num_threads(1)
 
 
+def with_overrides(data: dict, overrides: dict) -> dict:
+    """`data` with dotted-key `overrides` set in place (``"hyperparameters.lr": 1e-3``)."""
+    for k, v in overrides.items():
+        node = data
+        parts = k.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = v
+    return data
+
+
 def tiny_config(**overrides):
     """A config that trains for a few hundred steps (for tests)."""
     from agilerl_core.config import validate_config
@@ -131,12 +142,7 @@ def tiny_config(**overrides):
             "eval_episodes": 2, "max_env_steps": 1200, "seed": 0,
             "hyperparameters": {"batch_size": 32, "learning_delay": 64, "buffer_size": 5000},
             "network": {"hidden_sizes": [32, 32], "min_nodes": 8}}
-    for k, v in overrides.items():
-        node = data
-        parts = k.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = v
+    with_overrides(data, overrides)
     if data.get("kind") == "offline":
         data.pop("num_envs")  # members never act in training
     return validate_config(data)

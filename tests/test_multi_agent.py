@@ -17,6 +17,7 @@ from agilerl_core.errors import ConfigError
 from agilerl_core.experiment import build_evolution, train_local
 from agilerl_core.networks.evolvable import ArchSpec
 from agilerl_core.networks.mlp import MLPSpec
+from tests.conftest import with_overrides
 from tests.ma_envs import CueTeam
 
 SPEAKER_LISTENER = MultiAgentSpec.from_spaces(
@@ -37,12 +38,7 @@ def ma_config(**overrides):
             "seed": 0, "hyperparameters": {"batch_size": 32, "learning_delay": 64, "learn_step": 4,
                                            "buffer_size": 5000},
             "network": {"hidden_sizes": [32, 32], "min_nodes": 8}}
-    for k, v in overrides.items():
-        node = data
-        parts = k.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-        node[parts[-1]] = v
+    with_overrides(data, overrides)
     return validate_config(data)
 
 
