@@ -422,6 +422,17 @@ def test_action_masks_from_infos_are_respected(tmp_path, algorithm):
     assert res.generations == 2
 
 
+def test_an_env_failing_in_a_worker_is_reported_with_its_traceback():
+    env = make_parallel_vector_env("tests.ma_envs:cue_team", 2, {"masked": True}, workers=1)
+    try:
+        env.reset(seed=0)
+        env.step({"pointer_0": np.zeros((2, 1), np.float32), "chooser_0": np.zeros(2, np.int64)})  # t=1: odd
+        with pytest.raises(RuntimeError, match="(?s)env worker 0 of tests.ma_envs:cue_team failed.*masked action 2"):
+            env.step({"pointer_0": np.zeros((2, 1), np.float32), "chooser_0": np.full(2, 2)})
+    finally:
+        env.close()
+
+
 def test_ippo_trains_with_agents_dying_early(tmp_path):
     cfg = ma_config(algorithm="ippo", env_kwargs={"length": 6, "chooser_dies_at": 2},
                     hyperparameters={"rollout_steps": 16})

@@ -208,9 +208,12 @@ def _step_one(env, act: dict[str, Any]) -> tuple:
 
 
 def _worker(conn, env_fn, count: int) -> None:
-    """A worker process hosting `count` copies: resets and steps them on request."""
-    envs = [env_fn() for _ in range(count)]
+    """A worker process hosting `count` copies: resets and steps them on request. An exception in an env is
+    sent back as ("error", its traceback) and ends the worker."""
+    import traceback
+
     try:
+        envs = [env_fn() for _ in range(count)]
         while True:
             cmd, arg = conn.recv()
             if cmd == "reset":  # [(local index, seed)]
@@ -218,16 +221,18 @@ def _worker(conn, env_fn, count: int) -> None:
                 for j, seed in arg:
                     o, infos = envs[j].reset(seed=seed)
                     out.append((o, infos, list(envs[j].agents)))
-                conn.send(out)
+                conn.send(("ok", out))
             elif cmd == "step":  # one action dict per hosted copy
-                conn.send([_step_one(env, act) for env, act in zip(envs, arg, strict=True)])
+                conn.send(("ok", [_step_one(env, act) for env, act in zip(envs, arg, strict=True)]))
             elif cmd == "close":
                 for env in envs:
                     env.close()
-                conn.send(None)
+                conn.send(("ok", None))
                 return
     except (EOFError, KeyboardInterrupt):
         return
+    except Exception:
+        conn.send(("error", traceback.format_exc()))
 
 
 class ProcessParallelVectorEnv(ParallelVectorEnv):
@@ -235,6 +240,7 @@ class ProcessParallelVectorEnv(ParallelVectorEnv):
     at the same time). The env function must be importable by name (workers are spawned)."""
 
     def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None, num_envs: int, workers: int) -> None:
+        self.env_id = env_id
         fn = _EnvFactory(env_id, env_kwargs)
         probe = fn()
         self.agents = list(probe.possible_agents)
@@ -267,9 +273,9 @@ class ProcessParallelVectorEnv(ParallelVectorEnv):
             if ask:
                 conn.send(("reset", ask))
         got: dict[int, tuple[dict, dict]] = {}
-        for w, (conn, ask) in enumerate(zip(self._conns, asks, strict=True)):
+        for w, ask in enumerate(asks):
             if ask:
-                for (j, _), (o, infos, live) in zip(ask, conn.recv(), strict=True):
+                for (j, _), (o, infos, live) in zip(ask, self._receive(w), strict=True):
                     i = self._blocks[w][0] + j
                     self._live[i] = live
                     got[i] = (o, infos)
@@ -281,11 +287,22 @@ class ProcessParallelVectorEnv(ParallelVectorEnv):
 
     def _recv_steps(self, actions: list[dict[str, Any]]) -> list[tuple]:
         out = []
-        for conn, (lo, _) in zip(self._conns, self._blocks, strict=True):
-            for j, (o, r, te, tr, inf, live, over, now_live) in enumerate(conn.recv()):
+        for w, (lo, _) in enumerate(self._blocks):
+            for j, (o, r, te, tr, inf, live, over, now_live) in enumerate(self._receive(w)):
                 self._live[lo + j] = now_live
                 out.append((o, r, te, tr, inf, live, over))
         return out
+
+    def _receive(self, w: int) -> Any:
+        """Worker `w`'s answer; a RuntimeError naming the env and the worker's traceback if it failed or died."""
+        try:
+            status, payload = self._conns[w].recv()
+        except (EOFError, ConnectionError) as err:
+            raise RuntimeError(f"env worker {w} of {self.env_id} died ({err!r}, exit code "
+                               f"{self._procs[w].exitcode})") from None
+        if status == "error":
+            raise RuntimeError(f"env worker {w} of {self.env_id} failed:\n{payload}")
+        return payload
 
     def _live_agents(self, i: int) -> list[str]:
         return self._live[i]
@@ -295,7 +312,7 @@ class ProcessParallelVectorEnv(ParallelVectorEnv):
             try:
                 conn.send(("close", None))
                 conn.recv()
-            except (BrokenPipeError, EOFError):
+            except (EOFError, ConnectionError):  # a worker that failed has exited already
                 pass
         for proc in self._procs:
             proc.join(timeout=5)
