@@ -17,7 +17,6 @@ import json
 import os
 import sys
 import threading
-import time
 import traceback
 from pathlib import Path
 
@@ -120,20 +119,15 @@ def _flow(cfg, run_id: str | None, progress: bool) -> dict:
         os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
     cfg.check_env()  # the likeliest mistake (the env id), before anything starts
     server = _EphemeralPrefect.start_if_needed()
-    try:
-        from flows.evolution import PREPARED_RUNS, prepare_run
-        from flows.kinds import flow_for
-        from tasks.tracking import tracking_uri, warm_tracking_store
+    from flows.evolution import PREPARED_RUNS, prepare_run
+    from flows.kinds import flow_for
+    from tasks.tracking import tracking_uri, warm_tracking_store
 
-        prepared = prepare_run(cfg, run_id)
-        if cfg.tracking.enabled:
-            warm_tracking_store(tracking_uri(prepared.cfg))  # while the server starts
-        if server is not None:
-            server.wait()
-    except BaseException:
-        if server is not None:
-            server.abandon()
-        raise
+    prepared = prepare_run(cfg, run_id)
+    if cfg.tracking.enabled:
+        warm_tracking_store(tracking_uri(prepared.cfg))  # while the server starts
+    if server is not None:
+        server.wait()
     PREPARED_RUNS.put(prepared)
     summary = flow_for(cfg.kind)(config=prepared.cfg, run_id=prepared.run_id, progress=progress)
     if cfg.tracking.enabled:
@@ -149,11 +143,10 @@ class _EphemeralPrefect:
     """Prefect's ephemeral API server, started on a background thread as the first thing ``run`` and ``resume``
     do when no PREFECT_API_URL is set (the flow would otherwise start it, and wait for it, only once it
     begins: measured ~5 s of a one-generation run's start). The flow finds it running: Prefect keeps one
-    ephemeral server per process and stops it at exit."""
+    ephemeral server per process and stops it at exit, also when the run fails before its flow starts
+    (it registers the stop as soon as the server process exists)."""
 
     def __init__(self) -> None:
-        self.server = None
-        self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._start, name="agilerl-prefect-start", daemon=True)
 
     @classmethod
@@ -166,27 +159,16 @@ class _EphemeralPrefect:
         starter.thread.start()
         return starter
 
-    def _start(self) -> None:
-        try:
-            from prefect.server.api.server import SubprocessASGIServer
+    @staticmethod
+    def _start() -> None:
+        from prefect.server.api.server import SubprocessASGIServer
 
-            self.server = SubprocessASGIServer()
-            self.server.start()
-        except BaseException as err:  # the flow starts it again and reports its own error
-            self.error = err
+        with contextlib.suppress(Exception):  # a failed start: the flow starts it again and reports the error
+            SubprocessASGIServer().start()
 
     def wait(self) -> None:
         """Block until the server answers (or its start failed: the flow then retries and reports)."""
         self.thread.join()
-
-    def abandon(self) -> None:
-        """Stop the server when the run fails before its flow starts (a daemon thread killed at exit could
-        otherwise leave the server process behind): wait only until the process exists, then stop it."""
-        while self.thread.is_alive() and (self.server is None or self.server.server_process is None):
-            time.sleep(0.02)
-        if self.server is not None:
-            with contextlib.suppress(Exception):
-                self.server.stop()
 
 
 def _prefect_defaults() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import gymnasium as gym
@@ -121,6 +122,16 @@ for _id, _cls in (("agilerl_test/Image-v0", ImageEnv), ("agilerl_test/MaskedDict
 @pytest.fixture(autouse=True)
 def _single_thread():
     torch.set_num_threads(1)
+
+
+def wait_for_commit(store, generation: int, proc, timeout: float = 240) -> None:
+    """Wait until `store` has committed `generation` (checked every 50 ms), failing at once with the run's
+    stderr if `proc` exits first, and after `timeout` seconds otherwise."""
+    deadline = time.monotonic() + timeout
+    while generation not in store.committed_generations():
+        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        assert time.monotonic() < deadline, f"generation {generation} not committed within {timeout} s"
+        time.sleep(0.05)
 
 
 def with_overrides(data: dict, overrides: dict) -> dict:

@@ -17,7 +17,7 @@ from agilerl_core.errors import ConfigError
 from agilerl_core.experiment import build_evolution, train_local
 from agilerl_core.networks.evolvable import ArchSpec
 from agilerl_core.networks.mlp import MLPSpec
-from tests.conftest import with_overrides
+from tests.conftest import wait_for_commit, with_overrides
 from tests.ma_envs import CueTeam
 
 SPEAKER_LISTENER = MultiAgentSpec.from_spaces(
@@ -298,7 +298,6 @@ def test_team_run_resumes_after_kill_9_as_if_uninterrupted(tmp_path):
     import signal
     import subprocess
     import sys
-    import time
     from pathlib import Path
 
     from agilerl_core.io.run_store import RunStore
@@ -316,10 +315,7 @@ def test_team_run_resumes_after_kill_9_as_if_uninterrupted(tmp_path):
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
     store = RunStore(open_storage(storage), "crashed")
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and 2 not in store.committed_generations():
-        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
-        time.sleep(0.05)
+    wait_for_commit(store, 2, proc)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert store.committed_generations()[-1] < 7

@@ -10,11 +10,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.conftest import wait_for_commit
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1]
@@ -181,10 +182,7 @@ def test_resume_after_kill_9_ends_as_an_uninterrupted_run(servers, tmp_path):
                              "--no-progress"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
     store = _store(servers, "crashed")
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and 2 not in store.committed_generations():
-        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
-        time.sleep(0.05)
+    wait_for_commit(store, 2, proc)
     os.killpg(proc.pid, signal.SIGKILL)  # kill -9 in the middle of generation 3
     proc.wait()
     committed = store.committed_generations()

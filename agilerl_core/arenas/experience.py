@@ -10,7 +10,34 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from agilerl_core.buffers.replay import ReplayBuffer, Shard
+
+
+class ReplayLearning:
+    """The gradient steps a member's collection earns in an off-policy training phase: once it has taken
+    `learning_delay` env steps and its view of the buffer holds a batch, one per `learn_step` env steps."""
+
+    def __init__(self, agent: Any, buffer: ReplayBuffer, slot: int) -> None:
+        self.agent, self.buffer, self.slot = agent, buffer, slot
+        self.credit = 0
+        self.steps = 0
+        self.loss_sum = torch.zeros(())
+
+    def collected(self, env_steps: int) -> None:
+        """Take the gradient steps that `env_steps` more collected steps earn."""
+        agent, hp = self.agent, self.agent.hp
+        if agent.env_steps >= hp.learning_delay and self.buffer.available(self.slot) >= hp.batch_size:
+            self.credit += env_steps
+            while self.credit >= hp.learn_step:
+                self.loss_sum += agent.learn(agent.sample(self.buffer, self.slot))
+                self.steps += 1
+                self.credit -= hp.learn_step
+
+    @property
+    def mean_loss(self) -> float:
+        return float(self.loss_sum) / self.steps if self.steps else float("nan")
 
 
 class SharedReplay:

@@ -15,7 +15,7 @@ from gymnasium.vector import VectorEnv
 
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.arenas.base import EpisodeReturns, GymArena, probe_action_mask
-from agilerl_core.arenas.experience import SharedReplay
+from agilerl_core.arenas.experience import ReplayLearning, SharedReplay
 from agilerl_core.buffers.nstep import NStepCollector
 from agilerl_core.buffers.replay import ReplayBuffer, transition_fields
 from agilerl_core.envs.make import make_vector_env
@@ -44,9 +44,7 @@ def train_member(agent: RLAlgorithm, slot: int, env: VectorEnv, buffer: ReplayBu
     episodes = EpisodeReturns(num_envs)
     n_step = getattr(hp, "n_step", 1)
     nstep = NStepCollector(num_envs, n_step, hp.gamma) if n_step > 1 else None
-    loss_sum = torch.zeros(())
-    learn_steps = 0
-    credit = 0
+    learning = ReplayLearning(agent, buffer, slot)
     vector_steps = math.ceil(evo_steps / num_envs)
     for _ in range(vector_steps):
         obs_t = spec.to_tensors(obs, agent.device)
@@ -71,19 +69,13 @@ def train_member(agent: RLAlgorithm, slot: int, env: VectorEnv, buffer: ReplayBu
         agent.env_steps += num_envs
         episodes.step(reward, done)
         obs = next_obs
-        if agent.env_steps >= hp.learning_delay and buffer.available(slot) >= hp.batch_size:
-            credit += num_envs
-            while credit >= hp.learn_step:
-                loss_sum += agent.learn(agent.sample(buffer, slot))
-                learn_steps += 1
-                credit -= hp.learn_step
+        learning.collected(num_envs)
     if nstep is not None:  # the unfinished tails bootstrap from the state they stop at
         tail = nstep.flush()
         if tail is not None:
             buffer.add(slot, tail)
-    return TrainResult(slot, vector_steps * num_envs, learn_steps, len(episodes.finished), episodes.mean(),
-                       float(loss_sum) / learn_steps if learn_steps else float("nan"),
-                       time.perf_counter() - t0)
+    return TrainResult(slot, vector_steps * num_envs, learning.steps, len(episodes.finished), episodes.mean(),
+                       learning.mean_loss, time.perf_counter() - t0)
 
 
 class OffPolicyArena(SharedReplay, GymArena):

@@ -14,14 +14,15 @@ from __future__ import annotations
 import math
 import threading
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from agilerl_core.arenas.base import checked_space, torch_device
-from agilerl_core.arenas.experience import OwnExperience, SharedReplay
+from agilerl_core.arenas.base import EpisodeReturns, checked_space, torch_device
+from agilerl_core.arenas.experience import OwnExperience, ReplayLearning, SharedReplay
 from agilerl_core.buffers.replay import ReplayBuffer, multi_agent_fields
 from agilerl_core.buffers.rollout import Rollout, compute_gae
 from agilerl_core.envs.multi_agent import ParallelVectorEnv, agent_group, make_parallel_env, make_parallel_vector_env
@@ -59,25 +60,21 @@ class TeamFitness:
 
 
 class TeamReturns:
-    """Running per-agent returns per sub-env, and those of the episodes that finished."""
+    """Each agent's running returns per sub-env and those of its finished episodes."""
 
     def __init__(self, agents: tuple[str, ...], num_envs: int) -> None:
-        self.running = {a: np.zeros(num_envs) for a in agents}
-        self.finished: dict[str, list[float]] = {a: [] for a in agents}
+        self.per_agent = {a: EpisodeReturns(num_envs) for a in agents}
 
     def step(self, rewards: dict[str, np.ndarray], done: np.ndarray) -> None:
-        for a, r in self.running.items():
-            r += rewards[a]
-            if done.any():
-                self.finished[a].extend(r[done].tolist())
-                r[done] = 0.0
+        for a, returns in self.per_agent.items():
+            returns.step(rewards[a], done)
 
     @property
     def episodes(self) -> int:
-        return len(next(iter(self.finished.values())))
+        return len(next(iter(self.per_agent.values())).finished)
 
     def means(self) -> dict[str, float]:
-        return {a: float(np.mean(v)) if v else float("nan") for a, v in self.finished.items()}
+        return {a: returns.mean() for a, returns in self.per_agent.items()}
 
 
 def train_team(agent, slot: int, env: ParallelVectorEnv, buffer: ReplayBuffer, evo_steps: int, seed: int,
@@ -86,14 +83,12 @@ def train_team(agent, slot: int, env: ParallelVectorEnv, buffer: ReplayBuffer, e
     every `learn_step` steps once `learning_delay` steps have passed. The envs are reset with `seed` first."""
     t0 = time.perf_counter()
     spec: MultiAgentSpec = agent.ma
-    hp = agent.hp
     n = env.num_envs
     obs, info = env.reset(seed=seed)
     masks = info["action_mask"]
     agent.begin_rollout(n)
     returns = TeamReturns(spec.agents, n)
-    loss_sum = torch.zeros(())
-    learn_steps = credit = 0
+    learning = ReplayLearning(agent, buffer, slot)
     vector_steps = math.ceil(evo_steps / n)
     for _ in range(vector_steps):
         obs_t = spec.to_tensors(obs, agent.device)
@@ -114,16 +109,11 @@ def train_team(agent, slot: int, env: ParallelVectorEnv, buffer: ReplayBuffer, e
         agent.episodes_done(done)
         returns.step(rewards, done)
         obs, masks = next_obs, info["action_mask"]
-        if agent.env_steps >= hp.learning_delay and buffer.available(slot) >= hp.batch_size:
-            credit += n
-            while credit >= hp.learn_step:
-                loss_sum += agent.learn(agent.sample(buffer, slot))
-                learn_steps += 1
-                credit -= hp.learn_step
+        learning.collected(n)
     means = returns.means()
     team = fitness(means) if returns.episodes else float("nan")
-    return TrainResult(slot, vector_steps * n, learn_steps, returns.episodes, team,
-                       float(loss_sum) / learn_steps if learn_steps else float("nan"), time.perf_counter() - t0)
+    return TrainResult(slot, vector_steps * n, learning.steps, returns.episodes, team, learning.mean_loss,
+                       time.perf_counter() - t0)
 
 
 def evaluate_team(agent, env: ParallelVectorEnv, seed: int, fitness: TeamFitness,
@@ -148,7 +138,7 @@ def evaluate_team(agent, env: ParallelVectorEnv, seed: int, fitness: TeamFitness
     return fitness(means), means
 
 
-class MultiAgentArena(OwnExperience):
+class MultiAgentArena(OwnExperience, ABC):
     """Teams of one multi-agent algorithm in a PettingZoo parallel env: spaces, fitness and evaluation.
     Subclasses say how teams train and what experience they share."""
 
@@ -203,8 +193,9 @@ class MultiAgentArena(OwnExperience):
         return self.algo_cls.from_state(self.spec, tensors, meta, self.device)
 
     # ---- a generation ----------------------------------------------------------------------------------
+    @abstractmethod
     def train(self, member, slot: int, seed: int, steps: int) -> TrainResult:
-        raise NotImplementedError
+        """Train team `member` (in slot `slot`) for `steps` env steps from envs reset with `seed`."""
 
     def evaluate(self, member, seed: int, slot: int | None = None) -> float:
         env = self.eval_env if slot is None else self.slot_eval_env(slot)

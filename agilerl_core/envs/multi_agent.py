@@ -15,6 +15,7 @@ done while others play on is *dead* for the rest of that episode: its observatio
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import multiprocessing as mp
 from collections.abc import Callable
@@ -309,11 +310,9 @@ class ProcessParallelVectorEnv(ParallelVectorEnv):
 
     def close(self) -> None:
         for conn in self._conns:
-            try:
+            with contextlib.suppress(EOFError, ConnectionError):  # a worker that failed has exited already
                 conn.send(("close", None))
                 conn.recv()
-            except (EOFError, ConnectionError):  # a worker that failed has exited already
-                pass
         for proc in self._procs:
             proc.join(timeout=5)
 
