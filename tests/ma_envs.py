@@ -122,3 +122,12 @@ class Solo(ParallelEnv):
 
 def solo(env_id: str = "CartPole-v1") -> Solo:
     return Solo(env_id)
+
+
+def cue_team_aec(**kwargs):
+    """:class:`CueTeam` as an AEC env behind PettingZoo's parallel conversion and its order-enforcing wrapper
+    (the shape of MPE's envs), so the direct stepping path (``envs.aec_direct``) runs on it."""
+    from pettingzoo.utils.conversions import aec_to_parallel_wrapper, parallel_to_aec_wrapper
+    from pettingzoo.utils.wrappers import OrderEnforcingWrapper
+
+    return aec_to_parallel_wrapper(OrderEnforcingWrapper(parallel_to_aec_wrapper(CueTeam(**kwargs))))

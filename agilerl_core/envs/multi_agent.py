@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from agilerl_core.envs.aec_direct import direct_parallel
 from agilerl_core.errors import ConfigError
 
 AgentArrays = dict[str, np.ndarray]
@@ -62,7 +63,8 @@ def resolve_env_fn(env_id: str) -> Callable[..., Any]:
 
 
 def make_parallel_env(env_id: str, env_kwargs: dict[str, Any] | None = None):
-    """One parallel env, with construction failures as ConfigErrors."""
+    """One parallel env, with construction failures as ConfigErrors; an AEC env behind PettingZoo's
+    conversion is stepped directly (:mod:`agilerl_core.envs.aec_direct`)."""
     fn = resolve_env_fn(env_id)
     try:
         env = fn(**(env_kwargs or {}))
@@ -72,7 +74,7 @@ def make_parallel_env(env_id: str, env_kwargs: dict[str, Any] | None = None):
         if not hasattr(env, attr):
             raise ConfigError(f"env_id: {env_id!r} built a {type(env).__name__}, not a PettingZoo parallel env "
                               f"(it lacks {attr}); name the parallel_env function (AEC envs are not supported)")
-    return env
+    return direct_parallel(env)
 
 
 def check_parallel_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> None:
