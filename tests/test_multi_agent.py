@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from gymnasium import spaces
 
-from agilerl_core.algorithms.maddpg import MADDPG, MATD3
+from agilerl_core.algorithms.maddpg import MADDPG, MATD3, gumbel_softmax
 from agilerl_core.algorithms.maddpg_hp import MADDPGHyperparameters, MATD3Hyperparameters
 from agilerl_core.buffers.replay import MultiAgentBatch, ReplayBuffer, multi_agent_fields
 from agilerl_core.config import validate_config
@@ -149,6 +150,69 @@ def test_matd3_target_on_a_known_batch():
             q2 = agent.networks[f"critic_2.{a}.target"](batch.next_obs, joint).squeeze(1)
             want = batch.reward[a] + 0.9 * (1 - batch.terminated[a]) * torch.minimum(q1, q2)
             torch.testing.assert_close(got[a], want)
+
+
+@pytest.mark.parametrize("spec", [SPEAKER_LISTENER, MIXED], ids=["box", "mixed"])
+def test_stacked_learn_step_equals_each_networks_own_update(spec):
+    """One learn step (critics stacked in one batched pass and one Adam step) against every network updated
+    on its own with autograd and torch's Adam: critics, actors (Gumbel-softmax for Discrete) and targets."""
+    hp = MATD3Hyperparameters(policy_freq=1, lr_actor=1e-3, lr_critic=3e-3, tau=0.1, max_grad_norm=0.5)
+    agent = MATD3(spec, None, ARCH, hp, seed=4)
+    batch = _batch(spec, 24, seed=5)
+    batch.acted[spec.agents[1]][:7] = 0.0  # some rows where an agent did not act
+    ref = {}
+    for n, net in agent.networks.items():  # standalone copies with parameters of their own
+        ref[n] = type(net)(net.obs_spec, net.arch)
+        ref[n].load_state_dict(net.state_dict())
+    gen = torch.Generator().manual_seed(0)
+    gen.set_state(agent.torch_gen.get_state())
+
+    agent.learn(batch)
+
+    agents = spec.agents
+    # the reference: the module doc's formulas, network by network, drawing from the same generator
+    with torch.no_grad():
+        nxt = {}
+        for a in agents:
+            y = ref[f"actor.{a}.target"]({"obs": batch.next_obs[a]})
+            if agent.action_specs[a].discrete:
+                nxt[a] = F.one_hot(y.argmax(-1), y.shape[-1]).float()
+            else:
+                eps = torch.randn(y.shape, generator=gen)
+                nxt[a] = (torch.tanh(y) + (eps * hp.target_noise).clamp(-hp.target_noise_clip, hp.target_noise_clip)
+                          ).clamp(-1, 1)
+        joint_next = torch.cat([nxt[a] for a in agents], 1)
+        y = {a: batch.reward[a] + hp.gamma * (1 - batch.terminated[a]) * torch.minimum(
+            ref[f"critic_1.{a}.target"](batch.next_obs, joint_next).squeeze(1),
+            ref[f"critic_2.{a}.target"](batch.next_obs, joint_next).squeeze(1)) for a in agents}
+    joint = agent.joint_action(batch.action)
+    for c in ("critic_1", "critic_2"):
+        for a in agents:
+            net = ref[f"{c}.{a}"]
+            w = batch.acted[a]
+            loss = (w * (net(batch.obs, joint).squeeze(1) - y[a]).pow(2)).sum() / w.sum()
+            opt = torch.optim.Adam(net.parameters(), lr=hp.lr_critic)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(net.parameters(), hp.max_grad_norm)
+            opt.step()
+    for a in agents:
+        out = ref[f"actor.{a}"]({"obs": batch.obs[a]})
+        mine = gumbel_softmax(out, hp.gumbel_temperature, gen) if agent.action_specs[a].discrete else torch.tanh(out)
+        x = agent.joint_action({b: mine if b == a else batch.action[b] for b in agents})
+        w = batch.acted[a]
+        loss = -(w * ref[f"critic_1.{a}"](batch.obs, x).squeeze(1)).sum() / w.sum()
+        net = ref[f"actor.{a}"]
+        opt = torch.optim.Adam(net.parameters(), lr=hp.lr_actor)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), hp.max_grad_norm)
+        opt.step()
+    with torch.no_grad():
+        for n in agent.target_networks:
+            for p, q in zip(ref[n].parameters(), ref[n[: -len(".target")]].parameters(), strict=True):
+                p.lerp_(q, hp.tau)
+    for n, net in agent.networks.items():
+        for (k, p), q in zip(net.named_parameters(), ref[n].parameters(), strict=True):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=f"{n}.{k}")
 
 
 def test_delayed_actor_and_rows_where_an_agent_did_not_act():

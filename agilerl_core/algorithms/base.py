@@ -127,23 +127,28 @@ class RLAlgorithm(ABC):
         self.target_flat: dict[str, torch.Tensor] = {}
         for net in (*online.values(), *targets.values()):
             net.obs_norm = self.obs_norm
-        for n, net in online.items():
+        for n, net in (*online.items(), *targets.items()):
             net.to(self.device)
             self.networks[n] = net
+        self.install_optimizers(online, targets)
+
+    def install_optimizers(self, online: dict[str, EvolvableNetwork], targets: dict[str, EvolvableNetwork]) -> None:
+        """Fill `optimizers` (one per online network) and `target_flat` (a flat buffer per target network).
+        Default: a FlatAdam of its own for each network."""
+        for n, net in online.items():
             self.optimizers[n] = FlatAdam(net, self.lr_for(n))
         for n, net in targets.items():
-            net.to(self.device)
-            self.networks[n] = net
             self.target_flat[n], _ = flatten_parameters(net, with_grad=False)
 
     @torch.no_grad()
     def update_targets(self, tau: float) -> None:
         """Polyak-average every target towards its online network (tau=1 copies)."""
-        for tname, oname in self.target_networks.items():
+        for tname, flat in self.target_flat.items():
+            online = self.optimizers[self.target_networks[tname]].flat
             if tau >= 1.0:
-                self.target_flat[tname].copy_(self.optimizers[oname].flat)
+                flat.copy_(online)
             else:
-                self.target_flat[tname].lerp_(self.optimizers[oname].flat, tau)
+                flat.lerp_(online, tau)
 
     def apply_architecture(self, arch: ArchSpec) -> list[str]:
         """Rebuild every network with `arch`, keeping each weight that still exists in every network

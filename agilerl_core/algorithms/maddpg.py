@@ -26,13 +26,16 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from agilerl_core.algorithms.actor_critic import GaussianNoise, OUNoise
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.maddpg_hp import MADDPGHyperparameters, MATD3Hyperparameters
+from agilerl_core.algorithms.optim import FlatAdam, stack_parameters
 from agilerl_core.buffers.replay import AgentTensors, MultiAgentBatch
 from agilerl_core.envs.spaces import ActionSpec, MultiAgentSpec, Obs, ObsSpec
-from agilerl_core.networks.evolvable import ArchSpec
+from agilerl_core.networks.evolvable import ArchSpec, EvolvableNetwork
+from agilerl_core.networks.stacked import layer_blocks, stackable, stacked_forward
 
 
 def gumbel_softmax(logits: torch.Tensor, temperature: float, generator: torch.Generator | None,
@@ -200,55 +203,95 @@ class MADDPG(RLAlgorithm):
         return out
 
     @torch.no_grad()
+    def target_values(self, batch: MultiAgentBatch, smoothing_noise: AgentTensors | None = None) -> torch.Tensor:
+        """y_i for every agent i, stacked [agents, batch] (see the module doc): every target critic in one
+        batched pass, the minimum over each agent's critics."""
+        next_vec, _ = self.ma.joint.preprocess(batch.next_obs)
+        x = torch.cat([next_vec, self.joint_action(self.target_actions(batch.next_obs, smoothing_noise))], dim=1)
+        q_next = stacked_forward(self.critic_target_layers, x, self.arch.activation)
+        q_next = q_next.view(len(self.critic_names), len(self.agents), -1).min(0).values
+        reward = torch.stack([batch.reward[a] for a in self.agents])
+        terminated = torch.stack([batch.terminated[a] for a in self.agents])
+        return reward + self.hp.gamma * (1.0 - terminated) * q_next
+
     def targets(self, batch: MultiAgentBatch, smoothing_noise: AgentTensors | None = None) -> AgentTensors:
-        """y_i for every agent i (see the module doc)."""
-        next_joint = self.joint_action(self.target_actions(batch.next_obs, smoothing_noise))
-        out = {}
-        for a in self.agents:
-            q_next = torch.stack([self.q(c, a, batch.next_obs, next_joint, target=True)
-                                  for c in self.critic_names]).min(0).values
-            out[a] = batch.reward[a] + self.hp.gamma * (1.0 - batch.terminated[a]) * q_next
-        return out
+        """y_i for every agent i, by agent."""
+        y = self.target_values(batch, smoothing_noise)
+        return {a: y[i] for i, a in enumerate(self.agents)}
 
     def learn(self, batch: MultiAgentBatch) -> torch.Tensor:
-        """One step of every critic; every `policy_freq`-th call also every actor and the soft target
-        updates. Returns the summed critic loss."""
+        """One step of every critic (all in one batched pass and one Adam step); every `policy_freq`-th call
+        also every actor and the soft target updates. Returns the summed critic loss."""
         hp = self.hp
-        targets = self.targets(batch)
-        joint = self.joint_action(batch.action)
-        total = torch.zeros(())
-        for a in self.agents:
-            weight = batch.acted[a]
-            denom = weight.sum().clamp_min(1.0)
-            for c in self.critic_names:
-                name = f"{c}.{a}"
-                opt = self.optimizers[name]
-                opt.zero_grad()
-                loss = (weight * (self.q(c, a, batch.obs, joint) - targets[a]).pow(2)).sum() / denom
-                loss.backward()
-                self._step(name)
-                total = total + loss.detach()
+        y = self.target_values(batch)
+        obs_vec, _ = self.ma.joint.preprocess(batch.obs)
+        x = torch.cat([obs_vec, self.joint_action(batch.action)], dim=1)
+        q = stacked_forward(self.critic_layers, x, self.arch.activation).view(len(self.critic_names), len(self.agents), -1)
+        weight = torch.stack([batch.acted[a] for a in self.agents])  # rows where each agent acted
+        denom = weight.sum(1).clamp_min(1.0)
+        losses = (weight * (q - y).pow(2)).sum(2) / denom  # [critic, agent]
+        self.critic_adam.zero_grad()
+        losses.sum().backward()  # the critics share no parameters: each gets its own loss's gradient
+        if hp.max_grad_norm is not None:
+            self.critic_adam.clip_grad_norm(hp.max_grad_norm)
+        self.critic_adam.step()
         self.learn_steps += 1
         if self.learn_steps % hp.policy_freq == 0:
             for a in self.agents:
-                name = f"actor.{a}"
-                self.optimizers[name].zero_grad()
-                self.actor_loss(a, batch).backward()
-                self._step(name)
+                self.optimizers[f"actor.{a}"].zero_grad()
+            self.actor_losses(batch, obs_vec, weight, denom).sum().backward()
+            for a in self.agents:
+                self._step(f"actor.{a}")
             self.update_targets(hp.tau)
-        return total
+        return losses.detach().sum()
 
-    def actor_loss(self, agent: str, batch: MultiAgentBatch) -> torch.Tensor:
-        """-Q_1,i(x, a_1, .., mu_i(o_i), .., a_N) over the rows where agent i acted."""
-        y = self._actor_out(agent, batch.obs[agent])
-        if self.action_specs[agent].discrete:
-            mine = gumbel_softmax(y, self.hp.gumbel_temperature, self.torch_gen)
+    def actor_losses(self, batch: MultiAgentBatch, obs_vec: torch.Tensor, weight: torch.Tensor,
+                     denom: torch.Tensor) -> torch.Tensor:
+        """-Q_1,i(x, a_1, .., mu_i(o_i), .., a_N) over the rows where agent i acted, for every agent i [agents]:
+        each agent's critic_1 in one batched pass (its weights detached: only the actors learn here)."""
+        mine = {}
+        for a in self.agents:
+            y = self._actor_out(a, batch.obs[a])
+            mine[a] = gumbel_softmax(y, self.hp.gumbel_temperature, self.torch_gen) \
+                if self.action_specs[a].discrete else torch.tanh(y)
+        xs = torch.stack([torch.cat([obs_vec, self.joint_action({b: mine[a] if b == a else batch.action[b]
+                                                                 for b in self.agents})], dim=1)
+                          for a in self.agents])
+        q = stacked_forward(self.critic_1_frozen, xs, self.arch.activation).squeeze(-1)
+        return -(weight * q).sum(1) / denom
+
+    # ---- optimisers: the critics stacked ------------------------------------------------------------------
+    def install_optimizers(self, online: dict[str, EvolvableNetwork], targets: dict[str, EvolvableNetwork]) -> None:
+        """Actors keep an Adam each; every critic (and every target critic) lives in one stacked buffer, so a
+        learn step evaluates all of them in one batched pass and takes one Adam step (see networks.stacked)."""
+        critics = [n for n in self.online_networks if not n.startswith("actor.")]
+        nets = [online[n] for n in critics]
+        if not stackable(nets):
+            raise ValueError(f"{self.name}'s networks must be plain MLPs (flat observations, no noisy layers)")
+        super().install_optimizers({n: net for n, net in online.items() if n.startswith("actor.")},
+                                   {n: net for n, net in targets.items() if n.startswith("actor.")})
+        self.critic_adam = FlatAdam(nets, self.lr_for(critics[0]), stack=True)
+        for n in critics:
+            self.optimizers[n] = self.critic_adam.view(online[n])
+        self.critic_layers = []  # leaves sharing the stacked storage, their gradients the stacked gradient
+        for (w, b), (gw, gb) in zip(layer_blocks(self.critic_adam.flat, nets),
+                                    layer_blocks(self.critic_adam.grad, nets), strict=True):
+            w, b = nn.Parameter(w), nn.Parameter(b)
+            w.grad, b.grad = gw, gb
+            self.critic_layers.append((w, b))
+        first = len(self.agents)  # critic_1 of every agent: the first rows
+        self.critic_1_frozen = [(w[:first], b[:first]) for w, b in layer_blocks(self.critic_adam.flat, nets)]
+        target_nets = [targets[f"{n}.target"] for n in critics]
+        self.critic_target_flat, _, _ = stack_parameters(target_nets, with_grad=False)
+        self.critic_target_layers = layer_blocks(self.critic_target_flat, target_nets)
+
+    @torch.no_grad()
+    def update_targets(self, tau: float) -> None:
+        super().update_targets(tau)  # the actors'
+        if tau >= 1.0:
+            self.critic_target_flat.copy_(self.critic_adam.flat)
         else:
-            mine = torch.tanh(y)
-        actions = {a: (mine if a == agent else batch.action[a]) for a in self.agents}
-        q = self.q("critic_1", agent, batch.obs, self.joint_action(actions))
-        weight = batch.acted[agent]
-        return -(weight * q).sum() / weight.sum().clamp_min(1.0)
+            self.critic_target_flat.lerp_(self.critic_adam.flat, tau)
 
     def _step(self, name: str) -> None:
         opt = self.optimizers[name]

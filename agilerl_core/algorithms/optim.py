@@ -8,42 +8,86 @@ mutation behaves exactly like a fresh Adam while every other tensor keeps its mo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
 
 def flatten_parameters(module: nn.Module, with_grad: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Move `module`'s parameters into one flat buffer (and grads into another); return both."""
-    params = list(module.parameters())
+    flat, grad, _ = _into_flat([[p] for p in module.parameters()], with_grad)
+    return flat, grad
+
+
+def stack_parameters(modules: Sequence[nn.Module], with_grad: bool
+                     ) -> tuple[torch.Tensor, torch.Tensor | None, list[tuple[torch.Tensor, torch.Tensor | None]]]:
+    """Move the parameters of `modules` (the same names and shapes in each) into one flat buffer laid out
+    parameter by parameter, the modules stacked: parameter j of all K modules is one contiguous [K, *shape]
+    block, and each module's parameter j becomes row k of it. Returns the flat buffer, the flat gradient
+    (or None) and, per parameter, its (block, gradient block): what a batched forward of all K reads."""
+    per_module = [list(m.parameters()) for m in modules]
+    shapes = [[tuple(p.shape) for p in ps] for ps in per_module]
+    if any(s != shapes[0] for s in shapes):
+        raise ValueError("stacked modules must have the same parameter shapes")
+    by_param = [list(ps) for ps in zip(*per_module, strict=True)]  # parameter j of every module, in order
+    flat, grad, blocks = _into_flat(by_param, with_grad)
+    return flat, grad, blocks
+
+
+def _into_flat(groups: list[list[torch.Tensor]], with_grad: bool
+               ) -> tuple[torch.Tensor, torch.Tensor | None, list[tuple[torch.Tensor, torch.Tensor | None]]]:
+    """Lay `groups` of same-shape parameters out one after another in a flat buffer (a group's parameters
+    side by side), re-pointing each to its view. Returns (flat, grad or None, [(block [len(group), *shape],
+    grad block or None)])."""
+    params = [p for g in groups for p in g]
     total = sum(p.numel() for p in params)
     dev = params[0].device if params else torch.device("cpu")
     flat = torch.empty(total, dtype=torch.float32, device=dev)
     grad = torch.zeros(total, dtype=torch.float32, device=dev) if with_grad else None
+    blocks = []
     i = 0
     with torch.no_grad():
-        for p in params:
-            n = p.numel()
-            flat[i: i + n].copy_(p.reshape(-1))
-            p.data = flat[i: i + n].view_as(p)
-            if with_grad:
-                p.grad = grad[i: i + n].view_as(p)
-            else:
-                p.requires_grad_(False)
-            i += n
-    return flat, grad
+        for g in groups:
+            shape, n = tuple(g[0].shape), g[0].numel()
+            block = flat[i: i + n * len(g)].view(len(g), *shape)
+            gblock = grad[i: i + n * len(g)].view(len(g), *shape) if with_grad else None
+            for k, p in enumerate(g):
+                block[k].copy_(p)
+            for k, p in enumerate(g):
+                p.data = block[k]
+                if with_grad:
+                    p.grad = gblock[k]
+                else:
+                    p.requires_grad_(False)
+            blocks.append((block, gblock))
+            i += n * len(g)
+    return flat, grad, blocks
+
+
+def _state_view(buffer: torch.Tensor, flat: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """The part of `buffer` (laid out as `flat`) that belongs to parameter `p` (a view of `flat`)."""
+    return buffer.as_strided(p.shape, p.stride(), p.storage_offset() - flat.storage_offset())
 
 
 class FlatAdam:
-    """Adam (Kingma & Ba, 2015) on a module whose parameters live in one flat buffer."""
+    """Adam (Kingma & Ba, 2015) on parameters that live in one flat buffer: those of one module, or of
+    several identically shaped modules stacked (``stack=True``, see :func:`stack_parameters`), which then
+    take one step together. :meth:`view` gives each stacked module its own optimiser handle (its state
+    and scalars) for checkpoints and mutations."""
 
-    def __init__(self, module: nn.Module, lr: float, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8) -> None:
+    def __init__(self, module: nn.Module | Sequence[nn.Module], lr: float, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, stack: bool = False) -> None:
         self.lr = float(lr)
         self.betas = (float(betas[0]), float(betas[1]))
         self.eps = float(eps)
-        self.names = [n for n, _ in module.named_parameters()]
-        self.shapes = [tuple(p.shape) for _, p in module.named_parameters()]
-        self.flat, self.grad = flatten_parameters(module, with_grad=True)
+        if stack:
+            self.modules = list(module)
+            self.flat, self.grad, self.blocks = stack_parameters(self.modules, with_grad=True)
+        else:
+            self.modules = [module]
+            self.flat, self.grad = flatten_parameters(module, with_grad=True)
+            self.blocks = []
         self.m = torch.zeros_like(self.flat)
         self.v = torch.zeros_like(self.flat)
         self.beta1_pow = torch.ones_like(self.flat)  # beta1^t per element
@@ -54,9 +98,17 @@ class FlatAdam:
 
     @torch.no_grad()
     def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
-        """Scale the gradient to a global norm of at most `max_norm` (as torch.nn.utils.clip_grad_norm_)."""
-        norm = torch.linalg.vector_norm(self.grad)
-        self.grad.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+        """Scale each module's gradient to a global norm of at most `max_norm` (as
+        torch.nn.utils.clip_grad_norm_ on that module alone)."""
+        if not self.blocks:
+            norm = torch.linalg.vector_norm(self.grad)
+            self.grad.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+            return norm
+        k = len(self.modules)
+        norm = torch.stack([g.reshape(k, -1).pow(2).sum(1) for _, g in self.blocks]).sum(0).sqrt()
+        scale = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+        for _, g in self.blocks:
+            g.mul_(scale.view(k, *([1] * (g.dim() - 1))))
         return norm
 
     @torch.no_grad()
@@ -69,40 +121,60 @@ class FlatAdam:
         denom = self.v.div(1.0 - self.beta2_pow).sqrt_().add_(self.eps)
         self.flat.addcdiv_(self.m.div(1.0 - self.beta1_pow), denom, value=-self.lr)
 
-    def _slices(self) -> dict[str, tuple[slice, tuple[int, ...]]]:
-        out, i = {}, 0
-        for name, shape in zip(self.names, self.shapes, strict=True):
-            n = 1
-            for d in shape:
-                n *= d
-            out[name] = (slice(i, i + n), shape)
-            i += n
-        return out
-
-    def state_tensors(self) -> dict[str, torch.Tensor]:
-        """Per-parameter state: `m/<name>`, `v/<name>`, `beta1_pow/<name>`, `beta2_pow/<name>`."""
+    def state_tensors(self, module: nn.Module | None = None) -> dict[str, torch.Tensor]:
+        """Per-parameter state of `module` (default: the only one): `m/<name>`, `v/<name>`,
+        `beta1_pow/<name>`, `beta2_pow/<name>`."""
         out = {}
-        for name, (sl, shape) in self._slices().items():
+        for name, p in (module or self._only()).named_parameters():
             for key in ("m", "v", "beta1_pow", "beta2_pow"):
-                out[f"{key}/{name}"] = getattr(self, key)[sl].view(shape).clone()
+                out[f"{key}/{name}"] = _state_view(getattr(self, key), self.flat, p).clone()
         return out
 
-    def load_state_tensors(self, state: dict[str, torch.Tensor], strict: bool = True) -> list[str]:
-        """Load per-parameter state; with strict=False, parameters whose shape changed (or that are new)
-        keep a fresh state. Returns the names whose state was kept."""
+    def load_state_tensors(self, state: dict[str, torch.Tensor], strict: bool = True,
+                           module: nn.Module | None = None) -> list[str]:
+        """Load per-parameter state of `module` (default: the only one); with strict=False, parameters whose
+        shape changed (or that are new) keep a fresh state. Returns the names whose state was kept."""
         kept = []
-        for name, (sl, shape) in self._slices().items():
+        for name, p in (module or self._only()).named_parameters():
             src = {k: state.get(f"{k}/{name}") for k in ("m", "v", "beta1_pow", "beta2_pow")}
-            if all(t is not None and tuple(t.shape) == shape for t in src.values()):
+            if all(t is not None and tuple(t.shape) == tuple(p.shape) for t in src.values()):
                 for k, t in src.items():
-                    getattr(self, k)[sl].copy_(t.reshape(-1))
+                    _state_view(getattr(self, k), self.flat, p).copy_(t)
                 kept.append(name)
             elif strict:
                 raise ValueError(f"optimiser state for {name!r} is missing or has the wrong shape")
         return kept
 
+    def _only(self) -> nn.Module:
+        if len(self.modules) != 1:
+            raise ValueError("this optimiser steps several modules: name one (or use view(module))")
+        return self.modules[0]
+
     def scalars(self) -> dict:
         return {"lr": self.lr, "betas": list(self.betas), "eps": self.eps}
+
+    def view(self, module: nn.Module) -> AdamView:
+        return AdamView(self, module)
+
+
+class AdamView:
+    """One module's handle on a :class:`FlatAdam` that steps several: its state and the shared scalars."""
+
+    def __init__(self, adam: FlatAdam, module: nn.Module) -> None:
+        self.adam, self.module = adam, module
+
+    lr = property(lambda self: self.adam.lr, lambda self, v: setattr(self.adam, "lr", float(v)))
+    betas = property(lambda self: self.adam.betas, lambda self, v: setattr(self.adam, "betas", tuple(v)))
+    eps = property(lambda self: self.adam.eps, lambda self, v: setattr(self.adam, "eps", float(v)))
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        return self.adam.state_tensors(self.module)
+
+    def load_state_tensors(self, state: dict[str, torch.Tensor], strict: bool = True) -> list[str]:
+        return self.adam.load_state_tensors(state, strict, self.module)
+
+    def scalars(self) -> dict:
+        return self.adam.scalars()
 
 
 @torch.no_grad()
