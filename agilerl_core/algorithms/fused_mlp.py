@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 
 from agilerl_core.networks.mlp import EvolvableMLP
+from agilerl_core.networks.stacked import Layers, stacked_layer
+from agilerl_core.networks.transfer import ACTIVATION_FNS
 
 
 def _layers(mlp: EvolvableMLP) -> list[torch.nn.Linear]:
@@ -52,3 +54,47 @@ def backward_into(mlp: EvolvableMLP, inputs: list[torch.Tensor], grad_out: torch
         layer.bias.grad.add_(g.sum(0))
         if i > 0:
             g = _act_grad_(g.mm(layer.weight), x, activation)
+
+
+# ---- K stacked MLPs (agilerl_core.networks.stacked) --------------------------------------------------------
+def stacked_forward_cached(layers: Layers, x: torch.Tensor, activation: str
+                           ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """:func:`~agilerl_core.networks.stacked.stacked_forward`, also returning every layer's input."""
+    act = ACTIVATION_FNS[activation]
+    inputs = [x]
+    h = x
+    last = len(layers) - 1
+    for i, (w, b) in enumerate(layers):
+        h = stacked_layer(w, b, h)
+        if i < last:
+            h = act(h)
+            inputs.append(h)
+    return h, inputs
+
+
+def stacked_backward(layers: Layers, inputs: list[torch.Tensor], grad_out: torch.Tensor, activation: str,
+                     grads: Layers | None = None, input_grad: bool = False) -> torch.Tensor | None:
+    """Back-propagate `grad_out` [K, B, out] through K stacked MLPs: accumulate the weight and bias gradients
+    into `grads` (blocks shaped like `layers`) when given; return the gradient of the input when
+    `input_grad` ([B, in] for a shared input, else [K, B, in])."""
+    g = grad_out
+    for i in range(len(layers) - 1, -1, -1):
+        w, x = layers[i][0], inputs[i]
+        k, out = w.shape[0], w.shape[1]
+        shared = x.dim() == 2
+        if grads is not None:
+            gw, gb = grads[i]
+            if shared:
+                gw.view(k * out, -1).addmm_(g.permute(0, 2, 1).reshape(k * out, -1), x)
+            else:
+                gw.baddbmm_(g.transpose(1, 2), x)
+            gb.add_(g.sum(1))
+        if i == 0 and not input_grad:
+            return None
+        if shared:
+            g = g.transpose(0, 1).reshape(x.shape[0], k * out).mm(w.reshape(k * out, -1))
+        else:
+            g = torch.bmm(g, w)
+        if i > 0:
+            g = _act_grad_(g, x, activation)
+    return g

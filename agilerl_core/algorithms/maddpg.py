@@ -26,10 +26,10 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from agilerl_core.algorithms.actor_critic import GaussianNoise, OUNoise
 from agilerl_core.algorithms.base import RLAlgorithm
+from agilerl_core.algorithms.fused_mlp import stacked_backward, stacked_forward_cached
 from agilerl_core.algorithms.maddpg_hp import MADDPGHyperparameters, MATD3Hyperparameters
 from agilerl_core.algorithms.optim import FlatAdam, stack_parameters
 from agilerl_core.buffers.replay import AgentTensors, MultiAgentBatch
@@ -220,45 +220,51 @@ class MADDPG(RLAlgorithm):
         return {a: y[i] for i, a in enumerate(self.agents)}
 
     def learn(self, batch: MultiAgentBatch) -> torch.Tensor:
-        """One step of every critic (all in one batched pass and one Adam step); every `policy_freq`-th call
-        also every actor and the soft target updates. Returns the summed critic loss."""
+        """One step of every critic (all in one batched pass, a hand-written backward and one Adam step);
+        every `policy_freq`-th call also every actor and the soft target updates. Returns the summed critic
+        loss."""
         hp = self.hp
         y = self.target_values(batch)
         obs_vec, _ = self.ma.joint.preprocess(batch.obs)
         x = torch.cat([obs_vec, self.joint_action(batch.action)], dim=1)
-        q = stacked_forward(self.critic_layers, x, self.arch.activation).view(len(self.critic_names), len(self.agents), -1)
+        q, inputs = stacked_forward_cached(self.critic_layers, x, self.arch.activation)
+        critics, agents = len(self.critic_names), len(self.agents)
         weight = torch.stack([batch.acted[a] for a in self.agents])  # rows where each agent acted
-        denom = weight.sum(1).clamp_min(1.0)
-        losses = (weight * (q - y).pow(2)).sum(2) / denom  # [critic, agent]
+        denom = weight.sum(1, keepdim=True).clamp_min(1.0)
+        err = q.view(critics, agents, -1) - y
+        loss = (weight * err.pow(2) / denom).sum()  # summed over critics: each has its own parameters
         self.critic_adam.zero_grad()
-        losses.sum().backward()  # the critics share no parameters: each gets its own loss's gradient
+        stacked_backward(self.critic_layers, inputs, (2.0 * weight * err / denom).view(critics * agents, -1, 1),
+                         self.arch.activation, grads=self.critic_grads)
         if hp.max_grad_norm is not None:
             self.critic_adam.clip_grad_norm(hp.max_grad_norm)
         self.critic_adam.step()
         self.learn_steps += 1
         if self.learn_steps % hp.policy_freq == 0:
-            for a in self.agents:
-                self.optimizers[f"actor.{a}"].zero_grad()
-            self.actor_losses(batch, obs_vec, weight, denom).sum().backward()
-            for a in self.agents:
-                self._step(f"actor.{a}")
+            self.actor_step(batch, obs_vec, weight, denom)
             self.update_targets(hp.tau)
-        return losses.detach().sum()
+        return loss
 
-    def actor_losses(self, batch: MultiAgentBatch, obs_vec: torch.Tensor, weight: torch.Tensor,
-                     denom: torch.Tensor) -> torch.Tensor:
-        """-Q_1,i(x, a_1, .., mu_i(o_i), .., a_N) over the rows where agent i acted, for every agent i [agents]:
-        each agent's critic_1 in one batched pass (its weights detached: only the actors learn here)."""
+    def actor_step(self, batch: MultiAgentBatch, obs_vec: torch.Tensor, weight: torch.Tensor,
+                   denom: torch.Tensor) -> None:
+        """Every actor i descends -Q_1,i(x, a_1, .., mu_i(o_i), .., a_N) over the rows where agent i acted:
+        the agents' critic_1 in one batched pass, its input gradient handed to autograd for the actors."""
         mine = {}
         for a in self.agents:
+            self.optimizers[f"actor.{a}"].zero_grad()
             y = self._actor_out(a, batch.obs[a])
             mine[a] = gumbel_softmax(y, self.hp.gumbel_temperature, self.torch_gen) \
                 if self.action_specs[a].discrete else torch.tanh(y)
         xs = torch.stack([torch.cat([obs_vec, self.joint_action({b: mine[a] if b == a else batch.action[b]
                                                                  for b in self.agents})], dim=1)
                           for a in self.agents])
-        q = stacked_forward(self.critic_1_frozen, xs, self.arch.activation).squeeze(-1)
-        return -(weight * q).sum(1) / denom
+        with torch.no_grad():
+            _, inputs = stacked_forward_cached(self.critic_1_layers, xs.detach(), self.arch.activation)
+            grad_x = stacked_backward(self.critic_1_layers, inputs, (-weight / denom).unsqueeze(-1),
+                                      self.arch.activation, input_grad=True)
+        xs.backward(grad_x)
+        for a in self.agents:
+            self._step(f"actor.{a}")
 
     # ---- optimisers: the critics stacked ------------------------------------------------------------------
     def install_optimizers(self, online: dict[str, EvolvableNetwork], targets: dict[str, EvolvableNetwork]) -> None:
@@ -273,14 +279,9 @@ class MADDPG(RLAlgorithm):
         self.critic_adam = FlatAdam(nets, self.lr_for(critics[0]), stack=True)
         for n in critics:
             self.optimizers[n] = self.critic_adam.view(online[n])
-        self.critic_layers = []  # leaves sharing the stacked storage, their gradients the stacked gradient
-        for (w, b), (gw, gb) in zip(layer_blocks(self.critic_adam.flat, nets),
-                                    layer_blocks(self.critic_adam.grad, nets), strict=True):
-            w, b = nn.Parameter(w), nn.Parameter(b)
-            w.grad, b.grad = gw, gb
-            self.critic_layers.append((w, b))
-        first = len(self.agents)  # critic_1 of every agent: the first rows
-        self.critic_1_frozen = [(w[:first], b[:first]) for w, b in layer_blocks(self.critic_adam.flat, nets)]
+        self.critic_layers = layer_blocks(self.critic_adam.flat, nets)
+        self.critic_grads = layer_blocks(self.critic_adam.grad, nets)
+        self.critic_1_layers = [(w[:len(self.agents)], b[:len(self.agents)]) for w, b in self.critic_layers]
         target_nets = [targets[f"{n}.target"] for n in critics]
         self.critic_target_flat, _, _ = stack_parameters(target_nets, with_grad=False)
         self.critic_target_layers = layer_blocks(self.critic_target_flat, target_nets)

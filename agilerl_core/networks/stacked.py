@@ -40,6 +40,15 @@ def layer_blocks(flat: torch.Tensor, nets: list[nn.Module]) -> Layers:
     return list(zip(views[0::2], views[1::2], strict=True))
 
 
+def stacked_layer(w: torch.Tensor, b: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """One linear layer of K stacked networks: [K, B, out] from a shared input [B, in] (one matmul against
+    every network's rows) or one input each [K, B, in]."""
+    k, out = w.shape[0], w.shape[1]
+    if x.dim() == 2:
+        return torch.addmm(b.reshape(-1), x, w.reshape(k * out, -1).t()).view(x.shape[0], k, out).transpose(0, 1)
+    return torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))
+
+
 def stacked_forward(layers: Layers, x: torch.Tensor, activation: str) -> torch.Tensor:
     """Outputs [K, B, out] of K stacked MLPs on `x`: one input [B, in] for all of them, or one each
     [K, B, in]. Each network computes exactly what its own forward would (up to float rounding)."""
@@ -47,11 +56,7 @@ def stacked_forward(layers: Layers, x: torch.Tensor, activation: str) -> torch.T
     h = x
     last = len(layers) - 1
     for i, (w, b) in enumerate(layers):
-        k, out = w.shape[0], w.shape[1]
-        if h.dim() == 2:  # a shared input: one matmul against every network's rows
-            h = torch.addmm(b.reshape(-1), h, w.reshape(k * out, -1).t()).view(h.shape[0], k, out).transpose(0, 1)
-        else:
-            h = torch.baddbmm(b.unsqueeze(1), h, w.transpose(1, 2))
+        h = stacked_layer(w, b, h)
         if i < last:
             h = act(h)
     return h
