@@ -7,7 +7,9 @@ learn_step 16 (one gradient step of every agent's critics per vector step, actor
 learning from the first step, replay 100k, networks of two 64-unit layers, evo_steps 10,000. Both sides
 run on one torch thread, alternating, `--repeats` times; env steps/s is training steps (one step = one
 parallel-env step of one sub-env, both agents acting) over wall time, evaluation included on both sides.
-Medians are reported; the target is 4x the peer. `--env-workers N` also runs ours with the 16 copies in N
+Medians are reported, and the ratio of each repeat (ours over the peer's run right after it, same seed):
+this machine's speed drifts by up to 1.5x within minutes, which one side's median can catch and the
+other's miss. The target is 4x the peer. `--env-workers N` also runs ours with the 16 copies in N
 worker processes (``vector_workers``).
 `--dask-workers 2` also runs ours through the flow's
 Dask runner (members in worker processes at once: what a 2-core machine offers that the peer's
@@ -118,8 +120,11 @@ def main() -> None:
                     "ours_dask": dask})
     if theirs:
         med_peer = statistics.median(r["env_steps_per_s"] for r in theirs)
+        pairs = [m["env_steps_per_s"] / t["env_steps_per_s"] for m, t in zip(mine, theirs, strict=True)]
         out.update({"peer_env_steps_per_s_median": round(med_peer, 1), "peer": theirs,
-                    "speedup_median": round(med_ours / med_peer, 2), "target_speedup": 4.0})
+                    "speedup_median": round(med_ours / med_peer, 2),
+                    "speedup_per_repeat": [round(r, 2) for r in pairs],
+                    "speedup_per_repeat_median": round(statistics.median(pairs), 2), "target_speedup": 4.0})
         if overlapped:
             out["env_workers_speedup_median"] = round(med_over / med_peer, 2)
         if dask:

@@ -11,13 +11,18 @@ and exit non-zero (2 for configuration errors); ``--debug`` shows the traceback.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import gc
 import json
 import os
+import signal
+import socket
+import subprocess
 import sys
-import threading
+import time
 import traceback
+import urllib.request
 from pathlib import Path
 
 from agilerl_core.errors import AgileRLError, CheckpointError, ConfigError, StorageError, TrackingError
@@ -112,24 +117,27 @@ def _run(args: argparse.Namespace) -> dict:
 
 def _flow(cfg, run_id: str | None, progress: bool) -> dict:
     """Prepare the run here (every check, the resume state loaded and verified), then start its kind's flow,
-    which takes the prepared run instead of building it again. Without a Prefect server the ephemeral one
-    starts first, in the background, so its start-up overlaps the imports and the preparation."""
+    which takes the prepared run instead of building it again. Without a Prefect server a local one
+    starts first (:class:`_LocalPrefect`), so its start-up overlaps the imports and the preparation."""
     _prefect_defaults()
     if not progress:  # MLflow draws "Downloading artifacts" bars while it logs the champion
         os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
     cfg.check_env()  # the likeliest mistake (the env id), before anything starts
-    server = _EphemeralPrefect.start_if_needed()
-    from flows.evolution import PREPARED_RUNS, prepare_run
-    from flows.kinds import flow_for
-    from tasks.tracking import tracking_uri, warm_tracking_store
+    server = _LocalPrefect.start_if_needed()
+    try:
+        from flows.evolution import PREPARED_RUNS, prepare_run
+        from flows.kinds import flow_for
+        from tasks.tracking import tracking_uri, warm_tracking_store
 
-    prepared = prepare_run(cfg, run_id)
-    if cfg.tracking.enabled:
-        warm_tracking_store(tracking_uri(prepared.cfg))  # while the server starts
-    if server is not None:
-        server.wait()
-    PREPARED_RUNS.put(prepared)
-    summary = flow_for(cfg.kind)(config=prepared.cfg, run_id=prepared.run_id, progress=progress)
+        prepared = prepare_run(cfg, run_id)
+        if cfg.tracking.enabled:
+            warm_tracking_store(tracking_uri(prepared.cfg))  # while the server starts
+        with server.serving() if server is not None else contextlib.nullcontext():
+            PREPARED_RUNS.put(prepared)
+            summary = flow_for(cfg.kind)(config=prepared.cfg, run_id=prepared.run_id, progress=progress)
+    finally:
+        if server is not None:
+            server.stop()
     if cfg.tracking.enabled:
         uri = tracking_uri(cfg)
         how = f"open {uri}" if uri.startswith("http") else f"run `mlflow ui --backend-store-uri {uri}` and open " \
@@ -139,36 +147,92 @@ def _flow(cfg, run_id: str | None, progress: bool) -> dict:
     return summary
 
 
-class _EphemeralPrefect:
-    """Prefect's ephemeral API server, started on a background thread as the first thing ``run`` and ``resume``
-    do when no PREFECT_API_URL is set (the flow would otherwise start it, and wait for it, only once it
-    begins: measured ~5 s of a one-generation run's start). The flow finds it running: Prefect keeps one
-    ephemeral server per process and stops it at exit, also when the run fails before its flow starts
-    (it registers the stop as soon as the server process exists)."""
+class _LocalPrefect:
+    """A Prefect API server for this run alone, when no PREFECT_API_URL is set: the server Prefect would start
+    as its ephemeral one (the same app, database under PREFECT_HOME, no UI), but started as the first thing
+    ``run`` and ``resume`` do, so its start-up (~5 s) overlaps the imports and the preparation, and owned here:
+    stopped when the run ends, and on Linux also when this process dies (a parent-death signal), so a crash
+    never leaves it behind. It is a plain subprocess started from the main thread: an earlier version started
+    Prefect's own ephemeral server on a background thread, whose imports raced the main thread's, and the
+    process crashed once (SIGSEGV) in the test suite."""
 
-    def __init__(self) -> None:
-        self.thread = threading.Thread(target=self._start, name="agilerl-prefect-start", daemon=True)
+    def __init__(self, port: int, process: subprocess.Popen) -> None:
+        self.port, self.process = port, process
+        self.api_url = f"http://127.0.0.1:{port}/api"
 
     @classmethod
-    def start_if_needed(cls) -> _EphemeralPrefect | None:
-        from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
+    def start_if_needed(cls) -> _LocalPrefect | None:
+        from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED, get_current_settings
 
         if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
             return None
-        starter = cls()
-        starter.thread.start()
-        return starter
+        import prefect
 
-    @staticmethod
-    def _start() -> None:
-        from prefect.server.api.server import SubprocessASGIServer
+        with socket.socket() as probe:  # a free port on loopback
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        env = {**os.environ, **get_current_settings().to_environment_variables(exclude_unset=True),
+               "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+        process = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent), "--factory",
+             "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port), "--log-level",
+             "error", "--lifespan", "on"], env=env, preexec_fn=_die_with_parent)
+        server = cls(port, process)
+        atexit.register(server.stop)
+        return server
 
-        with contextlib.suppress(Exception):  # a failed start: the flow starts it again and reports the error
-            SubprocessASGIServer().start()
+    def wait(self, timeout: float) -> None:
+        """Block until the server answers its health check; a RuntimeError if it exits or times out first."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the local Prefect server exited with code {self.process.returncode} while "
+                                   f"starting; run `prefect server start` to see why, or set PREFECT_API_URL")
+            try:
+                with urllib.request.urlopen(f"{self.api_url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"the local Prefect server did not answer within {timeout:.0f} s; set PREFECT_API_URL "
+                           f"to a running server (`agilerl-flow stack up`)")
 
-    def wait(self) -> None:
-        """Block until the server answers (or its start failed: the flow then retries and reports)."""
-        self.thread.join()
+    @contextlib.contextmanager
+    def serving(self):
+        """The flow's Prefect settings (and the environment of the processes it starts) point at this server
+        once it answers."""
+        from prefect.settings import (
+            PREFECT_API_URL,
+            PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
+            temporary_settings,
+        )
+
+        self.wait(float(PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value()))
+        os.environ["PREFECT_API_URL"] = self.api_url  # processes the flow starts (Dask workers) use it too
+        try:
+            with temporary_settings(updates={PREFECT_API_URL: self.api_url}):
+                yield self
+        finally:
+            os.environ.pop("PREFECT_API_URL", None)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: ask Linux to send SIGTERM when the parent dies (elsewhere: nothing)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _prefect_defaults() -> None:

@@ -134,6 +134,18 @@ def wait_for_commit(store, generation: int, proc, timeout: float = 240) -> None:
         time.sleep(0.05)
 
 
+def wait_until(check, timeout: float, what: str):
+    """Poll `check` until it returns something truthy (returned) or `timeout` seconds pass (a failure naming
+    `what`)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.1)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
 def with_overrides(data: dict, overrides: dict) -> dict:
     """`data` with dotted-key `overrides` set in place (``"hyperparameters.lr": 1e-3``)."""
     for k, v in overrides.items():

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agilerl_core.experiment import build_evolution, train_local
-from tests.conftest import tiny_config
+from tests.conftest import tiny_config, wait_until
 
 
 def _fitness_history(cfg, tmp_path):
@@ -129,6 +129,7 @@ def test_default_run_is_the_flow_on_the_embedded_default(tmp_path):
     assert summary["champion_uri"] == "models:/experiment@champion" and summary["mlflow_run_id"]
     assert (tmp_path / "out" / "mlflow.db").is_file() and (tmp_path / "out" / "emb" / "elite" / "member.json").is_file()
     assert "mlflow ui --backend-store-uri sqlite:///" in p.stderr  # says how to look at what it wrote
+    assert _ephemeral_servers(tmp_path / "prefect-home") == []  # the run's own Prefect server ended with it
     local = _cli("run", str(cfg), "--local", "--no-progress", "--set", f"output_dir={tmp_path / 'loc'}", cwd=tmp_path)
     assert json.loads(local.stdout.strip().splitlines()[-1])["best_fitness"] == summary["best_fitness"]
     # members trained concurrently by the thread pool (tasks submitted to the runner) end the same way
@@ -139,6 +140,24 @@ def test_default_run_is_the_flow_on_the_embedded_default(tmp_path):
     elite = [tmp_path / "out" / run / "elite" / "weights.safetensors" for run in ("emb", "pool")]
     assert elite[0].read_bytes() == elite[1].read_bytes() == \
         (tmp_path / "loc" / "experiment-seed0" / "elite" / "weights.safetensors").read_bytes()
+
+
+def test_a_killed_run_takes_its_local_prefect_server_down(tmp_path):
+    """kill -9 of the CLI (no exit handlers run) still ends the Prefect server it started (parent-death signal)."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("env_id: CartPole-v1\nnum_envs: 4\npopulation_size: 2\nevo_steps: 200\nmax_env_steps: 100000000\n"
+                   "tracking: {enabled: false}\n")
+    env = {k: v for k, v in os.environ.items() if k not in _SERVERS}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
+    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "run", str(cfg), "--set", f"output_dir={tmp_path}",
+                             "--no-progress"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        servers = wait_until(lambda: _ephemeral_servers(tmp_path / "prefect-home"), 120, "the server to start")
+    finally:
+        proc.kill()
+        proc.wait()
+    wait_until(lambda: _ephemeral_servers(tmp_path / "prefect-home") == [], 30, f"servers {servers} to end")
 
 
 def test_cli_local_runs_and_prints_a_json_summary_last(tmp_path):
