@@ -12,8 +12,7 @@ from __future__ import annotations
 import torch
 
 from agilerl_core.networks.mlp import EvolvableMLP
-from agilerl_core.networks.stacked import Layers, stacked_layer
-from agilerl_core.networks.transfer import ACTIVATION_FNS
+from agilerl_core.networks.stacked import Layers, stacked_forward
 
 
 def _layers(mlp: EvolvableMLP) -> list[torch.nn.Linear]:
@@ -60,16 +59,8 @@ def backward_into(mlp: EvolvableMLP, inputs: list[torch.Tensor], grad_out: torch
 def stacked_forward_cached(layers: Layers, x: torch.Tensor, activation: str
                            ) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """:func:`~agilerl_core.networks.stacked.stacked_forward`, also returning every layer's input."""
-    act = ACTIVATION_FNS[activation]
-    inputs = [x]
-    h = x
-    last = len(layers) - 1
-    for i, (w, b) in enumerate(layers):
-        h = stacked_layer(w, b, h)
-        if i < last:
-            h = act(h)
-            inputs.append(h)
-    return h, inputs
+    inputs: list[torch.Tensor] = []
+    return stacked_forward(layers, x, activation, inputs), inputs
 
 
 def stacked_backward(layers: Layers, inputs: list[torch.Tensor], grad_out: torch.Tensor, activation: str,

@@ -49,13 +49,17 @@ def stacked_layer(w: torch.Tensor, b: torch.Tensor, x: torch.Tensor) -> torch.Te
     return torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))
 
 
-def stacked_forward(layers: Layers, x: torch.Tensor, activation: str) -> torch.Tensor:
+def stacked_forward(layers: Layers, x: torch.Tensor, activation: str,
+                    inputs: list[torch.Tensor] | None = None) -> torch.Tensor:
     """Outputs [K, B, out] of K stacked MLPs on `x`: one input [B, in] for all of them, or one each
-    [K, B, in]. Each network computes exactly what its own forward would (up to float rounding)."""
+    [K, B, in]. Each network computes exactly what its own forward would (up to float rounding). With
+    `inputs` (a list), every layer's input is appended to it (what a hand-written backward needs)."""
     act = ACTIVATION_FNS[activation]
     h = x
     last = len(layers) - 1
     for i, (w, b) in enumerate(layers):
+        if inputs is not None:
+            inputs.append(h)
         h = stacked_layer(w, b, h)
         if i < last:
             h = act(h)
