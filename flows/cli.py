@@ -188,12 +188,9 @@ class _LocalPrefect:
             if self.process.poll() is not None:
                 raise RuntimeError(f"the local Prefect server exited with code {self.process.returncode} while "
                                    f"starting; run `prefect server start` to see why, or set PREFECT_API_URL")
-            try:
-                with urllib.request.urlopen(f"{self.api_url}/health", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                pass
+            with contextlib.suppress(OSError), urllib.request.urlopen(f"{self.api_url}/health", timeout=2) as r:
+                if r.status == 200:  # (OSError: not listening yet)
+                    return
             time.sleep(0.05)
         raise RuntimeError(f"the local Prefect server did not answer within {timeout:.0f} s; set PREFECT_API_URL "
                            f"to a running server (`agilerl-flow stack up`)")

@@ -15,7 +15,9 @@ the agent's own generator (so runs repeat bit for bit).
   critic steps, clipped Gaussian noise on the target's Box actions.
 
 All networks share one architecture template, so one architecture or activation mutation changes every
-agent's actor and critics together (and keeps their trained weights).
+agent's actor and critics together (and keeps their trained weights). The same template lets the critics
+live stacked in one buffer (``networks.stacked``): a learn step evaluates, back-propagates (by hand) and
+steps all of them at once; each critic keeps its own parameters, loss and Adam state.
 """
 
 from __future__ import annotations
