@@ -83,7 +83,9 @@ def test_only_checking_wrappers_are_bypassed():
     assert direct_parallel(native) is native  # a native parallel env: untouched
 
     class Recording(BaseWrapper):  # a wrapper with its own behaviour must keep running
-        pass
+        def step(self, action):
+            self.steps = getattr(self, "steps", 0) + 1
+            super().step(action)
 
     env = aec_to_parallel_wrapper(OrderEnforcingWrapper(Recording(parallel_to_aec_wrapper(CueTeam()))))
     assert direct_parallel(env) is env
