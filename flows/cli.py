@@ -88,6 +88,15 @@ def _parser() -> argparse.ArgumentParser:
     info.add_argument("uri", help="file, Minari directory, minari:DATASET_ID or s3://BUCKET/KEY")
     info.add_argument("--format", choices=["auto", "hdf5", "minari"], default="auto")
 
+    ar = dsub.add_parser("make-arithmetic", parents=[debug],
+                         help="write a prompt set of additions with exact answers (GRPO), or preference pairs (DPO)")
+    ar.add_argument("--out", required=True, help="JSON Lines file to write, e.g. data/add2.jsonl")
+    ar.add_argument("--count", type=int, default=2000, help="distinct additions")
+    ar.add_argument("--digits", type=int, default=2, help="digits of each operand")
+    ar.add_argument("--seed", type=int, default=0)
+    ar.add_argument("--preferences", action="store_true",
+                    help="add chosen (the correct sum) and rejected (a wrong one) to every record")
+
     stack = sub.add_parser("stack", parents=[debug], help="start, stop or inspect the local stack")
     stack.add_argument("action", choices=["up", "down", "status"])
     stack.add_argument("--data-dir", default=None, help="where the stack keeps data, logs and pids "
@@ -299,6 +308,19 @@ def _dataset(args: argparse.Namespace) -> dict:
 
     if args.dataset_command == "info":
         return load_dataset(args.uri, args.format).describe()
+    if args.dataset_command == "make-arithmetic":
+        from agilerl_core.data.fetch import file_digests
+        from agilerl_core.data.prompts import make_arithmetic, write_jsonl
+
+        if args.count < 1 or args.digits < 1:
+            raise ConfigError("--count and --digits must be at least 1")
+        try:
+            rows = make_arithmetic(args.count, args.digits, args.seed, args.preferences)
+        except ValueError as err:
+            raise ConfigError(f"--count {args.count}: {err}") from None
+        out = write_jsonl(args.out, rows)
+        return {"out": str(out.resolve()), "records": len(rows), "sha256": file_digests(out)[0],
+                "fields": sorted(rows[0])}
     from agilerl_core.data.collect import collect_episodes, write_dataset
 
     fmt = args.format if args.format != "auto" else ("minari" if args.out.startswith("minari:") else "hdf5")

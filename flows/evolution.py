@@ -52,8 +52,7 @@ from tasks.generation import (
 from tasks.tracking import (
     SECRET_FIELDS,
     Tracker,
-    champion_example,
-    champion_signature,
+    champion_io,
     check_tracking_server,
     log_generation_task,
     log_run_end_task,
@@ -100,6 +99,10 @@ def prepare_run(cfg: ExperimentConfig, run_id: str | None) -> PreparedRun:
     if dataset is not None and cfg.dataset.sha256 is None:
         # pin the data: the run's record, its MLflow params and every worker then name (and check) this content
         cfg = cfg.model_copy(update={"dataset": cfg.dataset.model_copy(update={"sha256": dataset.sha256})})
+        evo.arena.cfg = cfg
+    base = getattr(evo.arena, "base", None)
+    if base is not None and cfg.model.sha256 is None:  # an LLM run: pin the base model the same way
+        cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"sha256": base.sha256})})
         evo.arena.cfg = cfg
     storage = storage_from_config(cfg)
     storage.check()
@@ -212,7 +215,8 @@ def run_generation(job: GenerationJob, evo: Evolution, store: RunStore, runner, 
     stats = asdict(last)
     if tracker is not None:
         params = {"tracker": tracker, "stats": stats,
-                  "members": member_rows(evo.population, last.train_returns, sorted(evo.arena.space))}
+                  "members": member_rows(evo.population, last.train_returns, sorted(evo.arena.space),
+                                         last.train_metrics)}
         logging.wait()
         if inline:  # the pool's thread is idle while members train in this one: log there, beside the next
             # generation (a crash before it lands is covered: resume logs committed, unlogged generations)
@@ -271,8 +275,7 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
         if tracker is not None:
             with tempfile.TemporaryDirectory(prefix="agilerl-elite-") as tmp:
                 elite_dir = evo.save_elite(Path(tmp) / "member")
-                signature = champion_signature(evo.arena.obs_space, evo.arena.act_space)
-                example = champion_example(evo.arena.obs_space)
+                signature, example = champion_io(evo.arena)
                 summary.update(log_run_end_task(tracker, [e.to_dict() for e in evo.population.lineage],
                                                 space_names, str(elite_dir), summary, signature, example))
         store.storage.put_bytes(store.key("summary.json"), json.dumps(summary, indent=1).encode())
@@ -296,4 +299,4 @@ def _log_from_store(tracker: Tracker, store: RunStore, generation: int, stats: d
     except CheckpointError:  # pruned by retention: its members are gone, the population metrics remain
         tracker.log_generation(stats, [])
         return
-    tracker.log_generation(stats, member_rows(pop, stats["train_returns"], space_names))
+    tracker.log_generation(stats, member_rows(pop, stats["train_returns"], space_names, stats.get("train_metrics")))

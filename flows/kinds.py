@@ -9,6 +9,7 @@ FLOW_ENTRYPOINTS = {
     "gym": "flows/online.py:online_evolution",
     "offline": "flows/offline.py:offline_evolution",
     "multi_agent": "flows/multi_agent.py:multi_agent_evolution",
+    "llm": "flows/llm.py:llm_evolution",
 }
 
 

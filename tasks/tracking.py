@@ -87,6 +87,29 @@ def flat_params(cfg: ExperimentConfig) -> dict[str, str]:
     return out
 
 
+CHAMPION_CODE = {"llm": "champion_llm.py"}  # the pyfunc's code per experiment kind (default champion_model.py)
+
+
+def champion_requirements(kind: str, torch_version: str) -> list[str]:
+    """The champion's pip requirements (given, so MLflow does not infer them: seconds saved per log)."""
+    reqs = ["agilerl-flow", f"torch=={torch_version.split('+')[0]}"]
+    if kind == "llm":
+        from importlib.metadata import version
+
+        reqs += [f"{name}=={version(name)}" for name in ("transformers", "peft", "tokenizers")]
+    return reqs
+
+
+def _subject_tags(cfg: ExperimentConfig) -> dict[str, str]:
+    """What the members act on: the env id, or an LLM experiment's base model and dataset."""
+    if cfg.kind == "llm":
+        m = cfg.model
+        name = m.path or m.gguf_file or f"config:{m.config.get('model_type')}"
+        return {"agilerl.base_model": f"{name}{'/' + m.gguf_file if m.path and m.gguf_file else ''}",
+                "agilerl.dataset": cfg.dataset.uri}
+    return {"agilerl.env_id": cfg.env_id}
+
+
 def _finite(x: float) -> bool:
     return x is not None and math.isfinite(float(x))
 
@@ -125,7 +148,7 @@ class Tracker:
             return found[0].info.run_id
         run = self.client.create_run(self.experiment_id, run_name=self.run_id, tags={
             "agilerl.run_id": self.run_id, "agilerl.role": "parent", "agilerl.storage_uri": storage_uri,
-            "agilerl.env_id": self.cfg.env_id, "agilerl.algorithm": self.cfg.algorithm})
+            "agilerl.algorithm": self.cfg.algorithm, **_subject_tags(self.cfg)})
         params = [Param(k, v) for k, v in flat_params(self.cfg).items()]
         for i in range(0, len(params), 100):
             self.client.log_batch(run.info.run_id, params=params[i: i + 100], synchronous=True)
@@ -181,9 +204,16 @@ class Tracker:
             metrics += [Metric(f"hp.{k}", float(v), now, g) for k, v in m["hyperparameters"].items()]
             metrics += [Metric(f"return.{a}", float(v), now, g) for a, v in m.get("agent_returns", {}).items()
                         if _finite(v)]
+            metrics += [Metric(f"train.{k}", float(v), now, g) for k, v in m.get("train_metrics", {}).items()
+                        if _finite(v)]
             tags = [RunTag("agilerl.member_id", str(m["member_id"])), RunTag("agilerl.mutation", m["mutation"]),
                     RunTag("agilerl.architecture", m["architecture"][:5000])]
             self.client.log_batch(self.child_ids[slot], metrics=metrics, tags=tags, synchronous=True)
+        samples = [{"generation": g, "slot": slot, "member_id": m["member_id"], **row}
+                   for slot, m in enumerate(members) for row in m.get("samples", [])]
+        if samples:  # LLM members: what they answered on held-out prompts (a table per generation)
+            self.client.log_table(self.parent_id, {k: [r.get(k) for r in samples] for k in samples[0]},
+                                  f"samples/generation_{g:04d}.json")
 
     # ---- the end of the run ----------------------------------------------------------------------------
     def log_lineage(self, lineage: list[dict[str, Any]], hp_names: list[str]) -> None:
@@ -202,12 +232,12 @@ class Tracker:
         import torch
 
         name = self.cfg.tracking.model_name or self.cfg.name
-        code = str(Path(__file__).with_name("champion_model.py"))
+        code = str(Path(__file__).with_name(CHAMPION_CODE.get(self.cfg.kind, "champion_model.py")))
         mlflow.set_tracking_uri(self.uri)
         with mlflow.start_run(run_id=self.parent_id):
             info = mlflow.pyfunc.log_model(
                 name="champion", python_model=code, artifacts={"member": str(member_dir)},
-                pip_requirements=["agilerl-flow", f"torch=={torch.__version__.split('+')[0]}"],
+                pip_requirements=champion_requirements(self.cfg.kind, torch.__version__),
                 registered_model_name=name if self.cfg.tracking.register_model else None,
                 signature=signature, input_example=input_example,
                 step=int(summary.get("generations", 1)) - 1,  # links the final generation's metrics
@@ -222,6 +252,21 @@ class Tracker:
     def end(self, status: str = "FINISHED") -> None:
         for rid in [*self.child_ids, self.parent_id]:
             self.client.set_terminated(rid, status)
+
+
+def champion_io(arena) -> tuple[Any, Any]:
+    """(signature, input example) of an arena's champion: observations to actions for RL members, prompt texts
+    to completion texts for LLM members."""
+    if arena.kind == "llm":
+        from mlflow.models import ModelSignature
+        from mlflow.types.schema import ColSpec, Schema
+
+        signature = ModelSignature(inputs=Schema([ColSpec("string", "prompt")]),
+                                   outputs=Schema([ColSpec("string", "completion")]))
+        import pandas as pd
+
+        return signature, pd.DataFrame({"prompt": list(arena.eval_data.prompts[:2])})
+    return champion_signature(arena.obs_space, arena.act_space), champion_example(arena.obs_space)
 
 
 def champion_signature(obs_space, act_space) -> Any:
@@ -264,8 +309,10 @@ def champion_example(obs_space) -> Any:
 # ---- Prefect tasks (the tracking server is remote: transient failures are retried) ----------------------
 
 
-def member_rows(population, train_returns: list[float], space_names: list[str]) -> list[dict[str, Any]]:
-    """Per-slot metrics of an evaluated agilerl_core Population."""
+def member_rows(population, train_returns: list[float], space_names: list[str],
+                train_metrics: list[dict[str, float]] | None = None) -> list[dict[str, Any]]:
+    """Per-slot metrics of an evaluated agilerl_core Population (`train_metrics`: the arena's own training
+    means per slot, e.g. an LLM member's reward, KL and completion length)."""
     rows = []
     for slot, m in enumerate(population.members):
         hp = m.agent.hp.model_dump()
@@ -273,6 +320,8 @@ def member_rows(population, train_returns: list[float], space_names: list[str]) 
                      "mutation": m.mutation, "architecture": m.agent.describe(),
                      "param_count": m.agent.param_count(),
                      "agent_returns": dict(getattr(m.agent, "agent_returns", None) or {}),  # teams: per agent
+                     "train_metrics": dict(train_metrics[slot]) if train_metrics else {},
+                     "samples": list(getattr(m.agent, "samples", None) or []),  # LLM members: held-out completions
                      "hyperparameters": {k: hp[k] for k in space_names if isinstance(hp.get(k), int | float)}})
     return rows
 

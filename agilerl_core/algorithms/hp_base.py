@@ -21,8 +21,8 @@ ACTOR_CRITIC_SPACE: HyperparameterSpace = {
 }
 
 
-class Hyperparameters(BaseModel):
-    """What every algorithm's hyperparameters share."""
+class BaseHyperparameters(BaseModel):
+    """What every algorithm's hyperparameters share (RL agents and language models alike)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -32,16 +32,20 @@ class Hyperparameters(BaseModel):
     fixed_fields: ClassVar[frozenset[str]] = frozenset({"buffer_size", "n_step", "num_atoms", "v_min", "v_max",
                                                         "rollout_steps", "obs_norm_clip"})
 
-    normalize_obs: bool = Field(False, description="Normalise the observation vector by its running mean and "
-                                "std (updated from training experience, saved in checkpoints).")
-    obs_norm_clip: float = Field(10.0, gt=0, description="Clip normalised observations to [-clip, clip].")
-
     @model_validator(mode="before")
     @classmethod
     def _drop_tag(cls, data: Any) -> Any:
         if isinstance(data, dict) and HP_TAG in data:
             data = {k: v for k, v in data.items() if k != HP_TAG}
         return data
+
+
+class Hyperparameters(BaseHyperparameters):
+    """What every RL algorithm's hyperparameters share."""
+
+    normalize_obs: bool = Field(False, description="Normalise the observation vector by its running mean and "
+                                "std (updated from training experience, saved in checkpoints).")
+    obs_norm_clip: float = Field(10.0, gt=0, description="Clip normalised observations to [-clip, clip].")
 
 
 class OffPolicyHyperparameters(Hyperparameters):

@@ -15,6 +15,7 @@ from agilerl_core.algorithms.cql_hp import CQLHyperparameters, CQNHyperparameter
 from agilerl_core.algorithms.dqn_hp import DQNHyperparameters, RainbowHyperparameters
 from agilerl_core.algorithms.hp_base import Hyperparameters
 from agilerl_core.algorithms.ippo_hp import IPPOHyperparameters
+from agilerl_core.algorithms.llm_hp import DPOHyperparameters, GRPOHyperparameters
 from agilerl_core.algorithms.maddpg_hp import MADDPGHyperparameters, MATD3Hyperparameters
 from agilerl_core.algorithms.ppo_hp import PPOHyperparameters
 from agilerl_core.algorithms.sac_hp import SACHyperparameters
@@ -60,6 +61,8 @@ ALGORITHMS: dict[str, AlgorithmInfo] = {a.name: a for a in (
                   {"multi_agent": "multi_agent_off_policy"}),
     AlgorithmInfo("ippo", IPPOHyperparameters, "agilerl_core.algorithms.ippo:IPPO",
                   {"multi_agent": "multi_agent_on_policy"}, on_policy=True),
+    AlgorithmInfo("grpo", GRPOHyperparameters, "agilerl_core.algorithms.grpo:GRPO", {"llm": "llm"}, on_policy=True),
+    AlgorithmInfo("dpo", DPOHyperparameters, "agilerl_core.algorithms.dpo:DPO", {"llm": "llm"}),
 )}
 
 

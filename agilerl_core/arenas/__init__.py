@@ -15,6 +15,7 @@ ARENAS = {
     "offline": "agilerl_core.arenas.offline:OfflineArena",
     "multi_agent_off_policy": "agilerl_core.arenas.multi_agent:MultiAgentOffPolicyArena",
     "multi_agent_on_policy": "agilerl_core.arenas.multi_agent:MultiAgentOnPolicyArena",
+    "llm": "agilerl_core.arenas.llm:LLMArena",
 }
 
 

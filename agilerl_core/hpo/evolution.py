@@ -53,6 +53,7 @@ class TrainResult:
     mean_return: float  # mean return of episodes finished during training (nan if none)
     mean_loss: float
     wall_s: float
+    metrics: dict[str, float] = field(default_factory=dict)  # the arena's own training means (LLM: reward, KL...)
 
 
 @dataclass
@@ -68,6 +69,7 @@ class GenerationStats:
     mutations: list[str]
     hyperparameters: list[dict]
     wall_s: float
+    train_metrics: list[dict] = field(default_factory=list)  # per slot: TrainResult.metrics
 
 
 @dataclass
@@ -207,7 +209,7 @@ class Evolution:
         stats = GenerationStats(pop.generation, self.global_steps, list(fitnesses), max(fitnesses),
                                 float(np.mean(fitnesses)), [r.mean_return for r in results],
                                 [m.mutation for m in pop.members], [m.agent.hp.model_dump() for m in pop.members],
-                                time.perf_counter() - self._gen_t0)
+                                time.perf_counter() - self._gen_t0, [dict(r.metrics) for r in results])
         self.history.append(stats)
         return stats
 

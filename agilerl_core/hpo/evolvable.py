@@ -16,9 +16,9 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 import numpy as np
 from pydantic import BaseModel
 
-# every mutation kind a member may support; a new kind (an LLM's adapter rank, say) is added here and applied
-# by the members that declare it
-MUTATION_KINDS = ("none", "architecture", "parameters", "activation", "rl_hp")
+# every mutation kind a member may support; a new kind is added here and applied by the members that declare
+# it (adapter_rank: an LLM member's LoRA rank)
+MUTATION_KINDS = ("none", "architecture", "parameters", "activation", "rl_hp", "adapter_rank")
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ class Mutations:
     """Chooses and applies one mutation per member.
 
     Kinds and their relative weights: none, architecture (layer vs node share), parameter noise (a
-    Gaussian with std `parameter_strength` times each weight tensor's std), activation, and an RL
-    hyperparameter from the declared space. A member is only offered the kinds it supports (the weights
+    Gaussian with std `parameter_strength` times each weight tensor's std), activation, a hyperparameter
+    from the declared space, and an LLM member's adapter rank. A member is only offered the kinds it supports (the weights
     of the others are dropped before normalising).
     """
 
@@ -30,9 +30,9 @@ class Mutations:
 
     @classmethod
     def from_config(cls, mut, space: HyperparameterSpace, bounds: Any) -> Mutations:
-        weights = {"none": mut.no_mutation, "architecture": mut.architecture, "parameters": mut.parameters,
-                   "activation": mut.activation, "rl_hp": mut.rl_hp}
-        return cls(weights, mut.new_layer_share, mut.parameter_strength, space, bounds)
+        weights = {"none": mut.no_mutation, **{k: getattr(mut, k, 0.0) for k in MUTATION_KINDS if k != "none"}}
+        return cls(weights, getattr(mut, "new_layer_share", 0.0), getattr(mut, "parameter_strength", 0.0), space,
+                   bounds)
 
     def _probs(self, supported: frozenset[str]) -> np.ndarray:
         if supported.issuperset(MUTATION_KINDS):

@@ -1,0 +1,156 @@
+"""GRPO (Group Relative Policy Optimisation) with verifiable rewards, for a LoRA adapter on the shared base.
+
+One learn step: ``batch_size`` prompts, ``group_size`` completions each (sampled with a KV cache at
+``temperature``), rewards from the config's reward functions, advantages normalised within each prompt's group,
+then ``update_epochs`` passes of the clipped-ratio loss plus ``beta`` times the k3 estimate of the KL to the
+reference policy (the base with the adapter disabled). The loss is token-level: every completion token of the
+batch weighs the same, whatever its completion's length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from agilerl_core.algorithms.llm_base import LLMAlgorithm, PhaseMetrics, chunks
+from agilerl_core.algorithms.llm_hp import GRPOHyperparameters
+from agilerl_core.llm.base_model import SharedBase
+from agilerl_core.llm.rewards import Rewards
+from agilerl_core.llm.sampling import completion_logprobs, sample
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-4) -> torch.Tensor:
+    """Each reward minus its group's mean, over the group's standard deviation (groups are consecutive runs
+    of `group_size`); a group whose rewards are all equal gets zero advantages."""
+    r = rewards.reshape(-1, group_size)
+    adv = (r - r.mean(dim=1, keepdim=True)) / (r.std(dim=1, keepdim=True, correction=0) + eps)
+    return adv.reshape(-1)
+
+
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimator of KL(policy || reference): exp(ref - logp) - (ref - logp) - 1 (>= 0, unbiased)."""
+    diff = ref_logp - logp
+    return torch.exp(diff) - diff - 1
+
+
+def grpo_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | None,
+                    advantages: torch.Tensor, clip: float, beta: float) -> torch.Tensor:
+    """Per-token loss [batch, T]: the clipped surrogate -min(ratio A, clip(ratio) A), plus beta k3 when
+    `ref_logp` is given and beta > 0."""
+    ratio = torch.exp(logp - old_logp)
+    adv = advantages[:, None]
+    loss = -torch.minimum(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv)
+    if ref_logp is not None and beta > 0:
+        loss = loss + beta * k3_kl(logp, ref_logp)
+    return loss
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (x * mask).sum() / mask.sum().clamp(min=1)
+
+
+@dataclass
+class PromptData:
+    """Prompts as token ids (the chat template applied when configured), their texts and answers."""
+
+    ids: list[list[int]]
+    prompts: list[str]
+    answers: list[str | None]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def _pad_right(parts: list[tuple[torch.Tensor, torch.Tensor]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(c.shape[1] for c, _ in parts)
+    ids = torch.cat([F.pad(c, (0, width - c.shape[1]), value=pad_id) for c, _ in parts])
+    mask = torch.cat([F.pad(m, (0, width - m.shape[1]), value=0) for _, m in parts])
+    return ids, mask
+
+
+class GRPO(LLMAlgorithm):
+    hp_model = GRPOHyperparameters
+    algorithm_name = "grpo"
+    data_kind = "prompts"
+
+    @staticmethod
+    def prepare(base: SharedBase, records: Any, chat_template: bool) -> PromptData:
+        answers = records.answers if records.answers is not None else [None] * len(records)
+        return PromptData(base.encode(records.prompts, chat_template), list(records.prompts), list(answers))
+
+    # ---- training ----------------------------------------------------------------------------------------
+    def train_phase(self, data: PromptData, rewards: Rewards, budget: int, seed: int, kl_metric: bool = True
+                    ) -> PhaseMetrics:
+        """Learn steps until `budget` completions were sampled (the last step is whole)."""
+        rng = np.random.default_rng(seed)
+        gen = torch.Generator().manual_seed(seed)
+        metrics = PhaseMetrics()
+        while metrics.samples < budget:
+            idx = rng.choice(len(data), size=min(self.hp.batch_size, len(data)), replace=False)
+            step = self.learn([data.ids[i] for i in idx], [data.prompts[i] for i in idx],
+                              [data.answers[i] for i in idx], rewards, gen, kl_metric)
+            metrics.add(len(idx) * self.hp.group_size, **step)
+        self.samples_seen += metrics.samples
+        self.train_metrics = metrics.means()
+        return metrics
+
+    def learn(self, prompt_ids: list[list[int]], prompts: list[str], answers: list[str | None], rewards: Rewards,
+              generator: torch.Generator, kl_metric: bool = True) -> dict[str, float]:
+        """One GRPO step on a batch of prompts; returns its metrics (mean reward, KL, completion length...)."""
+        hp, base = self.hp, self.base
+        g = hp.group_size
+        ids, mask = self.prompt_batch([p for p in prompt_ids for _ in range(g)])
+        parts = chunks(ids.shape[0], hp.micro_batch_size)
+        with base.bound(self.adapter) as model:
+            comp, cmask = _pad_right([sample(model, ids[s], mask[s], hp.max_new_tokens, hp.temperature, base.eos_id,
+                                             base.pad_id, generator) for s in parts], base.pad_id)
+            texts = base.decode(comp, cmask)
+            r = rewards(texts, [a for a in answers for _ in range(g)], [p for p in prompts for _ in range(g)])
+            adv = group_advantages(torch.as_tensor(r, dtype=torch.float32), g).to(ids.device)
+            fmask = cmask.float()
+            ntok = fmask.sum().clamp(min=1)
+            ref = old = None
+            with torch.no_grad():
+                if hp.beta > 0 or kl_metric:
+                    with base.reference():
+                        ref = torch.cat([completion_logprobs(model, ids[s], mask[s], comp[s], cmask[s]) for s in parts])
+                if hp.update_epochs > 1:
+                    old = torch.cat([completion_logprobs(model, ids[s], mask[s], comp[s], cmask[s]) for s in parts])
+            loss_sum, kl_sum, norm = 0.0, 0.0, 0.0
+            for epoch in range(hp.update_epochs):
+                for s in parts:
+                    logp = completion_logprobs(model, ids[s], mask[s], comp[s], cmask[s])
+                    ref_s = None if ref is None else ref[s]
+                    tok = grpo_token_loss(logp, logp.detach() if old is None else old[s], ref_s, adv[s], hp.clip,
+                                          hp.beta)
+                    loss = (tok * fmask[s]).sum() / ntok
+                    loss.backward()
+                    if epoch == 0:
+                        loss_sum += float(loss.detach())
+                        if ref_s is not None:
+                            kl_sum += float((k3_kl(logp.detach(), ref_s) * fmask[s]).sum() / ntok)
+                norm = self._step()
+        return {"reward": float(np.mean(r)), "reward_std": float(np.std(r)), "loss": loss_sum,
+                "kl": kl_sum if ref is not None else float("nan"),
+                "completion_length": float(fmask.sum(dim=1).mean()), "grad_norm": norm}
+
+    # ---- fitness -------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, data: PromptData, rewards: Rewards, n_samples: int = 0) -> float:
+        """Mean reward of greedy completions of the held-out prompts; keeps the first `n_samples` as
+        :attr:`samples`."""
+        hp, base = self.hp, self.base
+        ids, mask = self.prompt_batch(data.ids)
+        with base.bound(self.adapter) as model:
+            texts: list[str] = []
+            for s in chunks(len(data), max(hp.micro_batch_size, 1)):
+                comp, cmask = sample(model, ids[s], mask[s], hp.max_new_tokens, 0.0, base.eos_id, base.pad_id)
+                texts += base.decode(comp, cmask)
+        r = rewards(texts, data.answers, data.prompts)
+        self.samples = [{"prompt": p, "completion": c, "answer": a, "reward": float(x)}
+                        for p, c, a, x in list(zip(data.prompts, texts, data.answers, r, strict=True))[:n_samples]]
+        return float(np.mean(r))

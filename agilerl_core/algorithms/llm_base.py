@@ -1,0 +1,233 @@
+"""What GRPO and DPO members share: a LoRA adapter on the population's shared base model, its Adam state,
+its hyperparameters, and the Evolvable protocol (clone, state, hyperparameter and adapter-rank mutations).
+
+A member holds no copy of the base: it borrows the arena's :class:`~agilerl_core.llm.base_model.SharedBase`
+while it works. Its checkpoint is the adapter and Adam moments (safetensors) and JSON naming the base by its
+SHA-256; :meth:`LLMAlgorithm.from_state` refuses a checkpoint made on another base.
+
+Randomness comes from the seed each training phase is given (prompt order and sampling), so a member's state
+is only its tensors and counters, and a resumed run repeats an uninterrupted one exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from agilerl_core.algorithms.llm_hp import LLMHyperparameters
+from agilerl_core.errors import CheckpointError
+from agilerl_core.hpo.evolvable import MutationSettings
+from agilerl_core.llm.adapter import LoraAdapter
+from agilerl_core.llm.base_model import SharedBase
+from agilerl_core.llm.sampling import pad_prompts, sample
+
+LLM_MUTATIONS = frozenset({"none", "rl_hp", "adapter_rank"})
+
+
+@dataclass(frozen=True)
+class RankBounds:
+    """What adapter-rank mutations respect: the rank stays in [min_rank, max_rank]; a mutation doubles or
+    halves it."""
+
+    min_rank: int
+    max_rank: int
+
+
+@dataclass
+class PhaseMetrics:
+    """What a member's training phase reports (summed over its learn steps, averaged by :meth:`means`)."""
+
+    steps: int = 0
+    samples: int = 0
+    sums: dict[str, float] | None = None
+
+    def add(self, samples: int, **values: float) -> None:
+        self.steps += 1
+        self.samples += samples
+        self.sums = self.sums or {}
+        for k, v in values.items():
+            self.sums[k] = self.sums.get(k, 0.0) + float(v)
+
+    def means(self) -> dict[str, float]:
+        return {k: v / self.steps for k, v in (self.sums or {}).items()}
+
+
+def chunks(n: int, size: int) -> list[slice]:
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def batch_ids(seqs: list[list[int]], pad_id: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded (ids, mask) of completion token lists."""
+    width = max(1, max(len(s) for s in seqs))
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)] = torch.as_tensor(s, dtype=torch.long)
+        mask[i, :len(s)] = 1
+    return ids.to(device), mask.to(device)
+
+
+class LLMAlgorithm:
+    """A population member: one LoRA adapter trained on the shared base model."""
+
+    hp_model: ClassVar[type[LLMHyperparameters]]
+    algorithm_name: ClassVar[str]
+    mutation_kinds: ClassVar[frozenset[str]] = LLM_MUTATIONS
+
+    def __init__(self, base: SharedBase, adapter: LoraAdapter, hp: LLMHyperparameters) -> None:
+        self.base = base
+        self.adapter = adapter
+        self.hp = hp
+        self.optimizer = torch.optim.Adam(adapter.parameters(), lr=hp.lr, foreach=False)
+        self.learn_steps = 0
+        self.samples_seen = 0
+        self.train_metrics: dict[str, float] = {}  # the last training phase's means (tracked per member)
+        self.samples: list[dict[str, Any]] = []  # the last evaluation's sample completions (tracked)
+
+    @classmethod
+    def create(cls, base: SharedBase, hp: LLMHyperparameters, rank: int, alpha: float, seed: int) -> LLMAlgorithm:
+        gen = torch.Generator().manual_seed(seed)
+        adapter = LoraAdapter.initial(base.shapes, rank, alpha / rank, gen, base.device)
+        return cls(base, adapter, hp.model_copy())
+
+    @property
+    def device(self) -> str:
+        return self.base.device
+
+    # ---- Evolvable ----------------------------------------------------------------------------------------
+    def set_hyperparameter(self, name: str, value: Any) -> None:
+        if isinstance(getattr(self.hp, name), int) and not isinstance(getattr(self.hp, name), bool):
+            value = round(value)
+        setattr(self.hp, name, value)
+        if name == "lr":
+            for group in self.optimizer.param_groups:
+                group["lr"] = float(value)
+
+    def mutate(self, kind: str, rng: np.random.Generator, settings: MutationSettings) -> str:
+        if kind != "adapter_rank":
+            raise ValueError(f"{self.algorithm_name} members support only {sorted(self.mutation_kinds)} mutations, "
+                             f"not {kind!r}: the base model is frozen and shared")
+        bounds: RankBounds = settings.arch_bounds
+        old = self.adapter.rank
+        grow = rng.random() < 0.5
+        if (grow and old * 2 > bounds.max_rank) or (not grow and old // 2 < bounds.min_rank):
+            grow = not grow
+        new = min(old * 2, bounds.max_rank) if grow else max(old // 2, bounds.min_rank)
+        if new == old:
+            return "none(rank at its bounds)"
+        self.set_rank(new, int(rng.integers(2**31)))
+        return f"rank:{old}->{new}"
+
+    def set_rank(self, rank: int, seed: int) -> None:
+        """Grow (function kept exactly, Adam moments kept for the old components) or shrink (largest singular
+        components kept, Adam moments reset) the adapter's rank."""
+        old_adapter, old_rank = self.adapter, self.adapter.rank
+        step, moments = self._adam_state()
+        if rank > old_rank:
+            self.adapter = old_adapter.grown(rank, torch.Generator().manual_seed(seed))
+        else:
+            self.adapter = old_adapter.shrunk(rank)
+        self.optimizer = torch.optim.Adam(self.adapter.parameters(), lr=self.hp.lr, foreach=False)
+        if rank > old_rank and step > 0:
+            grown = {}
+            for name, (m, v) in moments.items():
+                pad = [(0, 0), (0, rank - old_rank)] if name.endswith("lora_B") else [(0, rank - old_rank), (0, 0)]
+                grown[name] = tuple(torch.nn.functional.pad(t, [x for p in reversed(pad) for x in p]) for t in (m, v))
+            self._load_adam(step, grown)
+
+    def describe(self) -> str:
+        return f"LoRA r{self.adapter.rank} x{len(self.adapter.names)} modules on {self.base.model.config.model_type}"
+
+    def param_count(self) -> int:
+        return self.adapter.numel()
+
+    def clone(self) -> LLMAlgorithm:
+        new = type(self)(self.base, self.adapter.clone(), self.hp.model_copy())
+        step, moments = self._adam_state()
+        if step:
+            new._load_adam(step, {k: (m.clone(), v.clone()) for k, (m, v) in moments.items()})
+        new.learn_steps, new.samples_seen = self.learn_steps, self.samples_seen
+        new.train_metrics, new.samples = dict(self.train_metrics), list(self.samples)
+        return new
+
+    # ---- as data --------------------------------------------------------------------------------------------
+    def _adam_state(self) -> tuple[int, dict[str, tuple[torch.Tensor, torch.Tensor]]]:
+        names = self.adapter.param_names()
+        out, step = {}, 0
+        for name, p in zip(names, self.adapter.parameters(), strict=True):
+            st = self.optimizer.state.get(p)
+            if st:
+                step = int(st["step"])
+                out[name] = (st["exp_avg"], st["exp_avg_sq"])
+        return step, out
+
+    def _load_adam(self, step: int, moments: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
+        for name, p in zip(self.adapter.param_names(), self.adapter.parameters(), strict=True):
+            m, v = moments[name]
+            self.optimizer.state[p] = {"step": torch.tensor(float(step)), "exp_avg": m.to(p.device).clone(),
+                                       "exp_avg_sq": v.to(p.device).clone()}
+
+    def state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        tensors = {f"adapter.{k}": v for k, v in self.adapter.tensors().items()}
+        step, moments = self._adam_state()
+        for name, (m, v) in moments.items():
+            tensors[f"adam.exp_avg.{name}"] = m
+            tensors[f"adam.exp_avg_sq.{name}"] = v
+        meta = {"algorithm": self.algorithm_name, "hp": self.hp.model_dump(), "rank": self.adapter.rank,
+                "scale": self.adapter.scale, "adam_step": step, "learn_steps": self.learn_steps,
+                "samples_seen": self.samples_seen, "train_metrics": self.train_metrics, "samples": self.samples,
+                "base": self.base.describe()}
+        return tensors, meta
+
+    @classmethod
+    def from_state(cls, base: SharedBase, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> LLMAlgorithm:
+        want = meta.get("base", {}).get("sha256")
+        if want != base.sha256:
+            raise CheckpointError(f"this {meta.get('algorithm')} member was trained on base model {want} "
+                                  f"({meta.get('base', {})}), not on the loaded base {base.sha256} "
+                                  f"({base.describe()}): an adapter only means something on its own base; load "
+                                  f"that base (model.path / model.sha256)")
+        adapter = LoraAdapter.from_tensors({k.removeprefix("adapter."): v.to(base.device) for k, v in tensors.items()
+                                            if k.startswith("adapter.")}, float(meta["scale"]))
+        missing = set(base.shapes) - set(adapter.names)
+        if missing or adapter.rank != int(meta["rank"]):
+            raise CheckpointError(f"adapter tensors do not fit the base's LoRA targets (missing {sorted(missing)})")
+        member = cls(base, adapter, cls.hp_model(**meta["hp"]))
+        step = int(meta["adam_step"])
+        if step:
+            member._load_adam(step, {n: (tensors[f"adam.exp_avg.{n}"], tensors[f"adam.exp_avg_sq.{n}"])
+                                     for n in adapter.param_names()})
+        member.learn_steps, member.samples_seen = int(meta["learn_steps"]), int(meta["samples_seen"])
+        member.train_metrics = dict(meta.get("train_metrics", {}))
+        member.samples = list(meta.get("samples", []))
+        return member
+
+    # ---- learning helpers -------------------------------------------------------------------------------------
+    def _step(self) -> float:
+        """Clip and apply the accumulated gradient; returns its norm before clipping."""
+        params = self.adapter.parameters()
+        if self.hp.max_grad_norm is not None:
+            norm = float(torch.nn.utils.clip_grad_norm_(params, self.hp.max_grad_norm))
+        else:
+            norm = float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None])))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.learn_steps += 1
+        return norm
+
+    def prompt_batch(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        return pad_prompts(prompts, self.base.pad_id, self.device)
+
+    @torch.no_grad()
+    def generate(self, prompts: list[str], chat_template: bool, max_new_tokens: int | None = None,
+                 temperature: float = 0.0, seed: int = 0) -> list[str]:
+        """Completions of raw prompt texts (greedy by default): what the registered champion serves."""
+        ids, mask = self.prompt_batch(self.base.encode(prompts, chat_template))
+        gen = torch.Generator().manual_seed(seed)
+        with self.base.bound(self.adapter) as model:
+            comp, cmask = sample(model, ids, mask, max_new_tokens or getattr(self.hp, "max_new_tokens", 32),
+                                 temperature, self.base.eos_id, self.base.pad_id, gen)
+        return self.base.decode(comp, cmask)

@@ -1,0 +1,62 @@
+"""Hyperparameters of the language-model algorithms (GRPO, DPO): a population of LoRA adapters on one base.
+
+Budgets of LLM experiments count training samples: GRPO completions (prompts x group_size), DPO preference
+pairs."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field
+
+from agilerl_core.algorithms.hp_base import BaseHyperparameters
+from agilerl_core.hpo.space import HyperparameterSpace, HyperparameterSpec
+
+LLM_LEARNING_RATE = HyperparameterSpec(min=1e-6, max=1e-1, kind="log", grow=1.5, shrink=1 / 1.5)
+
+
+class LLMHyperparameters(BaseHyperparameters):
+    """What GRPO and DPO share: the adapter's optimiser and the KL anchor to the base model."""
+
+    fixed_fields: ClassVar[frozenset[str]] = frozenset({"max_new_tokens", "micro_batch_size"})
+
+    lr: float = Field(1e-4, gt=0, description="Adam learning rate of the member's LoRA adapter.")
+    beta: float = Field(0.04, ge=0, description="GRPO: weight of the k3 KL penalty to the base model (0: no "
+                                                "reference pass). DPO: the preference temperature.")
+    batch_size: int = Field(8, ge=1, description="GRPO: prompts per learn step; DPO: preference pairs per step.")
+    max_grad_norm: float | None = Field(1.0, gt=0, description="Clip the adapter's gradient norm (None: off).")
+    micro_batch_size: int = Field(32, ge=1, description="Sequences per forward/backward pass (gradients are "
+                                                        "accumulated over a step's micro-batches; memory, not maths).")
+
+
+class GRPOHyperparameters(LLMHyperparameters):
+    """Group Relative Policy Optimisation with verifiable rewards."""
+
+    algorithm_name: ClassVar[str] = "grpo"
+    default_space: ClassVar[HyperparameterSpace] = {
+        "lr": LLM_LEARNING_RATE,
+        "beta": HyperparameterSpec(min=0.0, max=0.5, kind="float", grow=1.5, shrink=1 / 1.5),
+        "group_size": HyperparameterSpec(min=2, max=32, kind="int", grow=1.5, shrink=1 / 1.5),
+        "temperature": HyperparameterSpec(min=0.2, max=1.5, kind="float", grow=1.2, shrink=1 / 1.2),
+    }
+
+    group_size: int = Field(8, ge=2, description="Completions sampled per prompt (advantages are normalised "
+                                                 "within each group).")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of training completions (evaluation "
+                                                      "is greedy).")
+    max_new_tokens: int = Field(16, ge=1, description="Longest completion (tokens); generation stops at EOS.")
+    clip: float = Field(0.2, gt=0, lt=1, description="PPO-style ratio clip.")
+    update_epochs: int = Field(1, ge=1, description="Gradient passes over each batch of completions.")
+
+
+class DPOHyperparameters(LLMHyperparameters):
+    """Direct Preference Optimisation on chosen/rejected pairs."""
+
+    algorithm_name: ClassVar[str] = "dpo"
+    default_space: ClassVar[HyperparameterSpace] = {
+        "lr": LLM_LEARNING_RATE,
+        "beta": HyperparameterSpec(min=0.01, max=1.0, kind="log", grow=1.5, shrink=1 / 1.5),
+    }
+
+    beta: float = Field(0.1, gt=0, description="Preference temperature of the sigmoid loss.")
+    nll_weight: float = Field(0.0, ge=0, description="Weight of an NLL term on the chosen completion (0: off).")

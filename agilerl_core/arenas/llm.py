@@ -1,0 +1,117 @@
+"""The LLM arena: a population of LoRA adapters on one frozen base model, trained with GRPO (prompts with
+verifiable rewards) or DPO (preference pairs), judged on held-out records.
+
+Built from the config, it loads the base once (checked against ``model.sha256``), reads the prompt or
+preference set (local or ``s3://``, checked against ``dataset.sha256``), tokenises it once (through the chat
+template when the tokenizer has one), splits off the held-out records by the seed and builds the reward
+functions: every bad input fails here, before anything trains. Members share the base and no experience.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from agilerl_core.algorithms.llm_base import LLMAlgorithm, RankBounds
+from agilerl_core.arenas.base import checked_space, torch_device
+from agilerl_core.arenas.experience import OwnExperience
+from agilerl_core.data.prompts import TextRecords, load_text_records, split_indices
+from agilerl_core.errors import DatasetError
+from agilerl_core.hpo.evolution import TrainResult
+from agilerl_core.io.storage import s3_options
+from agilerl_core.llm.base_model import SharedBase
+from agilerl_core.llm.rewards import Rewards
+
+
+def load_llm_member(path: str, device: str = "cpu") -> tuple[LLMAlgorithm, dict[str, Any]]:
+    """A saved LLM member (e.g. a run's elite) with its base model rebuilt from what the checkpoint records
+    (path or config, tokens, LoRA targets) and checked against the recorded SHA-256: (member, env
+    description). What the registered champion loads."""
+    from agilerl_core.algorithms.registry import get_algorithm
+    from agilerl_core.config import LLMModelConfig, LoraSettings
+    from agilerl_core.io.checkpoint import load_member
+
+    def rebuild(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> LLMAlgorithm:
+        rec = meta["base"]
+        fields = {k: rec.get(k) for k in ("path", "gguf_file", "config", "tokenizer_chars", "eos_token", "pad_token")}
+        spec = LLMModelConfig(**{k: v for k, v in fields.items() if v is not None}, sha256=rec["sha256"],
+                              init_seed=rec.get("init_seed", 0),
+                              lora=LoraSettings(targets=rec.get("targets"), rank=1, min_rank=1))
+        return get_algorithm(meta["algorithm"]).from_state(SharedBase.load(spec, device), tensors, meta)
+
+    member, env = load_member(path, rebuild=rebuild)
+    return member.agent, env
+
+
+class LLMArena(OwnExperience):
+    """Members are LoRA adapters; training is the algorithm's phase on the train split, fitness its held-out
+    score (GRPO: mean reward of greedy completions; DPO: preference accuracy)."""
+
+    kind = "llm"
+
+    def __init__(self, cfg, algo_cls: type[LLMAlgorithm]) -> None:
+        self.cfg = cfg
+        self.algo_cls = algo_cls
+        self.device = torch_device(cfg.device)
+        torch.set_num_threads(cfg.torch_threads)
+        self.space = checked_space(cfg, algo_cls)
+        lora = cfg.model.lora
+        self.arch_bounds = RankBounds(lora.min_rank, lora.max_rank)
+        self.rewards = Rewards(cfg.rewards) if algo_cls.data_kind == "prompts" else None
+        self.dataset = self._load_records(cfg)
+        self.base = SharedBase.load(cfg.model, self.device)
+        template = cfg.model.chat_template
+        self.chat_template = template == "on" or (template == "auto" and bool(self.base.tokenizer.chat_template))
+        if template == "on" and not self.base.tokenizer.chat_template:
+            raise DatasetError("model.chat_template: on, but the tokenizer has no chat template; set auto or off")
+        train_idx, held_idx = split_indices(len(self.dataset), cfg.dataset.held_out, cfg.seed)
+        if cfg.eval_prompts is not None:
+            held_idx = held_idx[: cfg.eval_prompts]
+        self.train_data = algo_cls.prepare(self.base, self.dataset.subset(train_idx), self.chat_template)
+        self.eval_data = algo_cls.prepare(self.base, self.dataset.subset(held_idx), self.chat_template)
+        self.env_desc: dict[str, Any] = {"kind": "llm", "base": self.base.describe(),
+                                         "chat_template": self.chat_template,
+                                         "dataset": {"uri": self.dataset.uri, "sha256": self.dataset.sha256}}
+
+    def _load_records(self, cfg) -> TextRecords:
+        ds = cfg.dataset
+        fields = {"prompt": ds.prompt_field, "answer": ds.answer_field, "chosen": ds.chosen_field,
+                  "rejected": ds.rejected_field}
+        need = ("prompt", "chosen", "rejected") if self.algo_cls.data_kind == "preferences" else ("prompt",)
+        records = load_text_records(ds.uri, fields, need, s3_options(cfg), ds.cache_dir)
+        if ds.sha256 is not None and records.sha256 != ds.sha256:
+            raise DatasetError(f"dataset.uri {ds.uri!r}: content hash {records.sha256} differs from dataset.sha256 "
+                               f"{ds.sha256} (the run was started on other data); restore that set or start a new run")
+        if self.rewards is not None and self.rewards.needs_answers and records.answers is None:
+            raise DatasetError(f"dataset {ds.uri}: the exact_answer reward needs answers, but no record has an "
+                               f"{ds.answer_field!r} field; set dataset.answer_field, or use regex/python rewards")
+        return records
+
+    # ---- members ---------------------------------------------------------------------------------------------
+    def build_members(self, seeds: list[int]) -> list[LLMAlgorithm]:
+        lora = self.cfg.model.lora
+        return [self.algo_cls.create(self.base, self.cfg.hyperparameters, lora.rank, lora.alpha, s) for s in seeds]
+
+    def member_from_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> LLMAlgorithm:
+        return self.algo_cls.from_state(self.base, tensors, meta)
+
+    # ---- a generation --------------------------------------------------------------------------------------
+    def train(self, member: LLMAlgorithm, slot: int, seed: int, steps: int) -> TrainResult:
+        """`steps` training samples (GRPO completions, DPO pairs), rounded up to whole learn steps."""
+        t0 = time.perf_counter()
+        if self.rewards is not None:
+            metrics = member.train_phase(self.train_data, self.rewards, steps, seed, self.cfg.kl_metric)
+        else:
+            metrics = member.train_phase(self.train_data, steps, seed)
+        means = metrics.means()
+        score = means.get("reward", means.get("accuracy", float("nan")))
+        return TrainResult(slot, metrics.samples, metrics.steps, 0, score, means.get("loss", float("nan")),
+                           time.perf_counter() - t0, means)
+
+    def evaluate(self, member: LLMAlgorithm, seed: int, slot: int | None = None) -> float:
+        n = self.cfg.sample_completions
+        if self.rewards is not None:
+            return member.evaluate(self.eval_data, self.rewards, n)
+        return member.evaluate(self.eval_data, n)

@@ -1,0 +1,79 @@
+"""Batched sampling with a KV cache, and the log-probabilities of completions.
+
+Prompts are left-padded (``pad_prompts``) and completions right-padded after their EOS, so one batch holds
+prompts and completions of any lengths; positions follow the attention mask, so padding never shifts a
+token's position. Sampling draws from an explicit ``torch.Generator``: the same seed gives the same
+completions whatever else runs in the process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def pad_prompts(prompts: Sequence[Sequence[int]], pad_id: int, device: str | torch.device = "cpu"
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, attention mask) of token-id lists, left-padded to the longest."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        if p:
+            ids[i, width - len(p):] = torch.as_tensor(p, dtype=torch.long)
+            mask[i, width - len(p):] = 1
+    return ids.to(device), mask.to(device)
+
+
+def positions(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that count only real tokens (left padding sits at position 0)."""
+    return (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+@torch.no_grad()
+def sample(model, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int, temperature: float, eos_id: int,
+           pad_id: int, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Complete every prompt: (completion ids, completion mask), both [batch, T] with T <= max_new_tokens.
+
+    `temperature` 0 is greedy. A completion ends with its EOS token (kept, masked 1: the policy chose it);
+    what follows is `pad_id`, masked 0."""
+    batch = ids.shape[0]
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True, logits_to_keep=1)
+    past, logits = out.past_key_values, out.logits[:, -1]
+    next_pos = positions(mask)[:, -1] + 1
+    done = torch.zeros(batch, dtype=torch.bool, device=ids.device)
+    tokens, live = [], []
+    for t in range(max_new_tokens):
+        if temperature > 0:
+            probs = torch.softmax(logits.float() / temperature, dim=-1)
+            if generator is not None and probs.device != generator.device:
+                tok = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(ids.device)
+            else:
+                tok = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        else:
+            tok = logits.argmax(-1)
+        tok = torch.where(done, torch.full_like(tok, pad_id), tok)
+        tokens.append(tok)
+        live.append(~done)
+        done = done | (tok == eos_id)
+        if t == max_new_tokens - 1 or bool(done.all()):
+            break
+        mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=mask.device)], dim=1)
+        out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos[:, None], past_key_values=past,
+                    use_cache=True)
+        past, logits = out.past_key_values, out.logits[:, -1]
+        next_pos = next_pos + 1
+    return torch.stack(tokens, dim=1), torch.stack(live, dim=1).long()
+
+
+def completion_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, comp_ids: torch.Tensor,
+                        comp_mask: torch.Tensor) -> torch.Tensor:
+    """Log-probability of every completion token under `model` ([batch, T]; padding positions hold garbage,
+    weigh them with `comp_mask`). Only the completion's logits are computed (``logits_to_keep``)."""
+    ids = torch.cat([prompt_ids, comp_ids], dim=1)
+    mask = torch.cat([prompt_mask, comp_mask], dim=1)
+    width = comp_ids.shape[1]
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=False,
+                   logits_to_keep=width + 1).logits[:, :-1].float()
+    return torch.gather(logits, -1, comp_ids[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)

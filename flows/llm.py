@@ -1,0 +1,19 @@
+"""The LLM evolution flow: a population of LoRA adapters on one shared base model, trained with GRPO or DPO
+and judged on held-out prompts. The body is :func:`flows.evolution.run_evolution` (same DAG, runners, resume
+and tracking as every other kind); the arena is ``agilerl_core.arenas.llm``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow
+
+from agilerl_core.config import LLMExperimentConfig
+from flows.evolution import run_evolution
+
+
+@flow(name="llm-evolution", flow_run_name="{config.name}", validate_parameters=True)
+def llm_evolution(config: LLMExperimentConfig, run_id: str | None = None, progress: bool = False) -> dict[str, Any]:
+    """Evolve LoRA adapters (their learning rate, beta, group size, temperature and rank) until the target
+    fitness or the budget of training samples; the same `run_id` resumes a crashed run exactly."""
+    return run_evolution(config, run_id, progress)
