@@ -255,7 +255,7 @@ class _ExperimentBase(_Strict):
             if info.offline_only:
                 raise ValueError(f"algorithm: {algo} learns only from a dataset; set kind: offline and add a "
                                  f"dataset section (dataset.uri: a file made with `agilerl-flow dataset collect`)")
-            why = "is on-policy and cannot learn from a fixed dataset" if info.on_policy else \
+            why = "is on-policy and cannot learn from a fixed dataset" if info.on_policy and kind == "offline" else \
                 f"does not train in {kind} experiments"
             raise ValueError(f"algorithm: {algo} {why}; use one of {', '.join(algorithms_for_kind(kind))}")
         if info is None:

@@ -197,3 +197,60 @@ def servers(stack):
     stack.start_mlflow()
     stack.start_prefect()
     return stack
+
+
+# ---- the CLI as a user runs it -----------------------------------------------------------------------------
+def cli_env(tmp_path) -> dict:
+    """The environment of a CLI subprocess on the embedded default: no server URLs inherited, Prefect's home in
+    `tmp_path`, this checkout importable."""
+    import os
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI",
+                                                            "AGILERL_STORAGE_URI", "AWS_ENDPOINT_URL")}
+    env.update(PREFECT_HOME=str(tmp_path / "prefect-home"), PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    return env
+
+
+def flow_cli(*args, cwd, env, timeout: float = 300):
+    """`agilerl-flow ARGS` to completion (a CompletedProcess with text output)."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+def cli_summary(proc) -> dict:
+    """The JSON summary a successful CLI run prints last."""
+    import json
+
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def crash_and_resume(cfg_path, tmp_path, storage: str, kill_after: int = 2) -> tuple[dict, dict]:
+    """Run `cfg_path` through the CLI as run "crashed", kill -9 its process group once generation `kill_after`
+    is committed, resume it, then run it uninterrupted as "straight": (resumed summary, straight summary)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from agilerl_core.io.run_store import RunStore
+    from agilerl_core.io.storage import open_storage
+
+    env = cli_env(tmp_path)
+    common = ["--storage", storage, "--no-progress", "--set", f"output_dir={tmp_path / 'out'}"]
+    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "run", str(cfg_path), "--run-id", "crashed", *common],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    store = RunStore(open_storage(storage), "crashed")
+    wait_for_commit(store, kill_after, proc)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    crashed_at = store.committed_generations()[-1]
+    resumed = cli_summary(flow_cli("resume", "crashed", "--storage", storage, "--no-progress", cwd=tmp_path, env=env))
+    assert crashed_at < resumed["generations"] - 1, "the run finished before it was killed"
+    straight = cli_summary(flow_cli("run", str(cfg_path), "--run-id", "straight", *common, cwd=tmp_path, env=env))
+    return resumed, straight

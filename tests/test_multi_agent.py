@@ -18,7 +18,7 @@ from agilerl_core.errors import ConfigError
 from agilerl_core.experiment import build_evolution, train_local
 from agilerl_core.networks.evolvable import ArchSpec
 from agilerl_core.networks.mlp import MLPSpec
-from tests.conftest import wait_for_commit, with_overrides
+from tests.conftest import crash_and_resume, with_overrides
 from tests.ma_envs import CueTeam
 
 SPEAKER_LISTENER = MultiAgentSpec.from_spaces(
@@ -346,50 +346,18 @@ storage: {keep_generations: 2}
 """
 
 
-def _flow_cli(*args, cwd, env):
-    import subprocess
-    import sys
-
-    return subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300, check=False)
-
-
 def test_team_run_resumes_after_kill_9_as_if_uninterrupted(tmp_path):
     """Through the flow on the embedded default (ephemeral Prefect, SQLite MLflow, local storage): the team's
     members, the shared multi-agent buffer and every RNG come back from the last commit."""
     import json
-    import os
-    import signal
-    import subprocess
-    import sys
-    from pathlib import Path
 
     from agilerl_core.io.run_store import RunStore
     from agilerl_core.io.storage import open_storage
 
-    root = Path(__file__).resolve().parents[1]
     cfg = tmp_path / "ma.yaml"
     cfg.write_text(MA_YAML)
-    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI",
-                                                            "AGILERL_STORAGE_URI", "AWS_ENDPOINT_URL")}
-    env.update(PREFECT_HOME=str(tmp_path / "prefect-home"), PYTHONPATH=str(root))
     storage = str(tmp_path / "store")
-    common = ["--storage", storage, "--no-progress", "--set", f"output_dir={tmp_path / 'out'}"]
-    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "run", str(cfg), "--run-id", "crashed", *common],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    store = RunStore(open_storage(storage), "crashed")
-    wait_for_commit(store, 2, proc)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert store.committed_generations()[-1] < 7
-
-    def summary(p):
-        assert p.returncode == 0, p.stderr[-3000:]
-        return json.loads(p.stdout.strip().splitlines()[-1])
-
-    resumed = summary(_flow_cli("resume", "crashed", "--storage", storage, "--no-progress", cwd=tmp_path, env=env))
-    straight = summary(_flow_cli("run", str(cfg), "--run-id", "straight", *common, cwd=tmp_path, env=env))
+    resumed, straight = crash_and_resume(cfg, tmp_path, storage)
     assert resumed["generations"] == straight["generations"] == 8
     assert resumed["best_fitness"] == straight["best_fitness"]
 

@@ -1,0 +1,308 @@
+"""The LLM arena: GRPO and DPO maths, LoRA adapters on one shared base, rank mutations, checkpoints, the flow.
+
+Every model here is a tiny GPT-2 built from a config with a character-level tokenizer (no downloads)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from agilerl_core.algorithms.dpo import dpo_loss
+from agilerl_core.algorithms.grpo import group_advantages, grpo_token_loss, k3_kl
+from agilerl_core.config import validate_config
+from agilerl_core.errors import AgileRLError, CheckpointError, ConfigError, DatasetError
+from agilerl_core.experiment import build_evolution
+from agilerl_core.hpo.evolvable import MutationSettings
+from agilerl_core.llm.adapter import LoraAdapter
+from tests.conftest import crash_and_resume, with_overrides
+
+TINY_MODEL = {"config": {"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 2, "n_positions": 32,
+                         "attn_pdrop": 0.0, "embd_pdrop": 0.0, "resid_pdrop": 0.0},
+              "tokenizer_chars": "0123456789+=",
+              "lora": {"rank": 4, "alpha": 8, "targets": ["c_attn", "c_proj", "c_fc", "lm_head"]}}
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("llm-data")
+    rows = [{"prompt": f"{a}+{b}=", "answer": "7"} for a in range(10) for b in range(10)]  # a constant target
+    (d / "const.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    prefs = [{"prompt": f"{a}+{b}=", "chosen": "7", "rejected": str(a)} for a in range(10) for b in range(10) if a != 7]
+    (d / "prefs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in prefs))
+    (d / "no_answers.jsonl").write_text("".join(json.dumps({"prompt": r["prompt"]}) + "\n" for r in rows))
+    return d
+
+
+def llm_config(data_dir, **overrides):
+    data = {"name": "llm-test", "kind": "llm", "algorithm": "grpo", "population_size": 2, "seed": 0,
+            "model": json.loads(json.dumps(TINY_MODEL)),
+            "dataset": {"uri": str(data_dir / "const.jsonl"), "held_out": 20},
+            "hyperparameters": {"lr": 0.01, "batch_size": 16, "beta": 0.0, "group_size": 8, "max_new_tokens": 1,
+                                "micro_batch_size": 128},
+            "evo_steps": 512, "max_env_steps": 2048}
+    if overrides.get("algorithm") == "dpo":
+        data["dataset"]["uri"] = str(data_dir / "prefs.jsonl")
+        data["hyperparameters"] = {"lr": 0.01, "batch_size": 16, "beta": 0.5}
+        data["evo_steps"], data["max_env_steps"] = 128, 512
+    return validate_config(with_overrides(data, overrides))
+
+
+# ---- the maths on hand-built numbers ---------------------------------------------------------------------------
+def test_group_advantages_are_normalised_within_each_group():
+    r = torch.tensor([1.0, 0.0, 0.0, 1.0, 2.0, 2.0, 2.0, 2.0])
+    adv = group_advantages(r, 4)
+    assert torch.allclose(adv[:4], torch.tensor([1.0, -1.0, -1.0, 1.0]), atol=1e-3)  # mean .5, std .5
+    assert torch.equal(adv[4:], torch.zeros(4))  # equal rewards teach nothing
+
+
+def test_grpo_token_loss_clips_the_ratio_and_adds_beta_k3():
+    old = torch.log(torch.tensor([[0.5, 0.5], [0.5, 0.5]]))
+    logp = torch.log(torch.tensor([[0.8, 0.5], [0.2, 0.5]]))  # ratios 1.6 / 1 and 0.4 / 1
+    adv = torch.tensor([1.0, -1.0])
+    loss = grpo_token_loss(logp, old, None, adv, clip=0.2, beta=0.0)
+    # positive advantage: min(1.6, 1.2) * 1 -> -1.2; negative: min(-0.4, -0.8) -> 0.8
+    assert torch.allclose(loss, torch.tensor([[-1.2, -1.0], [0.8, 1.0]]), atol=1e-6)
+    ref = torch.log(torch.tensor([[0.4, 0.5], [0.4, 0.5]]))
+    with_kl = grpo_token_loss(logp, old, ref, adv, clip=0.2, beta=0.1)
+    assert torch.allclose(with_kl - loss, 0.1 * k3_kl(logp, ref))
+    # the gradient of the unclipped token flows, that of the clipped one does not
+    lp = logp.clone().requires_grad_(True)
+    grpo_token_loss(lp, old, None, adv, 0.2, 0.0).sum().backward()
+    assert lp.grad[0, 0] == 0 and lp.grad[0, 1] == pytest.approx(-1.0) and lp.grad[1, 0] == 0
+
+
+def test_k3_is_the_kl_estimator():
+    logp, ref = torch.log(torch.tensor([0.3, 0.5])), torch.log(torch.tensor([0.6, 0.5]))
+    expected = [0.6 / 0.3 - math.log(0.6 / 0.3) - 1, 0.0]
+    assert torch.allclose(k3_kl(logp, ref), torch.tensor(expected), atol=1e-6)
+    # in expectation over the policy it is KL(policy || ref): two outcomes, sampled exactly
+    p, q = torch.tensor([0.3, 0.7]), torch.tensor([0.6, 0.4])
+    assert float((p * k3_kl(p.log(), q.log())).sum()) == pytest.approx(float((p * (p / q).log()).sum()), abs=1e-6)
+
+
+def test_dpo_loss_is_its_formula():
+    pc, pr, rc, rr = (torch.tensor([v]) for v in (-3.0, -5.0, -4.0, -4.5))
+    beta = 0.3
+    margin = (-3.0 + 4.0) - (-5.0 + 4.5)
+    assert float(dpo_loss(pc, pr, rc, rr, beta)) == pytest.approx(math.log1p(math.exp(-beta * margin)), rel=1e-6)
+
+
+# ---- adapters on one shared base ------------------------------------------------------------------------------
+def _logits(member, prompts=("1+2=", "3+4=")):
+    ids, mask = member.prompt_batch(member.base.encode(list(prompts), False))
+    with torch.no_grad(), member.base.bound(member.adapter) as model:
+        return model(input_ids=ids, attention_mask=mask).logits
+
+
+def test_members_share_one_base_and_own_their_adapters(data_dir):
+    evo = build_evolution(llm_config(data_dir, population_size=3))
+    members = [m.agent for m in evo.population.members]
+    base = members[0].base
+    assert all(m.base is base for m in members)
+    ptrs = {p.data_ptr() for n, p in base.model.named_parameters() if "lora_" not in n}
+    for m in members:  # binding a member swaps only the LoRA slot: the base weights stay where they are
+        with base.bound(m.adapter) as model:
+            assert {p.data_ptr() for n, p in model.named_parameters() if "lora_" not in n} == ptrs
+            assert model.base_model.model.lm_head.lora_A["member"].weight is m.adapter.a["lm_head"]
+    a0, a1 = members[0].adapter, members[1].adapter
+    assert not torch.equal(a0.a["lm_head"], a1.a["lm_head"])  # members are seeded apart
+    evo.run_generation()
+    assert not torch.equal(a0.b["lm_head"], a1.b["lm_head"])  # and learned apart
+    assert not torch.allclose(_logits(members[0]), _logits(members[1]))
+    # the reference policy is the base itself: a member's adapter disabled
+    with base.bound(a0), base.reference() as model:
+        ids, mask = members[0].prompt_batch(base.encode(["1+2="], False))
+        ref0 = model(input_ids=ids, attention_mask=mask).logits
+    with base.bound(a1), base.reference() as model:
+        ref1 = model(input_ids=ids, attention_mask=mask).logits
+    assert torch.equal(ref0, ref1)
+
+
+def test_rank_growth_keeps_outputs_and_shrinking_keeps_the_largest_components(data_dir):
+    evo = build_evolution(llm_config(data_dir, population_size=1))
+    member = evo.population.members[0].agent
+    evo.run_generation()  # a trained adapter (B != 0)
+    before, step = _logits(member), member._adam_state()[0]
+    member.set_rank(8, seed=1)
+    assert member.adapter.rank == 8
+    assert torch.allclose(_logits(member), before, atol=1e-6)
+    s, moments = member._adam_state()
+    assert s == step and torch.count_nonzero(moments["lm_head.lora_B"][0][:, 4:]) == 0  # old moments kept
+    # shrinking: every module's B @ A becomes its best rank-2 approximation (Eckart-Young)
+    delta = {n: member.adapter.delta(n) for n in member.adapter.names}
+    member.set_rank(2, seed=2)
+    for n, d in delta.items():
+        u, sv, vh = torch.linalg.svd(d.double())
+        best = (u[:, :2] * sv[:2]) @ vh[:2]
+        assert torch.allclose(member.adapter.delta(n).double(), best, atol=1e-5), n
+    # a mutation doubles or halves within the bounds
+    msg = member.mutate("adapter_rank", np.random.default_rng(0), MutationSettings(0, 0, evo.arena.arch_bounds))
+    assert msg in ("rank:2->4", "rank:2->1") and member.adapter.rank in (1, 4)
+    with pytest.raises(ValueError, match="base model is frozen"):
+        member.mutate("architecture", np.random.default_rng(0), MutationSettings(0, 0, evo.arena.arch_bounds))
+
+
+def test_adapter_svd_shrink_of_a_known_product():
+    a = {"m": torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])}
+    b = {"m": torch.tensor([[3.0, 0.0], [0.0, 0.5]])}
+    small = LoraAdapter(a, b, 2.0).shrunk(1)
+    assert torch.allclose(small.delta("m"), torch.tensor([[6.0, 0.0, 0.0], [0.0, 0.0, 0.0]]), atol=1e-6)
+
+
+# ---- learning -------------------------------------------------------------------------------------------------
+def test_a_tiny_model_learns_a_constant_target_probe(data_dir):
+    """Sampled completions (temperature 1) reach >= 95% reward within a few thousand completions."""
+    evo = build_evolution(llm_config(data_dir, population_size=1, max_env_steps=4096))
+    member = evo.population.members[0].agent
+    first = evo.arena.train(member, 0, 0, 256).mean_return
+    for g in range(1, 16):
+        last = evo.arena.train(member, 0, g, 256).mean_return
+    assert first < 0.5 and last >= 0.95, (first, last)
+    assert evo.arena.evaluate(member, 0) == 1.0  # greedy, on held-out prompts
+    assert member.samples and member.samples[0]["completion"] == "7"
+
+
+def test_dpo_learns_preferences_and_its_fitness_is_held_out_accuracy(data_dir):
+    evo = build_evolution(llm_config(data_dir, algorithm="dpo", population_size=1))
+    member = evo.population.members[0].agent
+    assert evo.arena.evaluate(member, 0) == 0.5  # B = 0: the policy is the reference, every margin a tie
+    for g in range(6):
+        evo.arena.train(member, 0, g, 128)
+    assert evo.arena.evaluate(member, 0) >= 0.9
+    held = set(evo.arena.eval_data.prompts)
+    assert held and not held & set(evo.arena.train_data.prompts)  # fitness never sees a training prompt
+
+
+def test_same_seed_same_result_and_checkpoint_round_trip(data_dir, tmp_path):
+    def run():
+        evo = build_evolution(llm_config(data_dir, **{"mutation.adapter_rank": 0.5}))
+        for _ in range(3):
+            if evo.history:
+                evo.evolve()
+            evo.run_generation()
+        return evo
+
+    a, b = run(), run()
+    assert [h.fitnesses for h in a.history] == [h.fitnesses for h in b.history]
+    assert [h.train_metrics for h in a.history] == [h.train_metrics for h in b.history]
+    for ma, mb in zip(a.population.members, b.population.members, strict=True):
+        ta, tb = ma.agent.state()[0], mb.agent.state()[0]
+        assert ta.keys() == tb.keys() and all(torch.equal(ta[k], tb[k]) for k in ta)
+    a.save(tmp_path / "pop")
+    c = build_evolution(llm_config(data_dir, **{"mutation.adapter_rank": 0.5}))
+    c.restore(tmp_path / "pop")
+    for ma, mc in zip(a.population.members, c.population.members, strict=True):
+        ta, tc = ma.agent.state(), mc.agent.state()
+        assert ta[1] == tc[1] and all(torch.equal(ta[0][k], tc[0][k]) for k in ta[0])
+    # the restored population continues exactly as the original
+    a.evolve()
+    c.evolve()
+    assert a.run_generation().fitnesses == c.run_generation().fitnesses
+    assert a.history[-1].train_metrics == c.history[-1].train_metrics
+
+
+# ---- bad input ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("overrides, error, match", [
+    ({"model": {"path": "/nonexistent/model"}}, ConfigError, r"model.path '/nonexistent/model': no such file"),
+    ({"model": {"path": "package:surely_not_installed_pkg"}}, ConfigError, "is not installed"),
+    ({"dataset.uri": "/nonexistent/prompts.jsonl"}, DatasetError, "make-arithmetic"),
+    ({"dataset.uri": "NO_ANSWERS"}, DatasetError, "exact_answer reward needs answers"),
+    ({"rewards": [{"kind": "python", "function": "tests.test_llm:no_such_reward"}]}, ConfigError,
+     r"rewards\[0\].function: module 'tests.test_llm' has no function 'no_such_reward'"),
+    ({"rewards": [{"kind": "python", "function": "not_a_module_xyz:f"}]}, ConfigError, "cannot import module"),
+    ({"rewards": [{"kind": "regex", "pattern": "("}]}, ConfigError, r"rewards\[0\].pattern"),
+    ({"model.sha256": "0" * 64}, ConfigError, "model.sha256: the base model's weights hash to"),
+    ({"model.lora.targets": ["no_such_module"]}, ConfigError, "model.lora.targets"),
+    ({"dataset.held_out": 100}, DatasetError, "dataset.held_out"),
+])
+def test_bad_input_is_refused_before_any_work(data_dir, overrides, error, match):
+    if overrides.get("dataset.uri") == "NO_ANSWERS":
+        overrides = {"dataset.uri": str(data_dir / "no_answers.jsonl")}
+    with pytest.raises(error, match=match):
+        build_evolution(llm_config(data_dir, **overrides))
+
+
+def test_config_refuses_what_llm_members_cannot_do(data_dir):
+    with pytest.raises(ConfigError, match="mutation.architecture: LLM members take no architecture mutations"):
+        llm_config(data_dir, **{"mutation.architecture": 0.2})
+    with pytest.raises(ConfigError, match="mutation.parameters: LLM members take no weight-noise"):
+        llm_config(data_dir, **{"mutation.parameters": 0.1})
+    with pytest.raises(ConfigError, match="algorithm: ppo does not train in llm experiments; use one of grpo, dpo"):
+        llm_config(data_dir, algorithm="ppo")
+    with pytest.raises(ConfigError, match="tokenizer_chars"):
+        llm_config(data_dir, **{"model.tokenizer_chars": None})
+    with pytest.raises(ConfigError, match="dataset.*no 'chosen' field"):  # DPO on a prompt set
+        build_evolution(llm_config(data_dir, algorithm="dpo", **{"dataset.uri": str(data_dir / "const.jsonl")}))
+
+
+def test_a_member_is_refused_on_another_base(data_dir, tmp_path):
+    evo = build_evolution(llm_config(data_dir, population_size=1))
+    evo.save(tmp_path / "pop")
+    other = build_evolution(llm_config(data_dir, population_size=1, **{"model.init_seed": 1}))
+    with pytest.raises(CheckpointError, match="trained on base model"):
+        other.restore(tmp_path / "pop")
+    assert issubclass(CheckpointError, AgileRLError)
+
+
+# ---- through the flow ---------------------------------------------------------------------------------------------
+def test_llm_run_resumes_after_kill_9_and_tracks_what_members_say(data_dir, tmp_path):
+    """Through the CLI and the flow on the embedded default: a kill -9'd run resumes bit-identically; MLflow has
+    every member's reward, KL and completion length, a table of held-out completions per generation, and the
+    champion (base by reference + adapter) generates text."""
+    import yaml
+
+    cfg = tmp_path / "llm.yaml"
+    data = llm_config(data_dir, max_env_steps=10240, **{"mutation.adapter_rank": 0.3}).model_dump(mode="json")
+    data.update(name="llm-flow")
+    data["hyperparameters"]["beta"] = 0.02
+    cfg.write_text(yaml.safe_dump(data))
+    storage = str(tmp_path / "store")
+    resumed, straight = crash_and_resume(cfg, tmp_path, storage, kill_after=1)
+    assert resumed["generations"] == straight["generations"] == 10
+    assert resumed["best_fitness"] == straight["best_fitness"]
+
+    from agilerl_core.io.run_store import RunStore
+    from agilerl_core.io.storage import open_storage
+
+    def final(run_id):
+        s = RunStore(open_storage(storage), run_id)
+        g = s.latest_generation()
+        pop = json.loads(s.storage.get_bytes(s.key(s.gen_dir(g), "population", "population.json")))
+        weights = {k.split("/population/")[1]: v for k, v in s.manifest(g)["files"].items()
+                   if k.endswith(".safetensors")}
+        return pop["lineage"], [h["fitnesses"] for h in pop["extra"]["history"]], weights
+
+    assert final("crashed") == final("straight")
+    run = json.loads(RunStore(open_storage(storage), "straight").storage.get_bytes(
+        RunStore(open_storage(storage), "straight").key("run.json")))
+    assert len(run["config"]["model"]["sha256"]) == 64  # the base is pinned in the run's record
+
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'out' / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("llm-flow").experiment_id
+    children = client.search_runs([exp], filter_string=f"tags.`agilerl.parent` = '{straight['mlflow_run_id']}'")
+    assert len(children) == 2
+    for child in children:
+        assert {"fitness", "train.reward", "train.kl", "train.completion_length", "hp.lr", "hp.beta",
+                "hp.group_size", "hp.temperature"} <= set(child.data.metrics)
+    parent = client.get_run(straight["mlflow_run_id"])
+    assert parent.data.tags["agilerl.base_model"] == "config:gpt2"
+    tables = [a.path for a in client.list_artifacts(parent.info.run_id, "samples")]
+    assert len(tables) == 10
+    from pathlib import Path
+
+    table = json.loads(Path(client.download_artifacts(parent.info.run_id, tables[-1], str(tmp_path))).read_text())
+    assert {"prompt", "completion", "reward", "slot", "generation"} <= set(table["columns"])
+    mlflow.set_tracking_uri(uri)
+    champion = mlflow.pyfunc.load_model(straight["champion_uri"])
+    import pandas as pd
+
+    out = champion.predict(pd.DataFrame({"prompt": ["1+2=", "5+5="]}))
+    assert len(out["completion"]) == 2 and all(isinstance(c, str) for c in out["completion"])
