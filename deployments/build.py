@@ -41,7 +41,7 @@ def render() -> str:
             "work_pool": {"name": WORK_POOL},
             "schedules": [{"cron": NIGHTLY, "timezone": "UTC", "active": True}],
             "parameters": {"config": config},
-            "tags": ["agilerl", config.get("algorithm", "dqn"), config["env_id"]],
+            "tags": ["agilerl", config.get("algorithm", "dqn"), config.get("env_id", kind)],
         })
     doc = {"name": "agilerl-flow", "prefect-version": "3.8",
            "pull": [{"prefect.deployments.steps.set_working_directory": {"directory": "{{ $PWD }}"}}],
