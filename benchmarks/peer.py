@@ -1,4 +1,5 @@
-"""Running a peer script of ../shared/bench (AgileRL 2.58 in its own venv) and reading its RESULT line."""
+"""Running a peer script of ../shared/bench (AgileRL 2.58 in its own venv) and reading its RESULT line; running
+one of our measurements in a fresh process."""
 
 from __future__ import annotations
 
@@ -20,3 +21,18 @@ def run_peer(python: str, script: str, *args: str) -> dict:
     r = json.loads(m.group(1))
     return {"wall_s": r["wall_s"], "train_env_steps": r["train_env_steps"],
             "env_steps_per_s": r["train_env_steps"] / r["wall_s"]}
+
+
+def in_fresh_process(module: str, call: str) -> dict:
+    """`module.call` (e.g. ``measure(4, '/tmp/x')``) evaluated in a fresh Python process, a benchmark module beside
+    this one: its printed JSON. A fresh process has a peak RSS of its own and nothing warmed up by earlier work."""
+    import os
+    import sys
+
+    here = Path(__file__).resolve().parent
+    code = f"import json, sys; sys.path.insert(0, {str(here)!r}); import {module} as m; print(json.dumps(m.{call}))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                          env={**os.environ, "PYTHONPATH": str(here.parent)})
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-3000:])
+    return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -254,3 +254,17 @@ def crash_and_resume(cfg_path, tmp_path, storage: str, kill_after: int = 2) -> t
     assert crashed_at < resumed["generations"] - 1, "the run finished before it was killed"
     straight = cli_summary(flow_cli("run", str(cfg_path), "--run-id", "straight", *common, cwd=tmp_path, env=env))
     return resumed, straight
+
+
+def committed_state(storage: str, run_id: str) -> tuple[list, list, dict]:
+    """A run's last committed generation as data: (lineage, every generation's fitnesses, member file hashes)."""
+    import json
+
+    from agilerl_core.io.run_store import RunStore
+    from agilerl_core.io.storage import open_storage
+
+    s = RunStore(open_storage(storage), run_id)
+    g = s.latest_generation()
+    pop = json.loads(s.storage.get_bytes(s.key(s.gen_dir(g), "population", "population.json")))
+    weights = {k.split("/population/")[1]: v for k, v in s.manifest(g)["files"].items() if k.endswith(".safetensors")}
+    return pop["lineage"], [h["fitnesses"] for h in pop["extra"]["history"]], weights

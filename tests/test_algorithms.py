@@ -30,10 +30,38 @@ def _dataset_for(env_id: str) -> str:
     return _DATASETS[env_id]
 
 
+def _arithmetic_set(preferences: bool) -> str:
+    key = f"arithmetic-{preferences}"
+    if key not in _DATASETS:
+        from agilerl_core.data.prompts import make_arithmetic, write_jsonl
+
+        path = Path(tempfile.mkdtemp(prefix="agilerl-test-data-")) / "add.jsonl"
+        _DATASETS[key] = str(write_jsonl(path, make_arithmetic(60, 1, 0, preferences)))
+    return _DATASETS[key]
+
+
+TINY_LM = {"config": {"model_type": "gpt2", "n_embd": 32, "n_layer": 1, "n_head": 2, "n_positions": 96},
+           "tokenizer_chars": "0123456789+= ?WhatisAnwerthumbly.", "lora": {"rank": 4, "alpha": 8, "max_rank": 8}}
+
+
+def _tiny_llm(cfg, name: str, **extra):
+    """An LLM config with its base swapped for a tiny config-built model (the shipped ones name SmolLM2, which
+    CI does not install) and a small generated arithmetic set: its algorithm, rewards and evolution stay."""
+    over = {"model": TINY_LM, "dataset.uri": _arithmetic_set(cfg.algorithm == "dpo"), "dataset.held_out": 10,
+            "population_size": 3, "evo_steps": 32, "max_env_steps": 288, "eval_prompts": 4,
+            "target_fitness": None, "mutation.adapter_rank": 1.0, "mutation.rl_hp": 1.0, "torch_threads": 1,
+            "hyperparameters.batch_size": 4, **extra}
+    if cfg.algorithm == "grpo":
+        over.update({"hyperparameters.group_size": 4, "hyperparameters.max_new_tokens": 4})
+    return load_config(CONFIGS / name, over)
+
+
 def _tiny(name: str, **extra):
     """The shipped config, shrunk to a few hundred steps per member (offline: gradient steps on a small
-    random-policy dataset)."""
+    random-policy dataset; LLM: a tiny base model)."""
     cfg = load_config(CONFIGS / name)
+    if cfg.kind == "llm":
+        return _tiny_llm(cfg, name, **{k: v for k, v in extra.items() if k != "mutation.parameters"})
     over = {"population_size": 3, "evo_steps": 160, "max_env_steps": 1440, "eval_episodes": 2,
             "target_fitness": None, "eval_max_steps": 100, "network.hidden_sizes": [32, 32],
             "network.min_nodes": 16, "mutation.architecture": 1.0, "mutation.rl_hp": 1.0}
@@ -63,7 +91,11 @@ def _tiny(name: str, **extra):
 def test_every_shipped_config_trains(name, tmp_path):
     cfg = _tiny(name)
     res = train_local(cfg, progress=False, run_dir=tmp_path)
-    assert res.generations == 3 and res.global_steps == cfg.max_env_steps
+    if cfg.kind == "llm":  # a member's last learn step is whole: a generation may pass its share by less than one
+        step = cfg.hyperparameters.batch_size * getattr(cfg.hyperparameters, "group_size", 1) * 2  # (group mutates)
+        assert res.generations == 3 and 0 <= res.global_steps - cfg.max_env_steps < cfg.population_size * step
+    else:
+        assert res.generations == 3 and res.global_steps == cfg.max_env_steps
     assert all(np.isfinite(h.fitnesses).all() for h in res.history)
     assert (tmp_path / "elite" / "weights.safetensors").is_file()
 

@@ -18,7 +18,7 @@ from agilerl_core.errors import AgileRLError, CheckpointError, ConfigError, Data
 from agilerl_core.experiment import build_evolution
 from agilerl_core.hpo.evolvable import MutationSettings
 from agilerl_core.llm.adapter import LoraAdapter
-from tests.conftest import crash_and_resume, with_overrides
+from tests.conftest import committed_state, crash_and_resume, with_overrides
 
 TINY_MODEL = {"config": {"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 2, "n_positions": 32,
                          "attn_pdrop": 0.0, "embd_pdrop": 0.0, "resid_pdrop": 0.0},
@@ -268,17 +268,9 @@ def test_llm_run_resumes_after_kill_9_and_tracks_what_members_say(data_dir, tmp_
     from agilerl_core.io.run_store import RunStore
     from agilerl_core.io.storage import open_storage
 
-    def final(run_id):
-        s = RunStore(open_storage(storage), run_id)
-        g = s.latest_generation()
-        pop = json.loads(s.storage.get_bytes(s.key(s.gen_dir(g), "population", "population.json")))
-        weights = {k.split("/population/")[1]: v for k, v in s.manifest(g)["files"].items()
-                   if k.endswith(".safetensors")}
-        return pop["lineage"], [h["fitnesses"] for h in pop["extra"]["history"]], weights
-
-    assert final("crashed") == final("straight")
-    run = json.loads(RunStore(open_storage(storage), "straight").storage.get_bytes(
-        RunStore(open_storage(storage), "straight").key("run.json")))
+    assert committed_state(storage, "crashed") == committed_state(storage, "straight")
+    store = RunStore(open_storage(storage), "straight")
+    run = json.loads(store.storage.get_bytes(store.key("run.json")))
     assert len(run["config"]["model"]["sha256"]) == 64  # the base is pinned in the run's record
 
     import mlflow
@@ -306,3 +298,31 @@ def test_llm_run_resumes_after_kill_9_and_tracks_what_members_say(data_dir, tmp_
 
     out = champion.predict(pd.DataFrame({"prompt": ["1+2=", "5+5="]}))
     assert len(out["completion"]) == 2 and all(isinstance(c, str) for c in out["completion"])
+
+
+# ---- data ------------------------------------------------------------------------------------------------------------
+def test_prompt_sets_read_as_jsonl_or_parquet_and_split_by_seed(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from agilerl_core.data.prompts import load_text_records, make_arithmetic, split_indices, write_jsonl
+
+    rows = make_arithmetic(50, 2, seed=3, preferences=True)
+    assert len({r["prompt"] for r in rows}) == 50
+    assert all(int(r["answer"]) == eval(r["prompt"][8:].split("?")[0]) for r in rows)  # "What is A + B?"
+    assert all(r["chosen"] == r["answer"] != r["rejected"] for r in rows)
+    write_jsonl(tmp_path / "s.jsonl", rows)
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "s.parquet")
+    fields = {"prompt": "prompt", "answer": "answer", "chosen": "chosen", "rejected": "rejected"}
+    a = load_text_records(str(tmp_path / "s.jsonl"), fields, ("prompt",))
+    b = load_text_records(str(tmp_path / "s.parquet"), fields, ("prompt",))
+    assert a.prompts == b.prompts and a.answers == b.answers and a.rejected == b.rejected
+    train, held = split_indices(50, 0.2, seed=7)
+    assert len(held) == 10 and not set(train) & set(held) and sorted([*train, *held]) == list(range(50))
+    assert all((x == y).all() for x, y in zip(split_indices(50, 0.2, 7), (train, held), strict=True))
+    assert not (split_indices(50, 0.2, 8)[1] == held).all()
+    with pytest.raises(DatasetError, match="record 0 has no 'question' field"):
+        load_text_records(str(tmp_path / "s.jsonl"), {**fields, "prompt": "question"}, ("prompt",))
+    (tmp_path / "bad.jsonl").write_text('{"prompt": "x"}\nnot json\n')
+    with pytest.raises(DatasetError, match="line 2 is not JSON"):
+        load_text_records(str(tmp_path / "bad.jsonl"), fields, ("prompt",))

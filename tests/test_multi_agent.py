@@ -18,7 +18,7 @@ from agilerl_core.errors import ConfigError
 from agilerl_core.experiment import build_evolution, train_local
 from agilerl_core.networks.evolvable import ArchSpec
 from agilerl_core.networks.mlp import MLPSpec
-from tests.conftest import crash_and_resume, with_overrides
+from tests.conftest import committed_state, crash_and_resume, with_overrides
 from tests.ma_envs import CueTeam
 
 SPEAKER_LISTENER = MultiAgentSpec.from_spaces(
@@ -349,27 +349,13 @@ storage: {keep_generations: 2}
 def test_team_run_resumes_after_kill_9_as_if_uninterrupted(tmp_path):
     """Through the flow on the embedded default (ephemeral Prefect, SQLite MLflow, local storage): the team's
     members, the shared multi-agent buffer and every RNG come back from the last commit."""
-    import json
-
-    from agilerl_core.io.run_store import RunStore
-    from agilerl_core.io.storage import open_storage
-
     cfg = tmp_path / "ma.yaml"
     cfg.write_text(MA_YAML)
     storage = str(tmp_path / "store")
     resumed, straight = crash_and_resume(cfg, tmp_path, storage)
     assert resumed["generations"] == straight["generations"] == 8
     assert resumed["best_fitness"] == straight["best_fitness"]
-
-    def final(run_id):
-        s = RunStore(open_storage(storage), run_id)
-        g = s.latest_generation()
-        pop = json.loads(s.storage.get_bytes(s.key(s.gen_dir(g), "population", "population.json")))
-        weights = {k.split("/population/")[1]: v for k, v in s.manifest(g)["files"].items()
-                   if k.endswith(".safetensors")}
-        return pop["lineage"], [h["fitnesses"] for h in pop["extra"]["history"]], weights
-
-    assert final("crashed") == final("straight")
+    assert committed_state(storage, "crashed") == committed_state(storage, "straight")
 
     from mlflow.tracking import MlflowClient  # per-agent returns beside each member's fitness
 

@@ -107,7 +107,8 @@ class GRPO(LLMAlgorithm):
         parts = chunks(ids.shape[0], hp.micro_batch_size)
         with base.bound(self.adapter) as model:
             comp, cmask = _pad_right([sample(model, ids[s], mask[s], hp.max_new_tokens, hp.temperature, base.eos_id,
-                                             base.pad_id, generator) for s in parts], base.pad_id)
+                                             base.pad_id, generator)
+                                      for s in chunks(ids.shape[0], hp.generation_batch_size)], base.pad_id)
             texts = base.decode(comp, cmask)
             r = rewards(texts, [a for a in answers for _ in range(g)], [p for p in prompts for _ in range(g)])
             adv = group_advantages(torch.as_tensor(r, dtype=torch.float32), g).to(ids.device)
@@ -147,7 +148,7 @@ class GRPO(LLMAlgorithm):
         ids, mask = self.prompt_batch(data.ids)
         with base.bound(self.adapter) as model:
             texts: list[str] = []
-            for s in chunks(len(data), max(hp.micro_batch_size, 1)):
+            for s in chunks(len(data), hp.generation_batch_size):
                 comp, cmask = sample(model, ids[s], mask[s], hp.max_new_tokens, 0.0, base.eos_id, base.pad_id)
                 texts += base.decode(comp, cmask)
         r = rewards(texts, data.answers, data.prompts)

@@ -18,7 +18,7 @@ LLM_LEARNING_RATE = HyperparameterSpec(min=1e-6, max=1e-1, kind="log", grow=1.5,
 class LLMHyperparameters(BaseHyperparameters):
     """What GRPO and DPO share: the adapter's optimiser and the KL anchor to the base model."""
 
-    fixed_fields: ClassVar[frozenset[str]] = frozenset({"max_new_tokens", "micro_batch_size"})
+    fixed_fields: ClassVar[frozenset[str]] = frozenset({"max_new_tokens", "micro_batch_size", "generation_batch_size"})
 
     lr: float = Field(1e-4, gt=0, description="Adam learning rate of the member's LoRA adapter.")
     beta: float = Field(0.04, ge=0, description="GRPO: weight of the k3 KL penalty to the base model (0: no "
@@ -45,6 +45,8 @@ class GRPOHyperparameters(LLMHyperparameters):
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of training completions (evaluation "
                                                       "is greedy).")
     max_new_tokens: int = Field(16, ge=1, description="Longest completion (tokens); generation stops at EOS.")
+    generation_batch_size: int = Field(128, ge=1, description="Completions sampled together (one KV cache; larger "
+                                                              "batches use the cores better, memory grows with it).")
     clip: float = Field(0.2, gt=0, lt=1, description="PPO-style ratio clip.")
     update_epochs: int = Field(1, ge=1, description="Gradient passes over each batch of completions.")
 
