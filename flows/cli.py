@@ -309,8 +309,8 @@ def _dataset(args: argparse.Namespace) -> dict:
     if args.dataset_command == "info":
         return load_dataset(args.uri, args.format).describe()
     if args.dataset_command == "make-arithmetic":
-        from agilerl_core.data.fetch import file_digests
         from agilerl_core.data.prompts import make_arithmetic, write_jsonl
+        from agilerl_core.io.digest import sha256_file
 
         if args.count < 1 or args.digits < 1:
             raise ConfigError("--count and --digits must be at least 1")
@@ -319,7 +319,7 @@ def _dataset(args: argparse.Namespace) -> dict:
         except ValueError as err:
             raise ConfigError(f"--count {args.count}: {err}") from None
         out = write_jsonl(args.out, rows)
-        return {"out": str(out.resolve()), "records": len(rows), "sha256": file_digests(out)[0],
+        return {"out": str(out.resolve()), "records": len(rows), "sha256": sha256_file(out),
                 "fields": sorted(rows[0])}
     from agilerl_core.data.collect import collect_episodes, write_dataset
 

@@ -17,7 +17,6 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -98,14 +97,7 @@ class DPO(LLMAlgorithm):
 
     def train_phase(self, data: PreferenceData, budget: int, seed: int) -> PhaseMetrics:
         """Learn steps until `budget` pairs were used (the last step is whole)."""
-        rng = np.random.default_rng(seed)
-        metrics = PhaseMetrics()
-        while metrics.samples < budget:
-            idx = rng.choice(len(data), size=min(self.hp.batch_size, len(data)), replace=False).tolist()
-            metrics.add(len(idx), **self.learn(data, idx))
-        self.samples_seen += metrics.samples
-        self.train_metrics = metrics.means()
-        return metrics
+        return self._run_phase(len(data), budget, seed, lambda idx: (len(idx), self.learn(data, idx)))
 
     def learn(self, data: PreferenceData, idx: list[int]) -> dict[str, float]:
         """One DPO step on the pairs `idx`."""

@@ -86,17 +86,14 @@ class GRPO(LLMAlgorithm):
     def train_phase(self, data: PromptData, rewards: Rewards, budget: int, seed: int, kl_metric: bool = True
                     ) -> PhaseMetrics:
         """Learn steps until `budget` completions were sampled (the last step is whole)."""
-        rng = np.random.default_rng(seed)
         gen = torch.Generator().manual_seed(seed)
-        metrics = PhaseMetrics()
-        while metrics.samples < budget:
-            idx = rng.choice(len(data), size=min(self.hp.batch_size, len(data)), replace=False)
+
+        def learn_on(idx: list[int]) -> tuple[int, dict[str, float]]:
             step = self.learn([data.ids[i] for i in idx], [data.prompts[i] for i in idx],
                               [data.answers[i] for i in idx], rewards, gen, kl_metric)
-            metrics.add(len(idx) * self.hp.group_size, **step)
-        self.samples_seen += metrics.samples
-        self.train_metrics = metrics.means()
-        return metrics
+            return len(idx) * self.hp.group_size, step
+
+        return self._run_phase(len(data), budget, seed, learn_on)
 
     def learn(self, prompt_ids: list[list[int]], prompts: list[str], answers: list[str | None], rewards: Rewards,
               generator: torch.Generator, kl_metric: bool = True) -> dict[str, float]:

@@ -11,6 +11,7 @@ is only its tensors and counters, and a resumed run repeats an uninterrupted one
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -206,6 +207,19 @@ class LLMAlgorithm:
         return member
 
     # ---- learning helpers -------------------------------------------------------------------------------------
+    def _run_phase(self, n: int, budget: int, seed: int,
+                   learn_on: Callable[[list[int]], tuple[int, dict[str, float]]]) -> PhaseMetrics:
+        """Learn steps on seeded random batches of `batch_size` of the `n` records until `budget` samples were
+        used (the last step is whole). `learn_on(indices)` runs one step and returns (samples used, metrics)."""
+        rng = np.random.default_rng(seed)
+        metrics = PhaseMetrics()
+        while metrics.samples < budget:
+            used, values = learn_on(rng.choice(n, size=min(self.hp.batch_size, n), replace=False).tolist())
+            metrics.add(used, **values)
+        self.samples_seen += metrics.samples
+        self.train_metrics = metrics.means()
+        return metrics
+
     def _step(self) -> float:
         """Clip and apply the accumulated gradient; returns its norm before clipping."""
         params = self.adapter.parameters()

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from agilerl_core.data.minari_format import datasets_root
 from agilerl_core.errors import DatasetError, StorageError
+from agilerl_core.io.digest import sha256_file, tree_digest
 from agilerl_core.io.storage import S3Options, S3Storage
 
 _MD5 = re.compile(r"^[0-9a-f]{32}$")
@@ -56,11 +57,6 @@ def file_digests(path: Path) -> tuple[str, str]:
     return sha.hexdigest(), md5.hexdigest()
 
 
-def tree_digest(files: dict[str, str]) -> str:
-    """One hash for several files: SHA-256 over their sorted (relative path, sha256) lines."""
-    return hashlib.sha256("".join(f"{k}\t{v}\n" for k, v in sorted(files.items())).encode()).hexdigest()
-
-
 def resolve_dataset(uri: str, s3: S3Options | None = None, cache_dir: str | None = None) -> LocalDataset:
     """The local file or directory behind `uri` (downloading s3:// into the cache when needed)."""
     if not uri:
@@ -84,8 +80,8 @@ def resolve_dataset(uri: str, s3: S3Options | None = None, cache_dir: str | None
 
 def _local_digest(path: Path) -> str:
     if path.is_file():
-        return file_digests(path)[0]
-    files = {p.relative_to(path).as_posix(): file_digests(p)[0] for p in sorted(path.rglob("*"))
+        return sha256_file(path)
+    files = {p.relative_to(path).as_posix(): sha256_file(p) for p in sorted(path.rglob("*"))
              if p.is_file() and not p.name.startswith(".")}
     if not files:
         raise DatasetError(f"dataset {path}: the directory is empty")
@@ -134,7 +130,7 @@ def _fetch_s3(uri: str, s3: S3Options | None, root: Path) -> LocalDataset:
             dest = content / rel
             known = cached.get(rel)
             if known and known.get("etag") == etag and known.get("size") == size and dest.is_file() \
-                    and dest.stat().st_size == size and file_digests(dest)[0] == known.get("sha256"):
+                    and dest.stat().st_size == size and sha256_file(dest) == known.get("sha256"):
                 manifest[rel] = known
                 continue
             manifest[rel] = {"etag": etag, "size": size, "sha256": _download(store, objects[rel], dest, etag, size,

@@ -15,7 +15,6 @@ raises :class:`CheckpointError` naming it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -34,19 +33,12 @@ from agilerl_core.buffers.replay import ReplayBuffer
 from agilerl_core.envs.spaces import ObsSpec
 from agilerl_core.errors import CheckpointError
 from agilerl_core.hpo.population import LineageEvent, Member, Population
+from agilerl_core.io.digest import sha256_file
 
 Rebuild = Callable[[dict[str, torch.Tensor], dict[str, Any]], Any]  # (tensors, meta) -> member
 MEMBER_FORMAT = "agilerl-flow/member"
 POPULATION_FORMAT = "agilerl-flow/population"
 VERSION = 1
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -70,7 +62,7 @@ def _read_json(path: Path, fmt: str) -> dict:
 
 def _save_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> str:
     save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(path))
-    return _sha256(path)
+    return sha256_file(path)
 
 
 def _load_tensors(path: Path, expected_sha: str | None) -> dict[str, torch.Tensor]:
@@ -78,7 +70,7 @@ def _load_tensors(path: Path, expected_sha: str | None) -> dict[str, torch.Tenso
         raise CheckpointError(f"{path}: file not found")
     if expected_sha is None:
         raise CheckpointError(f"{path}: no checksum recorded for this file; refusing to load it")
-    if _sha256(path) != expected_sha:
+    if sha256_file(path) != expected_sha:
         raise CheckpointError(f"{path}: checksum mismatch; the file was truncated or modified after saving")
     try:
         return load_file(str(path))

@@ -24,17 +24,10 @@ from typing import Any
 import torch
 
 from agilerl_core.errors import ConfigError
+from agilerl_core.io.digest import sha256_file, tree_digest
 from agilerl_core.llm.adapter import LoraAdapter
 
 SLOT = "member"  # the peft adapter name every member binds into
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(8 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def tensors_sha256(tensors: dict[str, torch.Tensor]) -> str:
@@ -113,7 +106,7 @@ def load_model_and_tokenizer(spec: Any, device: str) -> tuple[Any, Any, str, dic
             gguf = gguf if gguf.is_absolute() else where / gguf
             if not gguf.is_file():
                 raise ConfigError(f"model.gguf_file {spec.gguf_file!r}: no such file (looked at {gguf})")
-            sha = _sha256_file(gguf)
+            sha = sha256_file(gguf)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -128,8 +121,8 @@ def load_model_and_tokenizer(spec: Any, device: str) -> tuple[Any, Any, str, dic
                 why = f" ({', '.join(pickled)} is pickle, never loaded)" if pickled else ""
                 raise ConfigError(f"model.path {spec.path!r}: no *.safetensors weights{why}; save the model with "
                                   f"save_pretrained(..., safe_serialization=True)")
-            files = {p.name: _sha256_file(p) for p in weights}
-            sha = hashlib.sha256("".join(f"{k}\t{v}\n" for k, v in sorted(files.items())).encode()).hexdigest()
+            files = {p.name: sha256_file(p) for p in weights}
+            sha = tree_digest(files)
             try:
                 tokenizer = AutoTokenizer.from_pretrained(where)
                 model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, use_safetensors=True)
