@@ -194,10 +194,10 @@ def run_generation(job: GenerationJob, evo: Evolution, store: RunStore, runner, 
     slots = range(len(evo.population.members))
     inline = job.mode == "threads" and job.config.runner.max_threads == 1
     if inline:  # one member at a time in this thread (no hand-off to a pool thread), evaluated right after
-        outputs, fitnesses = [], []
+        outputs, evaluations = [], []
         for slot in slots:
             outputs.append(train_member_task(job, slot, evo))
-            fitnesses.append(evaluate_member_task(job, slot, evo))
+            evaluations.append(evaluate_member_task(job, slot, evo))
     else:  # a process runner ships each member's state; threads train the live members
         states = [MemberState(*m.agent.state()) if job.mode == "process" else evo for m in evo.population.members]
         trained = [runner.submit(train_member_task, {"job": job, "slot": s, "member": states[s]}) for s in slots]
@@ -208,8 +208,8 @@ def run_generation(job: GenerationJob, evo: Evolution, store: RunStore, runner, 
             evaluated = [runner.submit(evaluate_member_task, {"job": job, "slot": s, "member": trained[s]})
                          for s in slots]
         outputs = [f.result() for f in trained]
-        fitnesses = [f.result() for f in evaluated]
-    shards = fold_generation_task(job, evo, store, outputs, fitnesses)
+        evaluations = [f.result() for f in evaluated]
+    shards = fold_generation_task(job, evo, store, outputs, evaluations)
     commit_generation_task(job, evo, store, shards)
     last = evo.history[-1]
     stats = asdict(last)

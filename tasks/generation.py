@@ -63,6 +63,12 @@ class TrainOutput:
 
 
 @dataclass
+class Evaluation:
+    fitness: float
+    notes: dict[str, Any] = field(default_factory=dict)  # process runners: what evaluation noted on the member
+
+
+@dataclass
 class WorkerRun:
     """A worker process's copy of a run: its Evolution, store, and how far its shared experience is synced."""
 
@@ -132,19 +138,22 @@ def train_member_task(job: GenerationJob, slot: int, member: Evolution | MemberS
 
 
 @task(name="evaluate-member", cache_policy=NO_CACHE, task_run_name="evaluate g{job.generation} m{slot}")
-def evaluate_member_task(job: GenerationJob, slot: int, member: Evolution | TrainOutput) -> float:
-    """Fitness of one trained member: mean return of greedy evaluation episodes."""
+def evaluate_member_task(job: GenerationJob, slot: int, member: Evolution | TrainOutput) -> Evaluation:
+    """Fitness of one trained member (the arena's: mean return of greedy episodes, held-out reward...). A
+    process runner evaluates a copy, so what the evaluation noted on it (per-agent returns, sample
+    completions) travels back with the fitness."""
     if isinstance(member, Evolution):
-        return member.evaluate(slot, job.generation, own_env=True)
+        return Evaluation(member.evaluate(slot, job.generation, own_env=True))
     run = worker_run(job)
     run.evo.load_member_state(slot, member.state.tensors, member.state.meta)
-    return run.evo.evaluate(slot, job.generation)
+    fitness = run.evo.evaluate(slot, job.generation)
+    return Evaluation(fitness, run.evo.evaluation_notes(slot))
 
 
 @task(name="fold-generation", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2,
       task_run_name="fold g{job.generation}")
 def fold_generation_task(job: GenerationJob, evolution: Evolution, store: RunStore, outputs: list[TrainOutput],
-                         fitnesses: list[float]) -> list[ShardRef]:
+                         evaluations: list[Evaluation]) -> list[ShardRef]:
     """Fold the trained members and their experience into the flow's Evolution; returns the shards' refs.
     Storage is read or written before anything is folded in, so a retry after a storage hiccup starts over."""
     results = [o.result for o in outputs]
@@ -157,10 +166,11 @@ def fold_generation_task(job: GenerationJob, evolution: Evolution, store: RunSto
     else:
         refs = [o.shard for o in outputs]
         shards = [store.get_shard(ref) for ref in refs]
-    if job.mode == "process":  # the trained members come back as data
-        for slot, o in enumerate(outputs):
+    if job.mode == "process":  # the trained members come back as data, their evaluation's notes beside
+        for slot, (o, e) in enumerate(zip(outputs, evaluations, strict=True)):
             evolution.load_member_state(slot, o.state.tensors, o.state.meta)
-    evolution.finish_generation(results, fitnesses, shards)
+            evolution.take_evaluation_notes(slot, e.notes)
+    evolution.finish_generation(results, [e.fitness for e in evaluations], shards)
     return refs
 
 

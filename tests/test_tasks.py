@@ -56,8 +56,11 @@ def _config(kind: str):
 
 
 @pytest.mark.parametrize("kind", ["dqn", "cartpole_rainbow.yaml", "pendulum_td3.yaml", "cartpole_ppo.yaml",
-                                  "speaker_listener_matd3.yaml", "speaker_listener_ippo.yaml"])
+                                  "speaker_listener_matd3.yaml", "speaker_listener_ippo.yaml",
+                                  "smollm2_arithmetic_grpo.yaml"])
 def test_thread_and_process_tasks_match_the_local_loop(kind, tmp_path):
+    """Same fitness, lineage, experience and weights whichever runner, and the same evaluation notes
+    (per-agent returns, sample completions): a process runner evaluates a copy and carries them back."""
     cfg = _config(kind)
     local = build_evolution(cfg)
     for _ in range(3):
@@ -77,6 +80,10 @@ def test_thread_and_process_tasks_match_the_local_loop(kind, tmp_path):
         for a, b in zip(exp.population.members, local.population.members, strict=True):
             ta, tb = a.agent.state()[0], b.agent.state()[0]
             assert all(torch.equal(ta[k], tb[k]) for k in tb)
+    notes = [local.evaluation_notes(s) for s in range(len(local.population.members))]
+    assert all(notes) == bool(local.arena.evaluation_notes)
+    for exp in runs.values():
+        assert [exp.evaluation_notes(s) for s in range(len(exp.population.members))] == notes
 
 
 def test_process_tasks_resync_a_fresh_worker_from_storage(tmp_path):

@@ -96,6 +96,7 @@ class GymArena(OwnExperience, ABC):
     Subclasses say how members train (:meth:`train`) and whether they share experience."""
 
     kind: ClassVar[str] = "gym"
+    evaluation_notes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, cfg, algo_cls: type[RLAlgorithm]) -> None:
         self.cfg = cfg

@@ -50,6 +50,7 @@ class LLMArena(OwnExperience):
     score (GRPO: mean reward of greedy completions; DPO: preference accuracy)."""
 
     kind = "llm"
+    evaluation_notes = ("samples",)  # the held-out completions the fitness was scored on (first few)
 
     def __init__(self, cfg, algo_cls: type[LLMAlgorithm]) -> None:
         self.cfg = cfg

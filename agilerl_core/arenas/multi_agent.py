@@ -143,6 +143,7 @@ class MultiAgentArena(OwnExperience, ABC):
     Subclasses say how teams train and what experience they share."""
 
     kind: ClassVar[str] = "multi_agent"
+    evaluation_notes: ClassVar[tuple[str, ...]] = ("agent_returns",)  # per agent, beside the team's fitness
 
     def __init__(self, cfg, algo_cls) -> None:
         self.cfg = cfg

@@ -103,6 +103,7 @@ class Arena(Protocol):
     arch_bounds: Any  # what architecture mutations must respect
     env_desc: dict[str, Any]  # what a checkpoint records about where its members act
     shares_experience: bool  # members learn from each other's committed experience (shards)
+    evaluation_notes: tuple[str, ...]  # member attributes its evaluate sets beside the fitness (logged)
     buffer: Any  # the shared experience (a ReplayBuffer) when shares_experience, else None
 
     def build_members(self, seeds: list[int]) -> list[Evolvable]:
@@ -250,6 +251,21 @@ class Evolution:
     def load_member_state(self, slot: int, tensors: dict[str, Any], meta: dict[str, Any]) -> None:
         """Replace member `slot` with one rebuilt from :meth:`Evolvable.state` output."""
         self.population.members[slot].agent = self.arena.member_from_state(tensors, meta)
+
+    def evaluation_notes(self, slot: int) -> dict[str, Any]:
+        """What evaluating member `slot` noted on it besides its fitness (the arena's `evaluation_notes`:
+        per-agent returns, sample completions), so a process runner can carry it back with the fitness."""
+        agent = self.population.members[slot].agent
+        return {k: getattr(agent, k) for k in self.arena.evaluation_notes if hasattr(agent, k)}
+
+    def take_evaluation_notes(self, slot: int, notes: dict[str, Any]) -> None:
+        """Put notes from :meth:`evaluation_notes` (taken in another process) on member `slot`."""
+        unknown = set(notes) - set(self.arena.evaluation_notes)
+        if unknown:
+            raise ValueError(f"evaluation notes {sorted(unknown)} are not this arena's "
+                             f"{list(self.arena.evaluation_notes)}")
+        for k, v in notes.items():
+            setattr(self.population.members[slot].agent, k, v)
 
     def elite(self) -> Member:
         return self.population.elite()
