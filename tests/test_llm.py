@@ -13,6 +13,7 @@ import torch
 
 from agilerl_core.algorithms.dpo import dpo_loss
 from agilerl_core.algorithms.grpo import group_advantages, grpo_token_loss, k3_kl
+from agilerl_core.algorithms.registry import get_algorithm
 from agilerl_core.config import validate_config
 from agilerl_core.errors import AgileRLError, CheckpointError, ConfigError, DatasetError
 from agilerl_core.experiment import build_evolution
@@ -326,3 +327,33 @@ def test_prompt_sets_read_as_jsonl_or_parquet_and_split_by_seed(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"prompt": "x"}\nnot json\n')
     with pytest.raises(DatasetError, match="line 2 is not JSON"):
         load_text_records(str(tmp_path / "bad.jsonl"), fields, ("prompt",))
+
+
+@pytest.mark.integration
+def test_a_prompt_set_on_s3_is_read_through_the_verified_cache(s3, data_dir, tmp_path, monkeypatch):
+    """dataset.uri s3://...: fetched once into the content-addressed cache with the storage section's endpoint
+    and the environment's credentials, the same records as the local file, and pinned by dataset.sha256."""
+    from agilerl_core.arenas.llm import LLMArena
+    from agilerl_core.data.prompts import load_text_records
+    from agilerl_core.io.storage import S3Options, open_storage
+
+    c = s3.credentials()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", c["access_key_id"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", c["secret_access_key"])
+    opts = S3Options(s3.s3_url, None, c["access_key_id"], c["secret_access_key"])
+    open_storage("s3://agilerl/prompts", opts).put_bytes("const.jsonl", (data_dir / "const.jsonl").read_bytes())
+    over = {"dataset.uri": "s3://agilerl/prompts/const.jsonl", "dataset.cache_dir": str(tmp_path / "cache"),
+            "storage.endpoint_url": s3.s3_url}
+    cfg = llm_config(data_dir, **over)
+    arena = LLMArena(cfg, get_algorithm("grpo"))
+    local = load_text_records(str(data_dir / "const.jsonl"), {"prompt": "prompt", "answer": "answer",
+                                                              "chosen": "chosen", "rejected": "rejected"}, ("prompt",))
+    assert arena.dataset.prompts == local.prompts and arena.dataset.answers == local.answers
+    assert arena.dataset.sha256 == local.sha256
+    cached = list((tmp_path / "cache").rglob("const.jsonl"))
+    assert len(cached) == 1
+    stamp = cached[0].stat().st_mtime_ns
+    assert LLMArena(llm_config(data_dir, **over, **{"dataset.sha256": local.sha256}), get_algorithm("grpo"))
+    assert cached[0].stat().st_mtime_ns == stamp  # served from the cache, not fetched again
+    with pytest.raises(DatasetError, match="differs from dataset.sha256"):
+        LLMArena(llm_config(data_dir, **over, **{"dataset.sha256": "0" * 64}), get_algorithm("grpo"))
