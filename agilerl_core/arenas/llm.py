@@ -17,6 +17,7 @@ import torch
 from agilerl_core.algorithms.llm_base import LLMAlgorithm, RankBounds
 from agilerl_core.arenas.base import checked_space, torch_device
 from agilerl_core.arenas.experience import OwnExperience
+from agilerl_core.data.fetch import check_pin
 from agilerl_core.data.prompts import TextRecords, load_text_records, split_indices
 from agilerl_core.errors import DatasetError
 from agilerl_core.hpo.evolution import TrainResult
@@ -82,9 +83,7 @@ class LLMArena(OwnExperience):
                   "rejected": ds.rejected_field}
         need = ("prompt", "chosen", "rejected") if self.algo_cls.data_kind == "preferences" else ("prompt",)
         records = load_text_records(ds.uri, fields, need, s3_options(cfg), ds.cache_dir)
-        if ds.sha256 is not None and records.sha256 != ds.sha256:
-            raise DatasetError(f"dataset.uri {ds.uri!r}: content hash {records.sha256} differs from dataset.sha256 "
-                               f"{ds.sha256} (the run was started on other data); restore that set or start a new run")
+        check_pin(ds.uri, records.sha256, ds.sha256)
         if self.rewards is not None and self.rewards.needs_answers and records.answers is None:
             raise DatasetError(f"dataset {ds.uri}: the exact_answer reward needs answers, but no record has an "
                                f"{ds.answer_field!r} field; set dataset.answer_field, or use regex/python rewards")

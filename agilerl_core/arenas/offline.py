@@ -15,8 +15,8 @@ import torch
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.arenas.base import GymArena
 from agilerl_core.buffers.replay import ReplayBuffer
+from agilerl_core.data.fetch import check_pin
 from agilerl_core.data.loader import Dataset, check_fits, dataset_buffer, load_dataset
-from agilerl_core.errors import DatasetError
 from agilerl_core.hpo.evolution import TrainResult
 from agilerl_core.io.storage import s3_options
 
@@ -38,10 +38,7 @@ def train_member_offline(agent: RLAlgorithm, slot: int, dataset: ReplayBuffer, l
 def load_checked_dataset(cfg, obs_space, act_space) -> Dataset:
     """The config's dataset (downloaded into the cache if on S3), checked against the env and its pin."""
     ds = load_dataset(cfg.dataset.uri, cfg.dataset.format, s3_options(cfg), cfg.dataset.cache_dir)
-    if cfg.dataset.sha256 is not None and ds.sha256 != cfg.dataset.sha256:
-        raise DatasetError(f"dataset.uri {cfg.dataset.uri!r}: content hash {ds.sha256} differs from dataset.sha256 "
-                           f"{cfg.dataset.sha256} (the run was started on other data); restore that dataset or "
-                           f"start a new run")
+    check_pin(cfg.dataset.uri, ds.sha256, cfg.dataset.sha256)
     check_fits(ds, cfg.env_id, obs_space, act_space)
     return ds
 

@@ -57,6 +57,13 @@ def file_digests(path: Path) -> tuple[str, str]:
     return sha.hexdigest(), md5.hexdigest()
 
 
+def check_pin(uri: str, sha256: str, pinned: str | None) -> None:
+    """Refuse data whose content hash differs from the run's pin (`dataset.sha256`)."""
+    if pinned is not None and sha256 != pinned:
+        raise DatasetError(f"dataset.uri {uri!r}: content hash {sha256} differs from dataset.sha256 {pinned} (the run "
+                           f"was started on other data); restore that dataset or start a new run")
+
+
 def resolve_dataset(uri: str, s3: S3Options | None = None, cache_dir: str | None = None) -> LocalDataset:
     """The local file or directory behind `uri` (downloading s3:// into the cache when needed)."""
     if not uri:
