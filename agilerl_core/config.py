@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union
 
@@ -21,6 +22,7 @@ from pydantic import (
     Tag,
     TypeAdapter,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -154,15 +156,42 @@ class TrackingConfig(_Strict):
 
 
 class RunnerConfig(_Strict):
-    """How the pipeline runs a generation's train/evaluate tasks."""
+    """How the pipeline runs a generation's tasks: one task trains one group of members (a shard)."""
 
-    kind: Literal["threads", "dask"] = Field("threads", description="threads: one process, shared buffer; "
-                                                                   "dask: worker processes, shards via storage.")
-    address: str | None = Field(None, description="Dask scheduler address; None starts a local cluster.")
-    workers: int = Field(2, ge=1, description="Worker processes of the local Dask cluster.")
-    max_threads: int = Field(1, ge=1, description="Members the thread runner trains at once. Keep 1 for CPU-bound "
+    kind: Literal["threads", "dask", "ray"] = Field(
+        "threads", description="threads: one process, shared buffer; dask / ray: worker processes (local, or "
+                               "the cluster at `address`), experience shards via storage.")
+    address: str | None = Field(None, description="Dask scheduler or Ray cluster address; None starts a local one.")
+    workers: int = Field(2, ge=1, description="Worker processes of the local Dask cluster (Ray: CPUs it may use).")
+    max_threads: int = Field(1, ge=1, description="Groups the thread runner trains at once. Keep 1 for CPU-bound "
                                                   "small networks: their Python-heavy loops fight over the GIL "
-                                                  "(4 threads measured 2.7x slower); use dask for CPU parallelism.")
+                                                  "(4 threads measured 2.7x slower); use dask or ray for CPU "
+                                                  "parallelism.")
+    batch_members: bool = Field(True, description="Population-batched learning: members of one architecture "
+                                                  "learn as one stacked group (one forward, backward and Adam "
+                                                  "step for all); the algorithms without a batched path train "
+                                                  "one by one and the run's summary says so.")
+    group_size: int | None = Field(None, ge=1, description="At most this many members per group (one task "
+                                                           "each). None: no limit for threads, the population "
+                                                           "shared out over `workers` for dask and ray. Groups "
+                                                           "depend only on the population and this size, so "
+                                                           "runners with the same size give the same result.")
+    gpus_per_shard: float = Field(0.0, ge=0, description="GPUs each group's task asks the engine for (ray: "
+                                                         "num_gpus, fractions allowed: 0.25 puts four on a GPU; "
+                                                         "dask: the GPU worker resource). 0: CPU.")
+    cpus_per_shard: float = Field(1.0, gt=0, description="CPUs each group's task asks the engine for (ray: "
+                                                         "num_cpus; dask: the CPU worker resource).")
+    worker_gpus: int = Field(0, ge=0, description="Local Dask cluster: GPUs to give one worker each (resource "
+                                                  "GPU=1 and its own CUDA_VISIBLE_DEVICES); local Ray: its GPU "
+                                                  "count. 0: none (or, for Ray, what it detects).")
+
+    def group_cap(self, population: int) -> int | None:
+        """The largest group a task trains (see `group_size`)."""
+        if self.group_size is not None:
+            return self.group_size
+        if self.kind == "threads":
+            return None if self.max_threads == 1 else -(-population // self.max_threads)
+        return -(-population // self.workers)
 
 
 class DatasetConfig(_Strict):
@@ -233,11 +262,23 @@ class _ExperimentBase(_Strict):
     target_fitness: float | None = Field(None, description="Stop once the best fitness reaches this.")
     seed: int = Field(0, ge=0, description="Master seed: same config + seed gives the same result on CPU.")
     output_dir: str = Field("runs", min_length=1, description="Where checkpoints are written.")
-    device: Literal["cpu", "cuda", "auto"] = Field("cpu", description="Torch device.")
+    device: str = Field("cpu", description="Torch device of every member's networks, optimiser state and sampled batches: "
+                                    "cpu, cuda (the task's first visible GPU: under Ray or a GPU Dask worker, "
+                                    "the one it was given), cuda:N, or auto (cuda when one is visible). "
+                                    "Checkpoints are written from CPU tensors and load onto the reader's device.")
+    tf32: bool = Field(False, description="On CUDA, let float32 matmuls use TF32 tensor cores (faster on "
+                                          "Ampere and later, ~1e-3 relative error); off keeps full float32.")
     torch_threads: int = Field(1, ge=1, description="Torch intra-op threads (small nets run fastest on 1).")
     storage: StorageConfig = Field(default_factory=StorageConfig, description="Pipeline persistence.")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow tracking.")
     runner: RunnerConfig = Field(default_factory=RunnerConfig, description="Task runner of the pipeline.")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        if not re.fullmatch(r"cpu|auto|cuda(:\d+)?", value):
+            raise ValueError(f"{value!r} is not a device: use cpu, cuda, cuda:N (a GPU index) or auto")
+        return value
 
     @model_validator(mode="before")
     @classmethod

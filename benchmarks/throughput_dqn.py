@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peer import run_peer  # noqa: E402  (beside this script)
 
 
-def ours(budget: int, evo_steps: int, seed: int, out: str) -> dict:
+def ours(budget: int, evo_steps: int, seed: int, out: str, batch: bool = True) -> dict:
     cfg = GymExperimentConfig(
         name="throughput", env_id="CartPole-v1", num_envs=8, population_size=4, evo_steps=evo_steps,
         eval_episodes=1, max_env_steps=budget, target_fitness=None, seed=seed, output_dir=out,
@@ -40,9 +40,11 @@ def ours(budget: int, evo_steps: int, seed: int, out: str) -> dict:
         mutation={"no_mutation": 0.4, "architecture": 0.2, "new_layer_share": 0.2, "parameters": 0.2,
                   "activation": 0.0, "rl_hp": 0.2},
         hp_space={"learn_step": None},  # keep one gradient step per env step, as the peer's run does
+        runner={"batch_members": batch},
     )
     res = train_local(cfg, progress=False)
-    return {"wall_s": res.wall_s, "train_env_steps": res.global_steps, "env_steps_per_s": res.env_steps_per_s}
+    return {"wall_s": res.wall_s, "train_env_steps": res.global_steps, "env_steps_per_s": res.env_steps_per_s,
+            "group_sizes": [[len(g) for g in h.groups] for h in res.history]}
 
 
 def peer(python: str, budget: int, evo_steps: int, seed: int, out: str) -> dict:
@@ -61,19 +63,24 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    mine, theirs = [], []
+    mine, unbatched, theirs = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(args.repeats):
+        for i in range(args.repeats):  # alternating: batched, one by one, the peer
             mine.append(ours(args.budget, args.evo_steps, i + 1, tmp))
+            unbatched.append(ours(args.budget, args.evo_steps, i + 1, tmp, batch=False))
             if not args.no_peer:
                 theirs.append(peer(args.peer_python, args.budget, args.evo_steps, i + 1, f"{tmp}/peer{i}.json"))
     med_ours = statistics.median(r["env_steps_per_s"] for r in mine)
+    med_one = statistics.median(r["env_steps_per_s"] for r in unbatched)
     out = {"benchmark": "throughput_dqn", "budget": args.budget, "repeats": args.repeats,
-           "ours_env_steps_per_s_median": round(med_ours, 1), "ours": mine}
+           "ours_env_steps_per_s_median": round(med_ours, 1), "ours": mine,
+           "ours_unbatched_env_steps_per_s_median": round(med_one, 1), "ours_unbatched": unbatched,
+           "batching_speedup_median": round(med_ours / med_one, 2)}
     if theirs:
         med_peer = statistics.median(r["env_steps_per_s"] for r in theirs)
         out.update({"peer_env_steps_per_s_median": round(med_peer, 1), "peer": theirs,
-                    "speedup_median": round(med_ours / med_peer, 2), "target_speedup": 5.0})
+                    "speedup_median": round(med_ours / med_peer, 2),
+                    "speedup_unbatched_median": round(med_one / med_peer, 2), "target_speedup": 10.0})
     print(json.dumps(out))
 
 

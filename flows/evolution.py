@@ -9,9 +9,12 @@ clear paragraph and never a failed flow run; the flow then takes that prepared r
 
 Then one DAG of tasks per generation::
 
-    select+mutate --+--> train(m0) --> evaluate(m0) --+--> fold --> commit --> log
-    (from g-1)      +--> train(m1) --> evaluate(m1) --+
-                    +--> ...                           +
+    select+mutate --+--> train(group 0) --> evaluate(group 0) --+--> fold --> commit --> log
+    (from g-1)      +--> train(group 1) --> evaluate(group 1) --+
+                    +--> ...                                     +
+
+A group is one or more members that learn together (population-batched, see Evolution.groups); the task
+runner (threads, Dask or Ray: flows/runners.py) places each group's task.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-import os
 import sys
 import tempfile
 import threading
@@ -30,7 +32,6 @@ from typing import Any
 
 from prefect import get_run_logger
 from prefect.artifacts import create_table_artifact
-from prefect.task_runners import ThreadPoolTaskRunner
 from tqdm import tqdm
 
 from agilerl_core.config import ExperimentConfig
@@ -39,15 +40,18 @@ from agilerl_core.experiment import build_evolution
 from agilerl_core.hpo.evolution import Evolution
 from agilerl_core.io.run_store import RunStore, check_run_id
 from agilerl_core.io.storage import storage_from_config
+from flows.runners import check_runner, dask_cluster, placement, task_runner
 from tasks.generation import (
     WORKER_RUNS,
     GenerationJob,
     MemberState,
+    by_slot,
     commit_generation_task,
-    evaluate_member_task,
+    evaluate_group_task,
     fold_generation_task,
+    group_label,
     select_and_mutate_task,
-    train_member_task,
+    train_group_task,
 )
 from tasks.tracking import (
     SECRET_FIELDS,
@@ -94,6 +98,7 @@ def prepare_run(cfg: ExperimentConfig, run_id: str | None) -> PreparedRun:
     env and dataset (building the Evolution), the storage URI and its credentials, the tracking server; then
     the run's record, and the last committed generation loaded back when the run id has one."""
     run_id = check_run_id(run_id or new_run_id(cfg))
+    check_runner(cfg.runner)
     evo = build_evolution(cfg)
     dataset = getattr(evo.arena, "dataset", None)
     if dataset is not None and cfg.dataset.sha256 is None:
@@ -138,36 +143,6 @@ class PreparedRuns:
 PREPARED_RUNS = PreparedRuns()
 
 
-def _task_runner(cfg: ExperimentConfig, dask_address: str | None):
-    if cfg.runner.kind == "dask":
-        from prefect_dask import DaskTaskRunner
-
-        return DaskTaskRunner(address=dask_address)
-    return ThreadPoolTaskRunner(max_workers=cfg.runner.max_threads)
-
-
-@contextlib.contextmanager
-def _dask_cluster(cfg: ExperimentConfig):
-    """The scheduler address of the configured cluster; a local process cluster lives as long as the run."""
-    if cfg.runner.kind != "dask":
-        yield None
-        return
-    if cfg.runner.address:
-        yield cfg.runner.address
-        return
-    import dask
-    from distributed import LocalCluster
-
-    # Dask's statistical profiler samples every task thread's stack every 10 ms; on a Python-heavy
-    # training loop that costs ~40% of the worker's time (measured: 4 CartPole members on 2 workers,
-    # 22.3 s with it, 13.2 s without). Workers of an external cluster should set the same option.
-    os.environ["DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED"] = "False"
-    with dask.config.set({"distributed.worker.profile.enabled": False}), \
-            LocalCluster(n_workers=cfg.runner.workers, threads_per_worker=1, processes=True,
-                         dashboard_address=None) as cluster:
-        yield cluster.scheduler_address
-
-
 class _Logging:
     """At most one generation's tracking in flight beside the next generation's training, logged in order."""
 
@@ -191,28 +166,37 @@ def run_generation(job: GenerationJob, evo: Evolution, store: RunStore, runner, 
     if evo.history:
         select_and_mutate_task(job, evo)
     evo.begin_generation()
-    slots = range(len(evo.population.members))
+    groups = evo.groups()
     inline = job.mode == "threads" and job.config.runner.max_threads == 1
-    if inline:  # one member at a time in this thread (no hand-off to a pool thread), evaluated right after
-        outputs, evaluations = [], []
-        for slot in slots:
-            outputs.append(train_member_task(job, slot, evo))
-            evaluations.append(evaluate_member_task(job, slot, evo))
-    else:  # a process runner ships each member's state; threads train the live members
-        states = [MemberState(*m.agent.state()) if job.mode == "process" else evo for m in evo.population.members]
-        trained = [runner.submit(train_member_task, {"job": job, "slot": s, "member": states[s]}) for s in slots]
-        if job.mode == "threads":  # the live member: evaluated once its training future is done
-            evaluated = [runner.submit(evaluate_member_task, {"job": job, "slot": s, "member": evo},
-                                       wait_for=[trained[s]]) for s in slots]
-        else:  # the trained state travels as the training future's result
-            evaluated = [runner.submit(evaluate_member_task, {"job": job, "slot": s, "member": trained[s]})
-                         for s in slots]
-        outputs = [f.result() for f in trained]
-        evaluations = [f.result() for f in evaluated]
+    if inline:  # one group at a time in this thread (no hand-off to a pool thread), evaluated right after
+        trained_lists, evaluated_lists = [], []
+        for g in groups:
+            label = group_label(g)
+            trained_lists.append(train_group_task(job, g, label, evo))
+            evaluated_lists.append(evaluate_group_task(job, g, label, evo))
+    else:  # a process runner ships each group's member states; threads train the live members
+        members = evo.population.members
+        with placement(job.config.runner):
+            trained = [runner.submit(train_group_task, {
+                "job": job, "slots": g, "label": group_label(g),
+                "members": [MemberState(*members[s].agent.state()) for s in g] if job.mode == "process" else evo})
+                for g in groups]
+            if job.mode == "threads":  # the live members: evaluated once their training future is done
+                evaluated = [runner.submit(evaluate_group_task, {"job": job, "slots": g, "label": group_label(g),
+                                                                 "members": evo}, wait_for=[t])
+                             for g, t in zip(groups, trained, strict=True)]
+            else:  # the trained states travel as the training future's result
+                evaluated = [runner.submit(evaluate_group_task, {"job": job, "slots": g, "label": group_label(g),
+                                                                 "members": t})
+                             for g, t in zip(groups, trained, strict=True)]
+        trained_lists = [f.result() for f in trained]
+        evaluated_lists = [f.result() for f in evaluated]
+    outputs, evaluations = by_slot(groups, trained_lists, evaluated_lists)
+    placements = [{"group": group_label(g), **outs[0].placement} for g, outs in zip(groups, trained_lists, strict=True)]
     shards = fold_generation_task(job, evo, store, outputs, evaluations)
     commit_generation_task(job, evo, store, shards)
     last = evo.history[-1]
-    stats = asdict(last)
+    stats = {**asdict(last), "placements": placements}
     if tracker is not None:
         params = {"tracker": tracker, "stats": stats,
                   "members": member_rows(evo.population, last.train_returns, sorted(evo.arena.space),
@@ -242,10 +226,11 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
     if tracker is not None and dataset is not None:
         tracker.log_dataset(dataset.describe())
     space_names = sorted(evo.arena.space)
-    mode = "process" if cfg.runner.kind == "dask" else "threads"
+    mode = "threads" if cfg.runner.kind == "threads" else "process"
     logging = _Logging()
     t0 = time.perf_counter()
     steps0 = evo.global_steps
+    placements: list[dict] = []  # where the last generation's groups trained (process runners: host, GPUs)
     status = "FAILED"
     try:
         if tracker is not None and evo.history:  # generations committed before a crash but never logged
@@ -254,13 +239,14 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
                 if h.generation not in logged:
                     logger.info("run %s: logging generation %d, committed before the crash", run_id, h.generation)
                     _log_from_store(tracker, store, h.generation, asdict(h), evo, space_names)
-        with _dask_cluster(cfg) as address, _task_runner(cfg, address) as runner:
+        with dask_cluster(cfg.runner) as address, task_runner(cfg, address) as runner:
             bar = tqdm(total=cfg.max_env_steps, initial=evo.global_steps, unit="step", file=sys.stderr,
                        disable=not progress, dynamic_ncols=True, desc=f"evolution {run_id}")
             while not evo.finished():
                 g = evo.population.generation + (1 if evo.history else 0)
                 job = GenerationJob(run_id, cfg, store.storage.uri, g, evo.generation_steps(), mode)
                 stats = run_generation(job, evo, store, runner, tracker, logging)
+                placements = stats["placements"]
                 logger.info("generation %d: best %.2f mean %.2f, %d steps", stats["generation"],
                             stats["best_fitness"], stats["mean_fitness"], stats["global_steps"])
                 bar.update(stats["global_steps"] - bar.n)
@@ -271,7 +257,8 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
         wall = time.perf_counter() - t0
         elite_uri = store.save_elite(evo.elite(), evo.arena.env_desc)
         summary = {**evo.result(wall, evo.global_steps - steps0, elite_uri).summary(), "run_id": run_id,
-                   "storage_uri": store.uri, "mlflow_run_id": tracker.parent_id if tracker else None}
+                   "storage_uri": store.uri, "mlflow_run_id": tracker.parent_id if tracker else None,
+                   "group_placements": placements}
         if tracker is not None:
             with tempfile.TemporaryDirectory(prefix="agilerl-elite-") as tmp:
                 elite_dir = evo.save_elite(Path(tmp) / "member")

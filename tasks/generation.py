@@ -1,11 +1,11 @@
 """The generation step as Prefect tasks: thin calls into :mod:`agilerl_core`, each a function of its inputs.
 
-Every task takes the job (run, config, generation, the members' budget share), the slot and a reference to
-the member's state:
+Every task takes the job (run, config, generation, the members' budget share), a group of slots (the members
+that learn together, :meth:`Evolution.groups`) and a reference to the members' state:
 
 * ``threads`` runner: the flow's live :class:`Evolution` itself. Tasks train and evaluate its members in
   place; fresh experience stays in the arena's staging slots (nothing is serialised).
-* ``process`` runner (Dask): a :class:`MemberState` (tensors + JSON-able metadata). The worker trains a copy
+* ``process`` runners (Dask, Ray): a :class:`MemberState` (tensors + JSON-able metadata). The worker trains a copy
   in its own Evolution, taken from :data:`WORKER_RUNS`, an explicit cache keyed by run and config that keeps
   the worker's envs and its copy of the committed experience (synced from the run's shards in storage)
   between tasks. The fresh transitions go to storage as a shard and come back as a reference.
@@ -16,8 +16,12 @@ around learning.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
+import socket
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -60,6 +64,7 @@ class TrainOutput:
     result: TrainResult
     state: MemberState | None = None  # process runners: the trained member
     shard: ShardRef | None = None  # process runners: its fresh transitions in storage
+    placement: dict[str, Any] = field(default_factory=dict)  # process runners: where its group trained
 
 
 @dataclass
@@ -123,31 +128,77 @@ def worker_run(job: GenerationJob) -> WorkerRun:
     return WORKER_RUNS.get(job)
 
 
-@task(name="train-member", cache_policy=NO_CACHE, task_run_name="train g{job.generation} m{slot}")
-def train_member_task(job: GenerationJob, slot: int, member: Evolution | MemberState) -> TrainOutput:
-    """Train one member for the job's steps (learning as it goes)."""
-    if isinstance(member, Evolution):
-        return TrainOutput(member.train(slot, job.generation, job.steps))
-    run = worker_run(job)
-    run.evo.load_member_state(slot, member.tensors, member.meta)
-    result = run.evo.train(slot, job.generation, job.steps)
-    tensors, meta = run.evo.population.members[slot].agent.state()
-    shard = run.evo.arena.shard(slot)
-    ref = None if shard is None else run.store.put_shard(job.generation, slot, shard)
-    return TrainOutput(result, MemberState(tensors, meta), ref)
+def group_label(slots: tuple[int, ...] | list[int]) -> str:
+    """A group's name in task names: ``m3``, ``m0-3`` (contiguous), ``m0,2,5``."""
+    if len(slots) == 1:
+        return f"m{slots[0]}"
+    if list(slots) == list(range(slots[0], slots[-1] + 1)):
+        return f"m{slots[0]}-{slots[-1]}"
+    return "m" + ",".join(str(s) for s in slots)
 
 
-@task(name="evaluate-member", cache_policy=NO_CACHE, task_run_name="evaluate g{job.generation} m{slot}")
-def evaluate_member_task(job: GenerationJob, slot: int, member: Evolution | TrainOutput) -> Evaluation:
-    """Fitness of one trained member (the arena's: mean return of greedy episodes, held-out reward...). A
-    process runner evaluates a copy, so what the evaluation noted on it (per-agent returns, sample
-    completions) travels back with the fitness."""
-    if isinstance(member, Evolution):
-        return Evaluation(member.evaluate(slot, job.generation, own_env=True))
+def placement() -> dict[str, Any]:
+    """Where this task runs: host, process, the GPUs it sees, and the engine's own view (Ray's assigned GPU
+    ids, the Dask worker and its resources)."""
+    out: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(),
+                           "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    if "ray" in sys.modules:
+        import ray
+
+        if ray.is_initialized():
+            out["ray_gpu_ids"] = [str(g) for g in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])]
+    if "distributed" in sys.modules:
+        from distributed import get_worker
+
+        with contextlib.suppress(ValueError):
+            worker = get_worker()
+            out["dask_worker"] = worker.address
+            out["dask_resources"] = dict(worker.state.total_resources)
+    return out
+
+
+@task(name="train-group", cache_policy=NO_CACHE, task_run_name="train g{job.generation} {label}")
+def train_group_task(job: GenerationJob, slots: tuple[int, ...], label: str,
+                     members: Evolution | list[MemberState]) -> list[TrainOutput]:
+    """Train one group of members for the job's steps (learning as it goes), together when they batch."""
+    if isinstance(members, Evolution):
+        return [TrainOutput(r) for r in members.train_group(slots, job.generation, job.steps)]
     run = worker_run(job)
-    run.evo.load_member_state(slot, member.state.tensors, member.state.meta)
-    fitness = run.evo.evaluate(slot, job.generation)
-    return Evaluation(fitness, run.evo.evaluation_notes(slot))
+    for slot, m in zip(slots, members, strict=True):
+        run.evo.load_member_state(slot, m.tensors, m.meta)
+    results = run.evo.train_group(slots, job.generation, job.steps)
+    where = placement()
+    outputs = []
+    for r in results:
+        tensors, meta = run.evo.population.members[r.slot].agent.state()
+        shard = run.evo.arena.shard(r.slot)
+        ref = None if shard is None else run.store.put_shard(job.generation, r.slot, shard)
+        outputs.append(TrainOutput(r, MemberState(tensors, meta), ref, where))
+    return outputs
+
+
+@task(name="evaluate-group", cache_policy=NO_CACHE, task_run_name="evaluate g{job.generation} {label}")
+def evaluate_group_task(job: GenerationJob, slots: tuple[int, ...], label: str,
+                        members: Evolution | list[TrainOutput]) -> list[Evaluation]:
+    """Fitness of each trained member of a group (the arena's: mean return of greedy episodes, held-out
+    reward...). A process runner evaluates copies, so what evaluation noted on them (per-agent returns,
+    sample completions) travels back with the fitness."""
+    if isinstance(members, Evolution):
+        return [Evaluation(members.evaluate(s, job.generation, own_env=True)) for s in slots]
+    run = worker_run(job)
+    out = []
+    for slot, trained in zip(slots, members, strict=True):
+        run.evo.load_member_state(slot, trained.state.tensors, trained.state.meta)
+        out.append(Evaluation(run.evo.evaluate(slot, job.generation), run.evo.evaluation_notes(slot)))
+    return out
+
+
+def by_slot(groups: list[tuple[int, ...]], outputs: list[list[TrainOutput]], evaluations: list[list[Evaluation]]
+            ) -> tuple[list[TrainOutput], list[Evaluation]]:
+    """The groups' training outputs and evaluations in slot order (what the fold takes)."""
+    rows = sorted((s, i) for i, g in enumerate(groups) for s in g)
+    pos = {s: (i, g.index(s)) for i, g in enumerate(groups) for s in g}
+    return ([outputs[pos[s][0]][pos[s][1]] for s, _ in rows], [evaluations[pos[s][0]][pos[s][1]] for s, _ in rows])
 
 
 @task(name="fold-generation", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2,

@@ -15,11 +15,13 @@ from tasks.generation import (
     WORKER_RUNS,
     GenerationJob,
     MemberState,
+    by_slot,
     commit_generation_task,
-    evaluate_member_task,
+    evaluate_group_task,
     fold_generation_task,
+    group_label,
     select_and_mutate_task,
-    train_member_task,
+    train_group_task,
 )
 from tests.conftest import tiny_config
 
@@ -34,10 +36,15 @@ def _generations(cfg, store, run_id: str, mode: str, n: int) -> Evolution:
             if exp.history:
                 select_and_mutate_task.fn(job, exp)
             exp.begin_generation()
-            slots = range(len(exp.population.members))
-            refs = [MemberState(*m.agent.state()) if mode == "process" else exp for m in exp.population.members]
-            outs = [train_member_task.fn(job, s, refs[s]) for s in slots]
-            fits = [evaluate_member_task.fn(job, s, outs[s] if mode == "process" else exp) for s in slots]
+            groups = exp.groups()
+            members = exp.population.members
+            outs, fits = [], []
+            for group in groups:
+                label = group_label(group)
+                ref = [MemberState(*members[s].agent.state()) for s in group] if mode == "process" else exp
+                outs.append(train_group_task.fn(job, group, label, ref))
+                fits.append(evaluate_group_task.fn(job, group, label, outs[-1] if mode == "process" else exp))
+            outs, fits = by_slot(groups, outs, fits)
             shards = fold_generation_task.fn(job, exp, store, outs, fits)
             info = commit_generation_task.fn(job, exp, store, shards)
             assert info["generation"] == g
@@ -94,7 +101,7 @@ def test_process_tasks_resync_a_fresh_worker_from_storage(tmp_path):
     exp.evolve()
     job = GenerationJob("r", cfg, str(tmp_path), 2, exp.generation_steps(), "process")
     try:
-        out = train_member_task.fn(job, 1, MemberState(*exp.population.members[1].agent.state()))
+        out, = train_group_task.fn(job, (1,), "m1", [MemberState(*exp.population.members[1].agent.state())])
         exp.begin_generation()
         ref = exp.train(1)
     finally:

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel
 
+from agilerl_core.algorithms.group import plain_mlp_shape_key
 from agilerl_core.algorithms.hp_base import Hyperparameters
 from agilerl_core.algorithms.optim import FlatAdam, flatten_parameters
 from agilerl_core.envs.spaces import ActionSpec, Obs, ObsSpec
@@ -219,6 +220,27 @@ class RLAlgorithm(ABC):
         act = str(rng.choice(choices))
         self.apply_architecture(with_activation(self.arch, act))
         return f"activation:{act}"
+
+    # ---- population-batched learning (agilerl_core.algorithms.group) ---------------------------------
+    def batch_key(self) -> tuple | None:
+        """Members with equal keys can learn as one stacked group (same network shapes and structural
+        options); None: this member trains on its own. Default: no batched path."""
+        return None
+
+    def batch_refusal(self) -> str:
+        """Why :meth:`batch_key` is None (the run's summary names it)."""
+        return f"{self.name} has no population-batched learning path"
+
+    @staticmethod
+    def group(agents: list[RLAlgorithm]) -> Any:
+        """The :class:`~agilerl_core.algorithms.group.MemberGroup` that trains `agents` (equal batch keys)."""
+        raise TypeError("this algorithm has no population-batched learning path (batch_key is None)")
+
+    def _group_key(self, *options: Any) -> tuple:
+        """A plain-MLP agent's batch key: algorithm, architecture up to hidden widths (narrower members stack
+        zero-padded), device, Adam constants and the algorithm's own structural `options`."""
+        adams = tuple((o.betas, o.eps) for o in self.optimizers.values())
+        return (self.name, plain_mlp_shape_key(self.arch), str(self.device), adams, *options)
 
     # ---- acting (what the training loops call) ------------------------------------------------------
     @abstractmethod

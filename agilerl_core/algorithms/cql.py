@@ -53,6 +53,9 @@ class CQN(DQN):
     def fused(self) -> bool:
         return False  # the penalty's gradient goes through autograd
 
+    def batch_refusal(self) -> str:
+        return "cqn: the conservative penalty has no population-batched path"
+
     def sample_losses(self, batch: Transition) -> tuple[torch.Tensor, torch.Tensor]:
         """(TD loss + cql_alpha * penalty per sample, |TD error|)."""
         target = self.td_target(batch)

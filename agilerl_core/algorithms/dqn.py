@@ -94,6 +94,22 @@ class DQN(RLAlgorithm):
         hp = self.hp
         return self.networks["q"].plain_mlp and not (hp.noisy or hp.dueling or hp.distributional or hp.per)
 
+    def batch_key(self) -> tuple | None:
+        if not self.fused or self.obs_norm is not None:
+            return None
+        hp = self.hp
+        return self._group_key(hp.double, hp.loss, hp.hard_update_every, hp.max_grad_norm, hp.n_step)
+
+    def batch_refusal(self) -> str:
+        return (f"{self.name}: only plain-MLP DQN batches (no noisy, dueling, distributional or prioritised replay "
+                f"parts, no obs normalisation, no image encoders)")
+
+    @staticmethod
+    def group(agents: list[DQN]):
+        from agilerl_core.algorithms.dqn_group import DQNGroup  # it builds on this module
+
+        return DQNGroup(agents)
+
     def q_values(self, obs: Obs, net: str = "q") -> torch.Tensor:
         """Q(s, .) [B, A]: the network's outputs, or the means of its return distributions (C51)."""
         out = self.networks[net](obs)
@@ -110,7 +126,11 @@ class DQN(RLAlgorithm):
     @torch.no_grad()
     def act(self, obs: Obs, epsilon: float = 0.0, action_mask: np.ndarray | None = None) -> np.ndarray:
         """Epsilon-greedy actions for a batch of observations (masked actions never chosen)."""
-        q = self.q_values(obs)
+        return self.epsilon_greedy(self.q_values(obs), epsilon, action_mask)
+
+    def epsilon_greedy(self, q: torch.Tensor, epsilon: float, action_mask: np.ndarray | None = None) -> np.ndarray:
+        """The greedy actions of Q-values `q` [N, A] (masked actions never chosen), each replaced by a random
+        valid one with probability `epsilon` (drawn from this member's generator)."""
         mask_t = None if action_mask is None else torch.as_tensor(action_mask, dtype=torch.bool, device=q.device)
         actions = _mask_invalid(q, mask_t).argmax(dim=1).cpu().numpy()
         if epsilon > 0.0:

@@ -56,13 +56,33 @@ class TD3(ContinuousActorCritic):
 
     def explore_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
         n = next(iter(obs.values())).shape[0]
+        return self.explore_from(None if self.in_warmup() else self.greedy_action(obs), n)
+
+    def explore_from(self, greedy: np.ndarray | None, n: int) -> np.ndarray:
+        """Exploration actions for `n` envs: the policy's `greedy` actions plus noise, or uniform random
+        ones during warm-up (when `greedy` is not needed)."""
         if self.in_warmup():
             return self.random_actions(n)
         if self._noise is None or self._noise_shape() != (n, self.action_dim):
             self.begin_rollout(n)
         hp = self.hp
         noise = self._noise.sample(self.np_rng, hp.expl_noise, hp.ou_theta, hp.ou_dt)
-        return np.clip(self.greedy_action(obs) + noise, -1.0, 1.0).astype(np.float32)
+        return np.clip(greedy + noise, -1.0, 1.0).astype(np.float32)
+
+    # ---- population-batched learning ------------------------------------------------------------------
+    def batch_key(self) -> tuple | None:
+        if self.obs_norm is not None or not all(self.networks[n].plain_mlp for n in self.online_networks):
+            return None
+        return self._group_key(self.online_networks, self.delayed_targets, self.hp.max_grad_norm)
+
+    def batch_refusal(self) -> str:
+        return f"{self.name}: only plain-MLP actors and critics batch (no obs normalisation, no encoders)"
+
+    @staticmethod
+    def group(agents: list[TD3]):
+        from agilerl_core.algorithms.td3_group import TD3Group  # it builds on this module
+
+        return TD3Group(agents)
 
     def _noise_shape(self) -> tuple[int, int]:
         return self._noise.x.shape if isinstance(self._noise, OUNoise) else self._noise.shape

@@ -7,6 +7,7 @@ bounds), so a bad input fails before any work; a subclass adds how its members t
 
 from __future__ import annotations
 
+import os
 import threading
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
@@ -71,11 +72,23 @@ def probe_action_mask(env: VectorEnv) -> int | None:
     return None if mask is None else int(np.asarray(mask).reshape(env.num_envs, -1).shape[1])
 
 
-def torch_device(requested: str) -> str:
-    """The torch device for the config's `device` field."""
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device: 'cuda' was requested but no CUDA device is available; use 'cpu' or 'auto'")
-    return "cuda" if requested == "cuda" or (requested == "auto" and torch.cuda.is_available()) else "cpu"
+def torch_device(requested: str, tf32: bool = False) -> str:
+    """The torch device for the config's `device` field (cpu, auto, cuda, cuda:N); a ConfigError when the
+    GPU it names is not visible to this process. `tf32` switches CUDA float32 matmuls to TF32."""
+    if requested == "auto":
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cpu":
+        return "cpu"
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = int(requested.partition(":")[2] or 0)
+    if index >= visible:
+        seen = "no CUDA device is visible" if not visible else f"only {visible} CUDA device(s) are visible"
+        raise ConfigError(f"device: {requested!r} was requested but {seen} to this process "
+                          f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); use 'cpu', 'auto' "
+                          f"or a visible index")
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    return requested
 
 
 def checked_space(cfg, algo_cls) -> HyperparameterSpace:
@@ -101,7 +114,7 @@ class GymArena(OwnExperience, ABC):
     def __init__(self, cfg, algo_cls: type[RLAlgorithm]) -> None:
         self.cfg = cfg
         self.algo_cls = algo_cls
-        self.device = torch_device(cfg.device)
+        self.device = torch_device(cfg.device, cfg.tf32)
         torch.set_num_threads(cfg.torch_threads)
         self.env_args = (cfg.env_id, cfg.env_kwargs, cfg.env_entry_point)
         obs_space, act_space = probe_spaces(*self.env_args)

@@ -27,13 +27,23 @@ class ReplayLearning:
 
     def collected(self, env_steps: int) -> None:
         """Take the gradient steps that `env_steps` more collected steps earn."""
+        agent = self.agent
+        for _ in range(self.earned(env_steps)):
+            self.record(agent.learn(agent.sample(self.buffer, self.slot)))
+
+    def earned(self, env_steps: int) -> int:
+        """How many gradient steps `env_steps` more collected steps earn (the caller takes them)."""
         agent, hp = self.agent, self.agent.hp
-        if agent.env_steps >= hp.learning_delay and self.buffer.available(self.slot) >= hp.batch_size:
-            self.credit += env_steps
-            while self.credit >= hp.learn_step:
-                self.loss_sum += agent.learn(agent.sample(self.buffer, self.slot))
-                self.steps += 1
-                self.credit -= hp.learn_step
+        if agent.env_steps < hp.learning_delay or self.buffer.available(self.slot) < hp.batch_size:
+            return 0
+        self.credit += env_steps
+        steps, self.credit = divmod(self.credit, hp.learn_step)
+        return steps
+
+    def record(self, loss: torch.Tensor) -> None:
+        """One gradient step taken, with its loss."""
+        self.loss_sum += loss
+        self.steps += 1
 
     @property
     def mean_loss(self) -> float:

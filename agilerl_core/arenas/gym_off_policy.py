@@ -10,10 +10,12 @@ from __future__ import annotations
 import math
 import time
 
+import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 
 from agilerl_core.algorithms.base import RLAlgorithm
+from agilerl_core.algorithms.group import MemberGroup
 from agilerl_core.arenas.base import EpisodeReturns, GymArena, probe_action_mask
 from agilerl_core.arenas.experience import ReplayLearning, SharedReplay
 from agilerl_core.buffers.nstep import NStepCollector
@@ -21,6 +23,62 @@ from agilerl_core.buffers.replay import ReplayBuffer, transition_fields
 from agilerl_core.envs.make import make_vector_env
 from agilerl_core.envs.vector import action_masks, real_next_obs
 from agilerl_core.hpo.evolution import TrainResult
+
+
+class _Collector:
+    """One member's side of a training phase: its env, staging slot, n-step collector, episode returns and
+    the gradient steps its collection earns."""
+
+    def __init__(self, agent: RLAlgorithm, slot: int, env: VectorEnv, buffer: ReplayBuffer, seed: int) -> None:
+        self.agent, self.slot, self.env, self.buffer = agent, slot, env, buffer
+        self.num_envs = env.num_envs
+        self.action_dtype = torch.int64 if agent.action_spec.discrete else torch.float32
+        self.obs, info = env.reset(seed=seed)
+        agent.begin_rollout(self.num_envs)
+        self.mask, _ = action_masks(info, self.num_envs, agent.action_dim)
+        self.has_mask = self.mask is not None
+        self.episodes = EpisodeReturns(self.num_envs)
+        n_step = getattr(agent.hp, "n_step", 1)
+        self.nstep = NStepCollector(self.num_envs, n_step, agent.hp.gamma) if n_step > 1 else None
+        self.learning = ReplayLearning(agent, buffer, slot)
+        self.obs_t = None
+
+    def observation(self):
+        """The current observations as tensors (folded into the agent's normalisation statistics)."""
+        self.obs_t = self.agent.obs_spec.to_tensors(self.obs, self.agent.device)
+        self.agent.observe(self.obs_t)
+        return self.obs_t
+
+    def step(self, actions: np.ndarray) -> None:
+        """Step the env with `actions` and stage the transitions."""
+        agent, n = self.agent, self.num_envs
+        next_obs, reward, terminated, truncated, info = self.env.step(agent.action_spec.to_env(actions))
+        done = terminated | truncated
+        agent.episodes_done(done)
+        real_next = real_next_obs(next_obs, info, done)
+        data = {f"obs.{k}": v for k, v in self.obs_t.items()}
+        data.update({f"next_obs.{k}": v for k, v in agent.obs_spec.to_tensors(real_next, agent.device).items()})
+        data["action"] = torch.as_tensor(actions, dtype=self.action_dtype)
+        data["reward"] = torch.as_tensor(reward, dtype=torch.float32)
+        data["terminated"] = torch.as_tensor(terminated, dtype=torch.float32)
+        if self.has_mask:
+            self.mask, next_mask = action_masks(info, n, agent.action_dim)
+            data["next_action_mask"] = torch.as_tensor(next_mask)
+        if self.nstep is not None:  # n-step transitions leave the collector as their n steps (or episode) complete
+            data = self.nstep.push(data, done)
+        if data is not None:
+            self.buffer.add(self.slot, data)
+        agent.env_steps += n
+        self.episodes.step(reward, done)
+        self.obs = next_obs
+
+    def finish(self, vector_steps: int, wall_s: float) -> TrainResult:
+        if self.nstep is not None:  # the unfinished tails bootstrap from the state they stop at
+            tail = self.nstep.flush()
+            if tail is not None:
+                self.buffer.add(self.slot, tail)
+        return TrainResult(self.slot, vector_steps * self.num_envs, self.learning.steps, len(self.episodes.finished),
+                           self.episodes.mean(), self.learning.mean_loss, wall_s)
 
 
 def train_member(agent: RLAlgorithm, slot: int, env: VectorEnv, buffer: ReplayBuffer, evo_steps: int,
@@ -32,50 +90,35 @@ def train_member(agent: RLAlgorithm, slot: int, env: VectorEnv, buffer: ReplayBu
     and the seed (episodes do not straddle generations).
     """
     t0 = time.perf_counter()
-    spec = agent.obs_spec
-    act_spec = agent.action_spec
-    action_dtype = torch.int64 if act_spec.discrete else torch.float32
-    hp = agent.hp
-    num_envs = env.num_envs
-    obs, info = env.reset(seed=seed)
-    agent.begin_rollout(num_envs)
-    mask, _ = action_masks(info, num_envs, agent.action_dim)
-    has_mask = mask is not None
-    episodes = EpisodeReturns(num_envs)
-    n_step = getattr(hp, "n_step", 1)
-    nstep = NStepCollector(num_envs, n_step, hp.gamma) if n_step > 1 else None
-    learning = ReplayLearning(agent, buffer, slot)
-    vector_steps = math.ceil(evo_steps / num_envs)
+    c = _Collector(agent, slot, env, buffer, seed)
+    vector_steps = math.ceil(evo_steps / c.num_envs)
     for _ in range(vector_steps):
-        obs_t = spec.to_tensors(obs, agent.device)
-        agent.observe(obs_t)
-        actions = agent.explore_action(obs_t, mask)
-        next_obs, reward, terminated, truncated, info = env.step(act_spec.to_env(actions))
-        done = terminated | truncated
-        agent.episodes_done(done)
-        real_next = real_next_obs(next_obs, info, done)
-        data = {f"obs.{k}": v for k, v in obs_t.items()}
-        data.update({f"next_obs.{k}": v for k, v in spec.to_tensors(real_next, agent.device).items()})
-        data["action"] = torch.as_tensor(actions, dtype=action_dtype)
-        data["reward"] = torch.as_tensor(reward, dtype=torch.float32)
-        data["terminated"] = torch.as_tensor(terminated, dtype=torch.float32)
-        if has_mask:
-            mask, next_mask = action_masks(info, num_envs, agent.action_dim)
-            data["next_action_mask"] = torch.as_tensor(next_mask)
-        if nstep is not None:  # n-step transitions leave the collector as their n steps (or episode) complete
-            data = nstep.push(data, done)
-        if data is not None:
-            buffer.add(slot, data)
-        agent.env_steps += num_envs
-        episodes.step(reward, done)
-        obs = next_obs
-        learning.collected(num_envs)
-    if nstep is not None:  # the unfinished tails bootstrap from the state they stop at
-        tail = nstep.flush()
-        if tail is not None:
-            buffer.add(slot, tail)
-    return TrainResult(slot, vector_steps * num_envs, learning.steps, len(episodes.finished), episodes.mean(),
-                       learning.mean_loss, time.perf_counter() - t0)
+        c.step(agent.explore_action(c.observation(), c.mask))
+        c.learning.collected(c.num_envs)
+    return c.finish(vector_steps, time.perf_counter() - t0)
+
+
+def train_group(group: MemberGroup, slots: list[int], envs: list[VectorEnv], buffer: ReplayBuffer, evo_steps: int,
+                seeds: list[int]) -> list[TrainResult]:
+    """:func:`train_member` for the members of a stacked group at once: one batched forward chooses every
+    member's actions, and each round of gradient steps is one batched step (a member whose learn_step earns
+    it fewer steps than another sits the extra ones out). Each member's training is what it would be alone,
+    up to float rounding."""
+    t0 = time.perf_counter()
+    cs = [_Collector(a, s, envs[s], buffer, seed) for a, s, seed in zip(group.agents, slots, seeds, strict=True)]
+    vector_steps = math.ceil(evo_steps / cs[0].num_envs)
+    for _ in range(vector_steps):
+        for c, actions in zip(cs, group.explore([c.observation() for c in cs], [c.mask for c in cs]), strict=True):
+            c.step(actions)
+        earned = [c.learning.earned(c.num_envs) for c in cs]
+        for r in range(max(earned)):
+            losses = group.learn_step(buffer, slots, [e > r for e in earned])
+            for c, e, loss in zip(cs, earned, losses, strict=True):
+                if e > r:
+                    c.learning.record(loss)
+    group.write_back()
+    wall = time.perf_counter() - t0
+    return [c.finish(vector_steps, wall) for c in cs]
 
 
 class OffPolicyArena(SharedReplay, GymArena):
@@ -94,3 +137,12 @@ class OffPolicyArena(SharedReplay, GymArena):
     def train(self, member: RLAlgorithm, slot: int, seed: int, steps: int) -> TrainResult:
         self.buffer.reset_slot(slot)
         return train_member(member, slot, self.envs[slot], self.buffer, steps, seed)
+
+    def batch_key(self, member: RLAlgorithm):
+        return member.batch_key()
+
+    def train_group(self, members: list[RLAlgorithm], slots: list[int], seeds: list[int], steps: int
+                    ) -> list[TrainResult]:
+        for s in slots:
+            self.buffer.reset_slot(s)
+        return train_group(self.algo_cls.group(members), slots, self.envs, self.buffer, steps, seeds)

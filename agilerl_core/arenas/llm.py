@@ -56,7 +56,7 @@ class LLMArena(OwnExperience):
     def __init__(self, cfg, algo_cls: type[LLMAlgorithm]) -> None:
         self.cfg = cfg
         self.algo_cls = algo_cls
-        self.device = torch_device(cfg.device)
+        self.device = torch_device(cfg.device, cfg.tf32)
         torch.set_num_threads(cfg.torch_threads)
         self.space = checked_space(cfg, algo_cls)
         lora = cfg.model.lora

@@ -148,7 +148,7 @@ class MultiAgentArena(OwnExperience, ABC):
     def __init__(self, cfg, algo_cls) -> None:
         self.cfg = cfg
         self.algo_cls = algo_cls
-        self.device = torch_device(cfg.device)
+        self.device = torch_device(cfg.device, cfg.tf32)
         torch.set_num_threads(cfg.torch_threads)
         probe = make_parallel_env(cfg.env_id, cfg.env_kwargs)
         try:

@@ -126,7 +126,7 @@ class MemberPriorities:
         n = buffer.available(slot)
         weights = (n * probs) ** (-beta)
         weights = weights / weights.max()
-        batch = buffer._gather(torch.as_tensor(rows, dtype=torch.int64).to(buffer.device))
+        batch = buffer.transitions(torch.as_tensor(rows, dtype=torch.int64).to(buffer.device))
         weight = torch.as_tensor(weights, dtype=torch.float32).to(buffer.device)
         return batch._replace(weight=weight), leaves
 

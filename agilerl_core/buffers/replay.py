@@ -187,7 +187,7 @@ class ReplayBuffer:
 
     def sample(self, batch_size: int, slot: int | None = None, generator: torch.Generator | None = None) -> Transition:
         """Uniform sample (with replacement) from the committed ring plus `slot`'s staged data."""
-        return self._gather(self.sample_rows(batch_size, slot, generator))
+        return self.transitions(self.sample_rows(batch_size, slot, generator))
 
     def sample_rows(self, batch_size: int, slot: int | None = None,
                     generator: torch.Generator | None = None) -> torch.Tensor:
@@ -206,7 +206,8 @@ class ReplayBuffer:
         """Every field at storage rows `idx`, by field name (what multi-agent batches are built from)."""
         return {k: t.index_select(0, idx) for k, t in self._storage.items()}
 
-    def _gather(self, idx: torch.Tensor) -> Transition:
+    def transitions(self, idx: torch.Tensor) -> Transition:
+        """The transitions at storage rows `idx` (what a sample gathers)."""
         s = self._storage
         obs = {k: s[f"obs.{k}"].index_select(0, idx) for k in self._obs_keys}
         next_obs = {k: s[f"next_obs.{k}"].index_select(0, idx) for k in self._obs_keys}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,6 +37,29 @@ from agilerl_core.io.run_store import RunStore, ShardRef
 def derive_seed(*parts: int) -> int:
     """A 31-bit seed from integers (the master seed, a generation, a slot...)."""
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+def groups_of(keys: Sequence[object | None], cap: int | None) -> list[tuple[int, ...]]:
+    """Slots grouped by equal batch key in order of first appearance (None: a group of its own), each group
+    cut into pieces of at most `cap` (None: no limit). A deterministic function of the keys."""
+    order: list[object] = []
+    by_key: dict[object, list[int]] = {}
+    out: list[list[int]] = []
+    for slot, key in enumerate(keys):
+        if key is None:
+            out.append([slot])
+            continue
+        if key not in by_key:
+            by_key[key] = []
+            order.append(key)
+            out.append(by_key[key])
+        by_key[key].append(slot)
+    groups: list[tuple[int, ...]] = []
+    for g in out:
+        size = len(g) if cap is None else cap
+        pieces = math.ceil(len(g) / size)
+        groups += [tuple(g[i * size: (i + 1) * size]) for i in range(pieces)]
+    return groups
 
 
 # what each seed is for: derive_seed(master, PURPOSE, ...)
@@ -70,6 +94,7 @@ class GenerationStats:
     hyperparameters: list[dict]
     wall_s: float
     train_metrics: list[dict] = field(default_factory=list)  # per slot: TrainResult.metrics
+    groups: list[list[int]] = field(default_factory=list)  # the slots that trained together
 
 
 @dataclass
@@ -86,9 +111,12 @@ class RunResult:
     elite_uri: str
     reached_target: bool
     history: list[GenerationStats] = field(default_factory=list)
+    batching: str = ""  # Evolution.batching_note()
 
     def summary(self) -> dict[str, Any]:
-        return {"best_fitness": self.best_fitness, "elite_fitness": self.elite_fitness,
+        groups = [len(g) for g in self.history[-1].groups] if self.history else []
+        return {"batching": self.batching, "group_sizes": groups,
+                "best_fitness": self.best_fitness, "elite_fitness": self.elite_fitness,
                 "global_steps": self.global_steps, "max_env_steps": self.max_env_steps,
                 "wall_s": round(self.wall_s, 3), "env_steps_per_s": round(self.env_steps_per_s, 1),
                 "generations": self.generations, "elite_uri": self.elite_uri, "reached_target": self.reached_target}
@@ -133,6 +161,10 @@ class Arena(Protocol):
     def restore_experience(self, store: RunStore, generation: int) -> None:
         """The shared experience exactly as committed after `generation`."""
 
+    # optional, population-batched learning: an arena without these trains every member on its own
+    # def batch_key(self, member) -> Hashable | None: members with equal keys may learn as one group
+    # def train_group(self, members, slots, seeds, steps) -> list[TrainResult]: train such a group at once
+
 
 @dataclass(frozen=True)
 class EvolutionSettings:
@@ -145,12 +177,15 @@ class EvolutionSettings:
     target_fitness: float | None
     tournament: TournamentSelection
     mutations: Mutations
+    batch_members: bool = True  # members of one batch key learn as one group
+    group_cap: int | None = None  # at most this many members per group (None: no limit)
 
     @classmethod
     def from_config(cls, cfg, space: HyperparameterSpace, arch_bounds: Any) -> EvolutionSettings:
         return cls(cfg.population_size, cfg.seed, cfg.evo_steps, cfg.max_env_steps, cfg.target_fitness,
                    TournamentSelection(cfg.tournament.size, cfg.tournament.elitism),
-                   Mutations.from_config(cfg.mutation, space, arch_bounds))
+                   Mutations.from_config(cfg.mutation, space, arch_bounds), cfg.runner.batch_members,
+                   cfg.runner.group_cap(cfg.population_size))
 
 
 class Evolution:
@@ -191,6 +226,34 @@ class Evolution:
         return self.arena.train(self.population.members[slot].agent, slot, seed,
                                 self.generation_steps() if steps is None else steps)
 
+    def groups(self) -> list[tuple[int, ...]]:
+        """The slots that train together (one task each): members with equal batch keys (the arena's, when
+        it batches and batching is on), at most the settings' cap per group. A deterministic function of
+        the population, so every runner and a resumed run group alike."""
+        key_of = getattr(self.arena, "batch_key", None) if self.settings.batch_members else None
+        keys = [None if key_of is None else key_of(m.agent) for m in self.population.members]
+        return groups_of(keys, self.settings.group_cap)
+
+    def batching_note(self) -> str:
+        """What the run's summary says about batching (which members could not batch, and why)."""
+        if not self.settings.batch_members:
+            return "off (runner.batch_members: false)"
+        key_of = getattr(self.arena, "batch_key", None)
+        if key_of is None:
+            return f"off: {self.arena.kind} members train one by one"
+        refusals = sorted({m.agent.batch_refusal() for m in self.population.members if key_of(m.agent) is None})
+        return "on" if not refusals else "groups of one: " + "; ".join(refusals)
+
+    def train_group(self, slots: tuple[int, ...] | list[int], generation: int | None = None,
+                    steps: int | None = None) -> list[TrainResult]:
+        """Train the members in `slots` (one of :meth:`groups`) together; a group of one trains alone."""
+        if len(slots) == 1:
+            return [self.train(slots[0], generation, steps)]
+        gen = self.generation if generation is None else generation
+        seeds = [derive_seed(self.settings.seed, TRAIN_SEED, gen, s) for s in slots]
+        return self.arena.train_group([self.population.members[s].agent for s in slots], list(slots), seeds,
+                                      self.generation_steps() if steps is None else steps)
+
     def evaluate(self, slot: int, generation: int | None = None, own_env: bool = False) -> float:
         """Fitness of member `slot`; `own_env`: in the slot's own evaluation env (concurrent evaluations)."""
         gen = self.generation if generation is None else generation
@@ -210,7 +273,8 @@ class Evolution:
         stats = GenerationStats(pop.generation, self.global_steps, list(fitnesses), max(fitnesses),
                                 float(np.mean(fitnesses)), [r.mean_return for r in results],
                                 [m.mutation for m in pop.members], [m.agent.hp.model_dump() for m in pop.members],
-                                time.perf_counter() - self._gen_t0, [dict(r.metrics) for r in results])
+                                time.perf_counter() - self._gen_t0, [dict(r.metrics) for r in results],
+                                [list(g) for g in self.groups()])
         self.history.append(stats)
         return stats
 
@@ -219,7 +283,7 @@ class Evolution:
         self.begin_generation()
         slots = range(len(self.population.members))
         steps = self.generation_steps()
-        results = [self.train(slot, steps=steps) for slot in slots]
+        results = sorted((r for g in self.groups() for r in self.train_group(g, steps=steps)), key=lambda r: r.slot)
         fitnesses = [self.evaluate(slot) for slot in slots]
         return self.finish_generation(results, fitnesses)
 
@@ -245,7 +309,7 @@ class Evolution:
                          global_steps=self.global_steps, max_env_steps=self.settings.max_steps, wall_s=wall_s,
                          env_steps_per_s=steps_run / max(wall_s, 1e-9), generations=len(self.history),
                          elite_uri=elite_uri, reached_target=target is not None and best >= target,
-                         history=self.history)
+                         history=self.history, batching=self.batching_note())
 
     # ---- members as data -------------------------------------------------------------------------------
     def load_member_state(self, slot: int, tensors: dict[str, Any], meta: dict[str, Any]) -> None:

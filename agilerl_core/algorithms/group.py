@@ -1,0 +1,241 @@
+"""Population-batched learning: K members of one algorithm and one architecture learn in one call.
+
+A :class:`MemberGroup` copies the K members' flat buffers (weights, Adam moments, target weights) into
+stacked ones at the start of a training phase, laid out as :mod:`agilerl_core.networks.stacked` reads them
+(layer i of all K networks is one [K, out, in] block), so every forward, hand-written backward, Adam step
+and target update is one op for the whole group instead of K. Hyperparameters that differ between members
+(learning rates, gamma, tau, batch size...) are per-member tensors; each member keeps drawing its own
+minibatches and exploration noise from its own generators, so a member's training is the same maths as
+when it trains alone (equal up to float rounding: a test checks it). :meth:`MemberGroup.write_back` puts
+everything back into the members at the end, so checkpoints, mutation and cloning never see the group.
+
+Which members may share a group is each algorithm's call (:meth:`RLAlgorithm.batch_key`): equal keys mean
+equal network shapes and the same structural options. Members that cannot batch train one by one.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import replace
+
+import torch
+
+from agilerl_core.algorithms.optim import FlatAdam
+from agilerl_core.networks.stacked import Layers
+
+_ADAM_STATE = ("flat", "m", "v", "beta1_pow", "beta2_pow")
+
+Shapes = list[tuple[int, ...]]
+
+
+def param_shapes(net: torch.nn.Module) -> Shapes:
+    return [tuple(p.shape) for p in net.parameters()]
+
+
+def padded_shapes(shapes: Sequence[Shapes]) -> Shapes:
+    """Per parameter, the largest extent of each dimension over the members (their common stacked shape)."""
+    return [tuple(max(dims) for dims in zip(*per_param, strict=True)) for per_param in zip(*shapes, strict=True)]
+
+
+def plain_mlp_shape_key(arch) -> str:
+    """A plain MLP's architecture without its hidden widths: members that differ only in widths stack, the
+    narrower ones zero-padded (see :func:`stack_flats`)."""
+    return repr(replace(arch, mlp=replace(arch.mlp, hidden=(0,) * len(arch.mlp.hidden))))
+
+
+def stack_flats(flats: Sequence[torch.Tensor], shapes: Sequence[Shapes], padded: Shapes) -> torch.Tensor:
+    """K flat buffers, each laid out parameter by parameter with its member's `shapes`, as one
+    parameter-major buffer: parameter j of all K members as one [K, *padded[j]] block, a narrower member's
+    values in the leading corner and zeros around them.
+
+    Zero padding is exact for plain MLPs: a padded hidden unit has zero in- and out-weights and bias, so
+    its activation is act(0) = 0 (relu, tanh, elu, leaky relu) and every gradient reaching a padded weight
+    is 0; Adam then never moves it (its moments stay 0 and its bias-correction powers are 0 here, so
+    0 / (0 + eps) = 0). The padded members compute exactly what they compute alone."""
+    k = len(flats)
+    parts = []
+    offsets = [0] * k
+    for j, big in enumerate(padded):
+        block = torch.zeros((k, *big), dtype=flats[0].dtype, device=flats[0].device)
+        for i, f in enumerate(flats):
+            shape = shapes[i][j]
+            n = math.prod(shape)
+            block[(i, *(slice(0, d) for d in shape))] = f[offsets[i]: offsets[i] + n].view(shape)
+            offsets[i] += n
+        parts.append(block.reshape(-1))
+    return torch.cat(parts)
+
+
+def unstack_into(stacked: torch.Tensor, flats: Sequence[torch.Tensor], shapes: Sequence[Shapes],
+                 padded: Shapes) -> None:
+    """The inverse of :func:`stack_flats`, in place into `flats`."""
+    k = len(flats)
+    off_s = 0
+    offsets = [0] * k
+    for j, big in enumerate(padded):
+        block = stacked[off_s: off_s + k * math.prod(big)].view(k, *big)
+        for i, f in enumerate(flats):
+            shape = shapes[i][j]
+            n = math.prod(shape)
+            f[offsets[i]: offsets[i] + n].view(shape).copy_(block[(i, *(slice(0, d) for d in shape))])
+            offsets[i] += n
+        off_s += k * math.prod(big)
+
+
+def stacked_blocks(flat: torch.Tensor, k: int, padded: Shapes) -> Layers:
+    """The (weight [K, out, in], bias [K, out]) blocks of a stacked plain-MLP buffer, in layer order."""
+    views, i = [], 0
+    for shape in padded:
+        n = k * math.prod(shape)
+        views.append(flat[i: i + n].view(k, *shape))
+        i += n
+    return list(zip(views[0::2], views[1::2], strict=True))
+
+
+def member_index(k: int, padded: Shapes, device: torch.device) -> torch.Tensor:
+    """For each element of a stacked buffer, the member it belongs to (long [total])."""
+    members = torch.arange(k, device=device)
+    return torch.cat([members.repeat_interleave(math.prod(s)) for s in padded])
+
+
+class StackedAdam:
+    """The Adam states of K members' copies of one network, stacked: one step for the group. Learning rates
+    are per member; a member left out of a step (``active``) keeps its weights and moments exactly."""
+
+    def __init__(self, opts: Sequence[FlatAdam], nets: Sequence[torch.nn.Module]) -> None:
+        first = opts[0]
+        if any(o.betas != first.betas or o.eps != first.eps for o in opts):
+            raise ValueError("a group's members must share Adam betas and eps")
+        self.opts = list(opts)
+        self.k = len(opts)
+        self.shapes = [param_shapes(n) for n in nets]
+        self.padded = padded_shapes(self.shapes)
+        self.betas, self.eps = first.betas, first.eps
+        for name in _ADAM_STATE:
+            setattr(self, name, stack_flats([getattr(o, name) for o in opts], self.shapes, self.padded))
+        self.grad = torch.zeros_like(self.flat)
+        self.owner = member_index(self.k, self.padded, self.flat.device)
+        self.lr = torch.tensor([o.lr for o in opts], dtype=torch.float32, device=self.flat.device)
+        self._lr_el = self.lr[self.owner]
+        self.layers: Layers = stacked_blocks(self.flat, self.k, self.padded)
+        self.grad_layers: Layers = stacked_blocks(self.grad, self.k, self.padded)
+
+    def zero_grad(self) -> None:
+        self.grad.zero_()
+
+    @torch.no_grad()
+    def clip_grad_norm(self, max_norm: float) -> None:
+        """Scale each member's gradient to a norm of at most `max_norm` (as FlatAdam.clip_grad_norm on its own)."""
+        sq = torch.zeros(self.k, device=self.grad.device).index_add_(0, self.owner, self.grad * self.grad)
+        scale = torch.clamp(max_norm / (sq.sqrt() + 1e-6), max=1.0)
+        self.grad.mul_(scale[self.owner])
+
+    @torch.no_grad()
+    def step(self, active: torch.Tensor | None = None) -> None:
+        """One Adam step of every member (`active` None) or of the members where `active` [K] is True."""
+        b1, b2 = self.betas
+        if active is None:
+            self.beta1_pow.mul_(b1)
+            self.beta2_pow.mul_(b2)
+            self.m.lerp_(self.grad, 1.0 - b1)
+            self.v.mul_(b2).addcmul_(self.grad, self.grad, value=1.0 - b2)
+            denom = self.v.div(1.0 - self.beta2_pow).sqrt_().add_(self.eps)
+            self.flat.sub_(self.m.div(1.0 - self.beta1_pow).mul_(self._lr_el).div_(denom))
+            return
+        on = active[self.owner]
+        a = on.to(self.flat.dtype)
+        self.beta1_pow.mul_(torch.where(on, b1, 1.0))
+        self.beta2_pow.mul_(torch.where(on, b2, 1.0))
+        self.m.lerp_(self.grad, a * (1.0 - b1))
+        self.v.mul_(1.0 - a * (1.0 - b2)).addcmul_(self.grad * a, self.grad, value=1.0 - b2)
+        denom = self.v.div(1.0 - self.beta2_pow).sqrt_().add_(self.eps)
+        update = self.m.div(1.0 - self.beta1_pow).mul_(self._lr_el).div_(denom)
+        self.flat.sub_(torch.where(on, update, 0.0))  # where: a never-stepped member's 0/0 stays out
+
+    def write_back(self) -> None:
+        for name in _ADAM_STATE:
+            unstack_into(getattr(self, name), [getattr(o, name) for o in self.opts], self.shapes, self.padded)
+
+
+class MemberGroup(ABC):
+    """K agents' networks stacked for one training phase: the online networks with their Adam states and
+    the target networks. Subclasses (one per algorithm family) add the batched acting and learning maths."""
+
+    def __init__(self, agents: Sequence) -> None:
+        self.agents = list(agents)
+        self.k = len(self.agents)
+        first = self.agents[0]
+        self.device = first.device
+        self.activation = first.arch.activation
+        self.adams = {n: StackedAdam([a.optimizers[n] for a in self.agents], [a.networks[n] for a in self.agents])
+                      for n in first.online_networks}
+        self.targets: dict[str, torch.Tensor] = {}
+        self.target_layers: dict[str, Layers] = {}
+        for t, online in first.target_networks.items():
+            adam = self.adams[online]
+            self.targets[t] = stack_flats([a.target_flat[t] for a in self.agents], adam.shapes, adam.padded)
+            self.target_layers[t] = stacked_blocks(self.targets[t], self.k, adam.padded)
+
+    def hp_tensor(self, name: str) -> torch.Tensor:
+        """Hyperparameter `name` of every member, [K] float32."""
+        return torch.tensor([float(getattr(a.hp, name)) for a in self.agents], dtype=torch.float32,
+                            device=self.device)
+
+    @torch.no_grad()
+    def update_targets(self, weight: torch.Tensor) -> None:
+        """Move every target towards its online network by each member's `weight` [K] (tau, 1 for a hard
+        copy, 0 to leave it)."""
+        for tname, flat in self.targets.items():
+            adam = self.adams[self.agents[0].target_networks[tname]]
+            flat.lerp_(adam.flat, weight[adam.owner])
+
+    def learn_step(self, buffer, slots: Sequence[int], active: Sequence[bool]) -> torch.Tensor:
+        """One gradient step of every active member on its own minibatch (drawn with its own generator
+        from the committed buffer plus its slot's fresh data, as when it learns alone); returns each
+        member's loss [K] (0 for members that sat out)."""
+        rows = [buffer.sample_rows(a.hp.batch_size, s, a.torch_gen) if on else None
+                for a, s, on in zip(self.agents, slots, active, strict=True)]
+        stacked = StackedRows(rows, self.device)
+        return self.learn(buffer.transitions(stacked.index), stacked)
+
+    @abstractmethod
+    def learn(self, batch, rows: StackedRows) -> torch.Tensor:
+        """One step on `batch` (every field [K * B, ...], member-major, see :class:`StackedRows`); returns
+        each member's loss [K]."""
+
+    @abstractmethod
+    def explore(self, obs: Sequence, masks: Sequence) -> list:
+        """Every member's exploration actions for its envs' observations (one batched forward)."""
+
+    def write_back(self) -> None:
+        """Every member's weights, Adam state and targets back into its own buffers (end of the phase)."""
+        for adam in self.adams.values():
+            adam.write_back()
+        for tname, flat in self.targets.items():
+            adam = self.adams[self.agents[0].target_networks[tname]]
+            unstack_into(flat, [a.target_flat[tname] for a in self.agents], adam.shapes, adam.padded)
+
+
+class StackedRows:
+    """Each member's own minibatch rows of one learn step, padded to the largest batch: the storage rows
+    [K * B] (padding repeats row 0 of the member's draw) and each row's weight in its member's mean loss
+    [K, B] (1 / batch size, 0 on padding and for members that sit the step out)."""
+
+    def __init__(self, rows: Sequence[torch.Tensor | None], device: torch.device) -> None:
+        b = max(r.shape[0] for r in rows if r is not None)
+        k = len(rows)
+        idx = torch.zeros(k, b, dtype=torch.long, device=device)
+        weight = torch.zeros(k, b, device=device)
+        for i, r in enumerate(rows):
+            if r is None:
+                continue
+            n = r.shape[0]
+            idx[i, :n] = r
+            weight[i, :n] = 1.0 / n
+        self.k, self.b = k, b
+        self.index = idx.view(-1)
+        self.weight = weight
+        self.active = torch.tensor([r is not None for r in rows], device=device)
+        self.all_active = bool(self.active.all())

@@ -1,0 +1,201 @@
+"""Population-batched learning: a stacked group's update equals each member's own update."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from agilerl_core.algorithms.dqn import DQN
+from agilerl_core.algorithms.dqn_hp import DQNHyperparameters
+from agilerl_core.buffers import ReplayBuffer, transition_fields
+from agilerl_core.config import NetworkConfig
+from agilerl_core.envs.spaces import ObsSpec
+from agilerl_core.hpo.evolution import groups_of
+from agilerl_core.networks import initial_arch
+
+SPEC = ObsSpec(spaces.Box(-1, 1, (3,), np.float32))
+
+
+def dqn(seed, hidden=(16, 16), **hp):
+    arch = initial_arch(SPEC, 2, NetworkConfig(hidden_sizes=list(hidden), min_nodes=1))
+    return DQN(SPEC, 2, arch, DQNHyperparameters(**hp), seed)
+
+
+def filled_buffer(slots: int, mask: bool = False) -> ReplayBuffer:
+    """Committed transitions plus fresh ones in every slot, all random (a fixed generator)."""
+    g = torch.Generator().manual_seed(7)
+    buf = ReplayBuffer(transition_fields(SPEC, 2 if mask else None), 500)
+
+    def rows(n):
+        data = {"obs.obs": torch.rand(n, 3, generator=g) * 2 - 1, "next_obs.obs": torch.rand(n, 3, generator=g) * 2 - 1,
+                "action": torch.randint(0, 2, (n,), generator=g), "reward": torch.randn(n, generator=g),
+                "terminated": (torch.rand(n, generator=g) < 0.1).float()}
+        if mask:
+            m = torch.rand(n, 2, generator=g) < 0.7
+            data["next_action_mask"] = m
+        return data
+
+    buf.commit([rows(300)])
+    buf.reserve_staging(slots, 64)
+    for s in range(slots):
+        buf.add(s, rows(40 + 8 * s))
+    return buf
+
+
+def state_of(agent):
+    tensors, _ = agent.state()
+    return {k: v for k, v in tensors.items() if not k.startswith("rng/")}
+
+
+def assert_same_members(a_list, b_list, atol=1e-5):
+    for a, b in zip(a_list, b_list, strict=True):
+        sa, sb = state_of(a), state_of(b)
+        assert sa.keys() == sb.keys()
+        for k in sa:
+            torch.testing.assert_close(sa[k], sb[k], atol=atol, rtol=1e-4, msg=k)
+        assert a.learn_steps == b.learn_steps
+        assert torch.equal(a.torch_gen.get_state(), b.torch_gen.get_state())
+
+
+@pytest.mark.parametrize("options", [
+    {"double": True, "loss": "mse"},
+    {"double": False, "loss": "huber", "max_grad_norm": 0.5},
+    {"double": True, "loss": "mse", "hard_update_every": 2},
+])
+@pytest.mark.parametrize("mask", [False, True])
+def test_dqn_group_update_equals_each_members_own(options, mask):
+    """Three members with their own lr, gamma, tau and batch size: five batched steps (the third with
+    member 1 sitting out, as when its learn_step earns it fewer steps) equal each member's own steps."""
+    hps = [{"lr": 1e-3, "gamma": 0.99, "tau": 0.01, "batch_size": 32},
+           {"lr": 3e-3, "gamma": 0.9, "tau": 0.05, "batch_size": 48},
+           {"lr": 5e-4, "gamma": 0.95, "tau": 0.1, "batch_size": 16}]
+    solo = [dqn(10 + i, **hp, **options) for i, hp in enumerate(hps)]
+    batched = [a.clone() for a in solo]
+    buf = filled_buffer(3, mask)
+    plan = [[True, True, True], [True, True, True], [True, False, True], [True, True, True], [False, True, True]]
+    for active in plan:
+        for slot, (a, on) in enumerate(zip(solo, active, strict=True)):
+            if on:
+                a.learn(a.sample(buf, slot))
+    assert len({a.batch_key() for a in batched}) == 1
+    group = DQN.group(batched)
+    losses = [group.learn_step(buf, [0, 1, 2], active) for active in plan]
+    group.write_back()
+    assert_same_members(solo, batched)
+    assert all(loss.shape == (3,) for loss in losses)
+    assert losses[2][1] == 0.0 and losses[2][0] > 0.0
+
+
+def test_members_of_other_widths_learn_zero_padded_as_alone():
+    """Hidden widths 16/16, 32/8 and 8/24 in one group: each member's update is its own."""
+    solo = [dqn(1, hidden=(16, 16)), dqn(2, hidden=(32, 8), lr=3e-3, batch_size=20), dqn(3, hidden=(8, 24), gamma=0.9)]
+    batched = [a.clone() for a in solo]
+    buf = filled_buffer(3)
+    for _ in range(4):
+        for slot, a in enumerate(solo):
+            a.learn(a.sample(buf, slot))
+    group = DQN.group(batched)
+    for _ in range(4):
+        group.learn_step(buf, [0, 1, 2], [True, True, True])
+    group.write_back()
+    assert_same_members(solo, batched)
+    assert group.q.flat.isfinite().all()
+
+
+def test_dqn_group_explores_as_each_member_would():
+    agents = [dqn(s, eps_start=0.5, eps_end=0.5) for s in range(3)]
+    twins = [a.clone() for a in agents]
+    obs = [{"obs": torch.rand(4, 3, generator=torch.Generator().manual_seed(s))} for s in range(3)]
+    own = [a.explore_action(o) for a, o in zip(agents, obs, strict=True)]
+    group = DQN.group(twins)
+    together = group.explore(obs, [None, None, None])
+    for x, y in zip(own, together, strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_batch_keys_split_by_architecture_and_structure():
+    a, b = dqn(0), dqn(1, lr=5e-3, batch_size=64)  # hyperparameters that are tensors: same group
+    wide = dqn(2, hidden=(32, 8))  # other widths, same depth: stacks zero-padded
+    deep, huber = dqn(2, hidden=(16, 16, 16)), dqn(3, loss="huber")
+    assert a.batch_key() == b.batch_key() == wide.batch_key()
+    assert deep.batch_key() != a.batch_key() and huber.batch_key() != a.batch_key()
+    assert dqn(4, per=True).batch_key() is None and dqn(5, noisy=True).batch_key() is None
+
+
+def test_groups_are_a_deterministic_function_of_keys():
+    assert groups_of(["a", "b", "a", None, "a", "b"], None) == [(0, 2, 4), (1, 5), (3,)]
+    assert groups_of(["a"] * 5, 2) == [(0, 1), (2, 3), (4,)]
+    assert groups_of([None, None], None) == [(0,), (1,)]
+
+
+def td3(seed, cls=None, hidden=(16, 16), **hp):
+    from agilerl_core.algorithms.td3 import TD3
+    from agilerl_core.envs.spaces import action_spec
+
+    cls = cls or TD3
+    act = action_spec(spaces.Box(-1, 1, (2,), np.float32))
+    arch = initial_arch(SPEC, 2, NetworkConfig(hidden_sizes=list(hidden), min_nodes=1))
+    return cls(SPEC, act, arch, cls.hp_model(**hp), seed)
+
+
+def continuous_buffer(slots: int) -> ReplayBuffer:
+    from agilerl_core.envs.spaces import action_spec
+
+    g = torch.Generator().manual_seed(3)
+    buf = ReplayBuffer(transition_fields(SPEC, None, action_spec(spaces.Box(-1, 1, (2,), np.float32))), 500)
+
+    def rows(n):
+        return {"obs.obs": torch.rand(n, 3, generator=g) * 2 - 1, "next_obs.obs": torch.rand(n, 3, generator=g) * 2 - 1,
+                "action": torch.rand(n, 2, generator=g) * 2 - 1, "reward": torch.randn(n, generator=g),
+                "terminated": (torch.rand(n, generator=g) < 0.1).float()}
+
+    buf.commit([rows(300)])
+    buf.reserve_staging(slots, 64)
+    for s in range(slots):
+        buf.add(s, rows(40))
+    return buf
+
+
+@pytest.mark.parametrize("algo", ["td3", "ddpg"])
+def test_td3_group_update_equals_each_members_own(algo):
+    """Own lr, gamma, tau, batch size, policy_freq and smoothing noise; other widths (zero-padded); one
+    member sitting a step out: the batched critic, actor and target updates equal each member's own."""
+    from agilerl_core.algorithms.td3 import DDPG, TD3
+
+    cls = TD3 if algo == "td3" else DDPG
+    hps = [{"lr_actor": 1e-3, "lr_critic": 2e-3, "batch_size": 32, "policy_freq": 2, "tau": 0.01},
+           {"lr_actor": 3e-3, "lr_critic": 1e-3, "batch_size": 24, "policy_freq": 1, "gamma": 0.9, "tau": 0.05},
+           {"lr_actor": 5e-4, "lr_critic": 5e-4, "batch_size": 16, "policy_freq": 3, "target_noise": 0.0,
+            "max_grad_norm": None}]
+    if algo == "ddpg":
+        hps = [{**h, "policy_freq": 1, "target_noise": 0.0} for h in hps]
+    solo = [td3(20 + i, cls, hidden=(16, 16) if i != 1 else (24, 8), **hp) for i, hp in enumerate(hps)]
+    batched = [a.clone() for a in solo]
+    buf = continuous_buffer(3)
+    plan = [[True, True, True], [True, False, True], [True, True, True], [True, True, False], [True, True, True]]
+    for active in plan:
+        for slot, (a, on) in enumerate(zip(solo, active, strict=True)):
+            if on:
+                a.learn(a.sample(buf, slot))
+    assert len({a.batch_key() for a in batched}) == 1
+    group = cls.group(batched)
+    for active in plan:
+        group.learn_step(buf, [0, 1, 2], active)
+    group.write_back()
+    assert_same_members(solo, batched, atol=1e-5)
+
+
+def test_td3_group_explores_as_each_member_would():
+    agents = [td3(s, random_steps=0) for s in range(3)]
+    twins = [a.clone() for a in agents]
+    obs = [{"obs": torch.rand(4, 3, generator=torch.Generator().manual_seed(s))} for s in range(3)]
+    own = [a.explore_action(o) for a, o in zip(agents, obs, strict=True)]
+    together = group_of(twins).explore(obs, [None] * 3)
+    for x, y in zip(own, together, strict=True):
+        np.testing.assert_allclose(x, y, atol=1e-6)
+
+
+def group_of(agents):
+    return type(agents[0]).group(agents)
