@@ -7,7 +7,10 @@ Services (each its own process group, logs in ``<data dir>/logs/``, pids in ``<d
 * ``mlflow``: MLflow server, SQLite backend, artifacts proxied to ``s3://mlflow/artifacts``;
 * ``prefect``: Prefect server (SQLite in ``<data dir>/prefect``);
 * ``worker``: a Prefect worker of the ``agilerl-process`` process work pool, whose environment points
-  flow runs at the MLflow server and the S3 store.
+  flow runs at the MLflow server and the S3 store;
+* ``gpu0``, ``gpu1``...: with ``--gpu-workers N``, one worker of the ``agilerl-gpu`` process pool per GPU,
+  each seeing only its own device (``CUDA_VISIBLE_DEVICES=i``) and running one flow run at a time
+  (``--limit 1``), so a deployment on that pool gets a GPU to itself.
 
 Ports come from ``AGILERL_STACK_<SERVICE>_PORT`` (defaults below) and the data directory from
 ``--data-dir`` / ``AGILERL_STACK_DIR``. ``<data dir>/env.sh`` (0600) exports what a client needs.
@@ -34,6 +37,7 @@ from pathlib import Path
 from agilerl_core.errors import AgileRLError
 
 WORK_POOL = "agilerl-process"
+GPU_WORK_POOL = "agilerl-gpu"
 STORAGE_BUCKET = "agilerl"
 ARTIFACT_BUCKET = "mlflow"
 DEFAULT_PORTS = {"s3": 8333, "mlflow": 5000, "prefect": 4200}
@@ -254,14 +258,35 @@ class Stack:
         self._spawn("worker", cmd, env)
         self._wait("worker", self._worker_ready, timeout)
 
-    def _worker_ready(self) -> bool:
-        req = urllib.request.Request(f"{self.prefect_api}/work_pools/{WORK_POOL}/workers/filter", data=b"{}",
+    def start_gpu_workers(self, count: int, timeout: float = 90) -> None:
+        """`count` workers of GPU_WORK_POOL, worker i seeing GPU i only and taking one flow run at a time."""
+        for i in range(count):
+            name = f"gpu{i}"
+            if self.running(name):
+                continue
+            env = {**self.client_env(), "PREFECT_HOME": str(self.data_dir / f"prefect-{name}"),
+                   "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING",
+                   "CUDA_VISIBLE_DEVICES": str(i)}
+            cmd = [_bin("prefect"), "worker", "start", "--pool", GPU_WORK_POOL, "--type", "process", "--limit", "1",
+                   "--name", f"agilerl-{name}-{self.ports['prefect']}"]
+            self._spawn(name, cmd, env)
+        self._wait("gpu0", lambda: self.online_workers(GPU_WORK_POOL) >= count, timeout)
+
+    def online_workers(self, pool: str) -> int:
+        """How many workers of `pool` the server sees online (0 when it cannot be asked)."""
+        req = urllib.request.Request(f"{self.prefect_api}/work_pools/{pool}/workers/filter", data=b"{}",
                                      headers={"Content-Type": "application/json"}, method="POST")
         try:
             with urllib.request.urlopen(req, timeout=2) as resp:
-                return any(w.get("status") == "ONLINE" for w in json.loads(resp.read()))
+                return sum(w.get("status") == "ONLINE" for w in json.loads(resp.read()))
         except (urllib.error.URLError, OSError, ValueError):
-            return False
+            return 0
+
+    def _worker_ready(self) -> bool:
+        return self.online_workers(WORK_POOL) > 0
+
+    def gpu_worker_names(self) -> list[str]:
+        return sorted((n for n in self._state() if n.startswith("gpu") and n[3:].isdigit()), key=lambda n: int(n[3:]))
 
     def stop(self, name: str, timeout: float = 20) -> None:
         """SIGTERM the service's process group (we started it in its own session), SIGKILL if it lingers."""
@@ -285,12 +310,15 @@ class Stack:
         self._save_state(state)
 
     # ---- commands ---------------------------------------------------------------------------------------
-    def up(self) -> dict:
-        """Start every service (those already running are left alone) and write env.sh."""
+    def up(self, gpu_workers: int = 0) -> dict:
+        """Start every service (those already running are left alone) and write env.sh; with `gpu_workers`,
+        also one worker of the GPU pool per GPU."""
         self.start_s3()
         self.start_mlflow()
         self.start_prefect()
         self.start_worker()
+        if gpu_workers:
+            self.start_gpu_workers(gpu_workers)
         env_sh = self.data_dir / "env.sh"
         fd = os.open(env_sh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -301,7 +329,7 @@ class Stack:
         return self.status()
 
     def down(self) -> dict:
-        for name in ("worker", "prefect", "mlflow", "s3"):
+        for name in (*self.gpu_worker_names(), "worker", "prefect", "mlflow", "s3"):
             self.stop(name)
         return self.status()
 
@@ -313,5 +341,10 @@ class Stack:
             running = self.running(name)
             out[name] = {"running": running, "healthy": bool(running and check()),
                          "pid": self._state().get(name, {}).get("pid")}
+        gpus = self.gpu_worker_names()
+        if gpus:
+            online = self.online_workers(GPU_WORK_POOL)
+            out["gpu_workers"] = {"pool": GPU_WORK_POOL, "running": sum(self.running(n) for n in gpus),
+                                  "online": online, "pids": [self._state()[n].get("pid") for n in gpus]}
         out["endpoints"] = {"prefect": self.prefect_api, "mlflow": self.mlflow_url, "s3": self.s3_url}
         return out
