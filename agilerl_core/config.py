@@ -162,7 +162,7 @@ class RunnerConfig(_Strict):
         "threads", description="threads: one process, shared buffer; dask / ray: worker processes (local, or "
                                "the cluster at `address`), experience shards via storage.")
     address: str | None = Field(None, description="Dask scheduler or Ray cluster address; None starts a local one.")
-    workers: int = Field(2, ge=1, description="Worker processes of the local Dask cluster (Ray: CPUs it may use).")
+    workers: int = Field(2, ge=1, description="Worker processes of the local Dask cluster; CPUs of the local Ray.")
     max_threads: int = Field(1, ge=1, description="Groups the thread runner trains at once. Keep 1 for CPU-bound "
                                                   "small networks: their Python-heavy loops fight over the GIL "
                                                   "(4 threads measured 2.7x slower); use dask or ray for CPU "
@@ -179,8 +179,9 @@ class RunnerConfig(_Strict):
     gpus_per_shard: float = Field(0.0, ge=0, description="GPUs each group's task asks the engine for (ray: "
                                                          "num_gpus, fractions allowed: 0.25 puts four on a GPU; "
                                                          "dask: the GPU worker resource). 0: CPU.")
-    cpus_per_shard: float = Field(1.0, gt=0, description="CPUs each group's task asks the engine for (ray: "
-                                                         "num_cpus; dask: the CPU worker resource).")
+    cpus_per_shard: float = Field(1.0, gt=0, description="CPUs each group's task asks Ray for (num_cpus). Dask "
+                                                         "workers are single-threaded and take one task at a "
+                                                         "time, so it does not apply there.")
     worker_gpus: int = Field(0, ge=0, description="Local Dask cluster: GPUs to give one worker each (resource "
                                                   "GPU=1 and its own CUDA_VISIBLE_DEVICES); local Ray: its GPU "
                                                   "count. 0: none (or, for Ray, what it detects).")

@@ -59,6 +59,21 @@ def assert_same_members(a_list, b_list, atol=1e-5):
         assert torch.equal(a.torch_gen.get_state(), b.torch_gen.get_state())
 
 
+def learn_alone_and_together(solo, buf, plan):
+    """Each member's own learn steps per `plan` (rows: which members step), then a clone group's batched
+    steps on the same plan; returns (the batched clones, each step's per-member losses)."""
+    batched = [a.clone() for a in solo]
+    for active in plan:
+        for slot, (a, on) in enumerate(zip(solo, active, strict=True)):
+            if on:
+                a.learn(a.sample(buf, slot))
+    assert len({a.batch_key() for a in batched}) == 1
+    group = type(batched[0]).group(batched)
+    losses = [group.learn_step(buf, list(range(len(solo))), active) for active in plan]
+    group.write_back()
+    return batched, losses
+
+
 @pytest.mark.parametrize("options", [
     {"double": True, "loss": "mse"},
     {"double": False, "loss": "huber", "max_grad_norm": 0.5},
@@ -72,17 +87,8 @@ def test_dqn_group_update_equals_each_members_own(options, mask):
            {"lr": 3e-3, "gamma": 0.9, "tau": 0.05, "batch_size": 48},
            {"lr": 5e-4, "gamma": 0.95, "tau": 0.1, "batch_size": 16}]
     solo = [dqn(10 + i, **hp, **options) for i, hp in enumerate(hps)]
-    batched = [a.clone() for a in solo]
-    buf = filled_buffer(3, mask)
     plan = [[True, True, True], [True, True, True], [True, False, True], [True, True, True], [False, True, True]]
-    for active in plan:
-        for slot, (a, on) in enumerate(zip(solo, active, strict=True)):
-            if on:
-                a.learn(a.sample(buf, slot))
-    assert len({a.batch_key() for a in batched}) == 1
-    group = DQN.group(batched)
-    losses = [group.learn_step(buf, [0, 1, 2], active) for active in plan]
-    group.write_back()
+    batched, losses = learn_alone_and_together(solo, filled_buffer(3, mask), plan)
     assert_same_members(solo, batched)
     assert all(loss.shape == (3,) for loss in losses)
     assert losses[2][1] == 0.0 and losses[2][0] > 0.0
@@ -102,17 +108,6 @@ def test_members_of_other_widths_learn_zero_padded_as_alone():
     group.write_back()
     assert_same_members(solo, batched)
     assert group.q.flat.isfinite().all()
-
-
-def test_dqn_group_explores_as_each_member_would():
-    agents = [dqn(s, eps_start=0.5, eps_end=0.5) for s in range(3)]
-    twins = [a.clone() for a in agents]
-    obs = [{"obs": torch.rand(4, 3, generator=torch.Generator().manual_seed(s))} for s in range(3)]
-    own = [a.explore_action(o) for a, o in zip(agents, obs, strict=True)]
-    group = DQN.group(twins)
-    together = group.explore(obs, [None, None, None])
-    for x, y in zip(own, together, strict=True):
-        np.testing.assert_array_equal(x, y)
 
 
 def test_batch_keys_split_by_architecture_and_structure():
@@ -172,30 +167,19 @@ def test_td3_group_update_equals_each_members_own(algo):
     if algo == "ddpg":
         hps = [{**h, "policy_freq": 1, "target_noise": 0.0} for h in hps]
     solo = [td3(20 + i, cls, hidden=(16, 16) if i != 1 else (24, 8), **hp) for i, hp in enumerate(hps)]
-    batched = [a.clone() for a in solo]
-    buf = continuous_buffer(3)
     plan = [[True, True, True], [True, False, True], [True, True, True], [True, True, False], [True, True, True]]
-    for active in plan:
-        for slot, (a, on) in enumerate(zip(solo, active, strict=True)):
-            if on:
-                a.learn(a.sample(buf, slot))
-    assert len({a.batch_key() for a in batched}) == 1
-    group = cls.group(batched)
-    for active in plan:
-        group.learn_step(buf, [0, 1, 2], active)
-    group.write_back()
+    batched, _ = learn_alone_and_together(solo, continuous_buffer(3), plan)
     assert_same_members(solo, batched, atol=1e-5)
 
 
-def test_td3_group_explores_as_each_member_would():
-    agents = [td3(s, random_steps=0) for s in range(3)]
+@pytest.mark.parametrize("make", [lambda s: dqn(s, eps_start=0.5, eps_end=0.5), lambda s: td3(s, random_steps=0)],
+                         ids=["dqn", "td3"])
+def test_group_explores_as_each_member_would(make):
+    """One batched forward for every member's envs; each member's own exploration draws on top."""
+    agents = [make(s) for s in range(3)]
     twins = [a.clone() for a in agents]
     obs = [{"obs": torch.rand(4, 3, generator=torch.Generator().manual_seed(s))} for s in range(3)]
     own = [a.explore_action(o) for a, o in zip(agents, obs, strict=True)]
-    together = group_of(twins).explore(obs, [None] * 3)
+    together = type(twins[0]).group(twins).explore(obs, [None] * 3)
     for x, y in zip(own, together, strict=True):
         np.testing.assert_allclose(x, y, atol=1e-6)
-
-
-def group_of(agents):
-    return type(agents[0]).group(agents)

@@ -22,27 +22,22 @@ class DQNGroup(MemberGroup):
         super().__init__(agents)
         first = self.agents[0]
         self.q = self.adams["q"]
-        self.net = first.networks["q"]  # features(): the plain MLP's input, the same for every member
         self.gamma = self.hp_tensor("gamma")
         self.tau = self.hp_tensor("tau")
         self.hard_every = first.hp.hard_update_every
         self.double, self.huber = first.hp.double, first.hp.loss == "huber"
         self.max_grad_norm = first.hp.max_grad_norm
 
-    def _features(self, obs, k: int) -> torch.Tensor:
-        x = self.net.features(obs)
-        return x.view(k, -1, x.shape[-1])
-
     @torch.no_grad()
     def explore(self, obs: Sequence, masks: Sequence) -> list[np.ndarray]:
-        x = torch.stack([self.net.features(o) for o in obs])
+        x = self.stacked_obs(obs)
         q = stacked_forward(self.q.layers, x, self.activation)
         return [a.epsilon_greedy(q[i], a.epsilon(), masks[i]) for i, a in enumerate(self.agents)]
 
     @torch.no_grad()
     def learn(self, batch: Transition, rows: StackedRows) -> torch.Tensor:
         k, b = rows.k, rows.b
-        x, x_next = self._features(batch.obs, k), self._features(batch.next_obs, k)
+        x, x_next = self.features(batch.obs, k), self.features(batch.next_obs, k)
         if self.double:
             out, inputs = stacked_forward_cached(self.q.layers, torch.cat([x, x_next], dim=1), self.activation)
             q, next_online = out[:, :b], out[:, b:]

@@ -169,6 +169,7 @@ class MemberGroup(ABC):
         first = self.agents[0]
         self.device = first.device
         self.activation = first.arch.activation
+        self.net = first.networks[first.online_networks[0]]  # features(): a plain MLP's input, every member's
         self.adams = {n: StackedAdam([a.optimizers[n] for a in self.agents], [a.networks[n] for a in self.agents])
                       for n in first.online_networks}
         self.targets: dict[str, torch.Tensor] = {}
@@ -177,6 +178,15 @@ class MemberGroup(ABC):
             adam = self.adams[online]
             self.targets[t] = stack_flats([a.target_flat[t] for a in self.agents], adam.shapes, adam.padded)
             self.target_layers[t] = stacked_blocks(self.targets[t], self.k, adam.padded)
+
+    def features(self, obs, k: int) -> torch.Tensor:
+        """The networks' input for a member-major batch of observations ([K * B] rows): [K, B, D]."""
+        x = self.net.features(obs)
+        return x.view(k, -1, x.shape[-1])
+
+    def stacked_obs(self, obs: Sequence) -> torch.Tensor:
+        """Every member's observations (one batch each, the same size) as the networks' input [K, N, D]."""
+        return torch.stack([self.net.features(o) for o in obs])
 
     def hp_tensor(self, name: str) -> torch.Tensor:
         """Hyperparameter `name` of every member, [K] float32."""

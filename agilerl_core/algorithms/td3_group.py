@@ -23,7 +23,6 @@ class TD3Group(MemberGroup):
         first = self.agents[0]
         self.actor = self.adams["actor"]
         self.critics = first.critics
-        self.net = first.networks["actor"]  # features(): the plain MLP's input, the same for every member
         self.gamma, self.tau = self.hp_tensor("gamma"), self.hp_tensor("tau")
         self.noise, self.noise_clip = self.hp_tensor("target_noise"), self.hp_tensor("target_noise_clip")
         self.policy_freq = [a.hp.policy_freq for a in self.agents]
@@ -31,13 +30,9 @@ class TD3Group(MemberGroup):
         self.max_grad_norm = first.hp.max_grad_norm
         self.dim = first.action_dim
 
-    def _features(self, obs, k: int) -> torch.Tensor:
-        x = self.net.features(obs)
-        return x.view(k, -1, x.shape[-1])
-
     @torch.no_grad()
     def explore(self, obs: Sequence, masks: Sequence) -> list[np.ndarray]:
-        x = torch.stack([self.net.features(o) for o in obs])
+        x = self.stacked_obs(obs)
         greedy = torch.tanh(stacked_forward(self.actor.layers, x, self.activation)).cpu().numpy()
         return [a.explore_from(greedy[i], greedy.shape[1]) for i, a in enumerate(self.agents)]
 
@@ -68,7 +63,7 @@ class TD3Group(MemberGroup):
     @torch.no_grad()
     def learn(self, batch: Transition, rows: StackedRows) -> torch.Tensor:
         k, b = rows.k, rows.b
-        x, xn = self._features(batch.obs, k), self._features(batch.next_obs, k)
+        x, xn = self.features(batch.obs, k), self.features(batch.next_obs, k)
         y = self._target(batch, rows, xn)
         active = None if rows.all_active else rows.active
         w = rows.weight
