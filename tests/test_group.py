@@ -172,8 +172,14 @@ def test_td3_group_update_equals_each_members_own(algo):
     assert_same_members(solo, batched, atol=1e-5)
 
 
-@pytest.mark.parametrize("make", [lambda s: dqn(s, eps_start=0.5, eps_end=0.5), lambda s: td3(s, random_steps=0)],
-                         ids=["dqn", "td3"])
+def _sac(seed):
+    from agilerl_core.algorithms.sac import SAC
+
+    return td3(seed, SAC)
+
+
+@pytest.mark.parametrize("make", [lambda s: dqn(s, eps_start=0.5, eps_end=0.5), lambda s: td3(s, random_steps=0),
+                                  _sac], ids=["dqn", "td3", "sac"])
 def test_group_explores_as_each_member_would(make):
     """One batched forward for every member's envs; each member's own exploration draws on top."""
     agents = [make(s) for s in range(3)]
@@ -183,3 +189,93 @@ def test_group_explores_as_each_member_would(make):
     together = type(twins[0]).group(twins).explore(obs, [None] * 3)
     for x, y in zip(own, together, strict=True):
         np.testing.assert_allclose(x, y, atol=1e-6)
+
+
+def ppo(seed, continuous=False, hidden=(16, 16), **hp):
+    from agilerl_core.algorithms.ppo import PPO
+    from agilerl_core.algorithms.ppo_hp import PPOHyperparameters
+    from agilerl_core.envs.spaces import action_spec
+
+    act = action_spec(spaces.Box(-1, 1, (2,), np.float32)) if continuous else 3
+    arch = initial_arch(SPEC, 2 if continuous else 3, NetworkConfig(hidden_sizes=list(hidden), min_nodes=1,
+                                                                    activation="tanh"))
+    return PPO(SPEC, act, arch, PPOHyperparameters(rollout_steps=8, **hp), seed)
+
+
+def rollout_data(seed: int, n: int, continuous: bool, mask: bool):
+    g = torch.Generator().manual_seed(seed)
+    data = {"obs": {"obs": torch.rand(n, 3, generator=g) * 2 - 1},
+            "actions": torch.rand(n, 2, generator=g) * 2 - 1 if continuous else torch.randint(0, 3, (n,), generator=g),
+            "logprobs": -torch.rand(n, generator=g) * 2, "values": torch.randn(n, generator=g)}
+    if mask:
+        m = torch.rand(n, 3, generator=g) < 0.7
+        m[torch.arange(n), data["actions"]] = True  # the taken action was valid
+        data["masks"] = m
+    return data, torch.randn(n, generator=g), torch.randn(n, generator=g)
+
+
+class _Flat:
+    """A rollout stand-in whose flat() returns prepared rows (what PPO.learn_rollout reads)."""
+
+    def __init__(self, data):
+        self.data = data
+
+    def flat(self, steps):
+        return self.data
+
+
+@pytest.mark.parametrize(("continuous", "mask"), [(False, False), (False, True), (True, False)])
+def test_ppo_group_update_equals_each_members_own(continuous, mask):
+    """Own lr, clip range, entropy/value coefficients, epochs, minibatch count and KL early stop, other widths:
+    a batched update of three rollouts equals each member's own learn_rollout."""
+    hps = [{"lr": 1e-3, "clip_coef": 0.2, "update_epochs": 3, "num_minibatches": 4, "ent_coef": 0.01},
+           {"lr": 3e-3, "clip_coef": 0.1, "update_epochs": 2, "num_minibatches": 2, "vf_coef": 1.0},
+           {"lr": 5e-4, "clip_coef": 0.3, "update_epochs": 4, "num_minibatches": 3, "target_kl": 0.002}]
+    solo = [ppo(30 + i, continuous, hidden=(16, 16) if i != 2 else (24, 8), **hp) for i, hp in enumerate(hps)]
+    together = [a.clone() for a in solo]
+    rollouts = [rollout_data(40 + i, 48, continuous, mask) for i in range(3)]
+    own = [a.learn_rollout(_Flat(d), 48, adv, ret) for a, (d, adv, ret) in zip(solo, rollouts, strict=True)]
+    assert len({a.batch_key() for a in together}) == 1
+    group = type(together[0]).group(together)
+    stats = group.learn_rollouts([d for d, _, _ in rollouts], [adv for _, adv, _ in rollouts],
+                                 [ret for _, _, ret in rollouts])
+    group.write_back()
+    assert_same_members(solo, together, atol=1e-5)
+    assert [s["updates"] for s in stats] == [s["updates"] for s in own]
+    for s, o in zip(stats, own, strict=True):
+        assert s["loss"] == pytest.approx(o["loss"], rel=1e-4, abs=1e-6)
+
+
+def test_ppo_group_samples_as_each_member_would():
+    agents = [ppo(s, continuous=True) for s in range(3)]
+    twins = [a.clone() for a in agents]
+    obs = [{"obs": torch.rand(4, 3, generator=torch.Generator().manual_seed(s))} for s in range(3)]
+    own = [a.policy_step(o) for a, o in zip(agents, obs, strict=True)]
+    group = type(twins[0]).group(twins)
+    for (a1, l1, v1), (a2, l2, v2) in zip(own, group.policy_step(obs, [None] * 3), strict=True):
+        np.testing.assert_allclose(a1, a2, atol=1e-6)
+        torch.testing.assert_close(l1, l2, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(v1, v2, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(group.value(1, obs[1]), own[1][2], atol=1e-5, rtol=1e-5)
+
+
+def test_sac_group_update_equals_each_members_own():
+    """Own learning rates, gamma, tau, batch size, policy_freq, temperature (auto or fixed), target entropy,
+    other widths and a member sitting a step out: the batched SAC step equals each member's own."""
+    from agilerl_core.algorithms.sac import SAC
+
+    hps = [{"lr_actor": 1e-3, "lr_critic": 2e-3, "batch_size": 32, "policy_freq": 1, "init_alpha": 0.5},
+           {"lr_actor": 3e-3, "lr_critic": 1e-3, "batch_size": 24, "policy_freq": 2, "gamma": 0.9, "tau": 0.05,
+            "lr_alpha": 1e-3, "target_entropy": -1.0},
+           {"lr_actor": 5e-4, "lr_critic": 5e-4, "batch_size": 16, "auto_entropy": False, "max_grad_norm": None}]
+    solo = [td3(50 + i, SAC, hidden=(16, 16) if i != 1 else (24, 8), **hp) for i, hp in enumerate(hps)]
+    plan = [[True, True, True], [True, False, True], [True, True, True], [True, True, False], [True, True, True]]
+    batched, _ = learn_alone_and_together(solo, continuous_buffer(3), plan)
+    assert_same_members(solo, batched, atol=1e-5)
+    assert td3(1, SAC).batch_key() is not None
+
+
+def test_cql_does_not_batch():
+    from agilerl_core.algorithms.cql import CQL
+
+    assert td3(0, CQL).batch_key() is None

@@ -12,12 +12,12 @@ import torch
 
 from agilerl_core.algorithms.dqn import _mask_invalid
 from agilerl_core.algorithms.fused_mlp import stacked_backward, stacked_forward_cached
-from agilerl_core.algorithms.group import MemberGroup, StackedRows
+from agilerl_core.algorithms.group import ReplayGroup, StackedRows
 from agilerl_core.buffers.replay import Transition
 from agilerl_core.networks.stacked import stacked_forward
 
 
-class DQNGroup(MemberGroup):
+class DQNGroup(ReplayGroup):
     def __init__(self, agents: Sequence) -> None:
         super().__init__(agents)
         first = self.agents[0]

@@ -201,6 +201,23 @@ class MemberGroup(ABC):
             adam = self.adams[self.agents[0].target_networks[tname]]
             flat.lerp_(adam.flat, weight[adam.owner])
 
+    @abstractmethod
+    def explore(self, obs: Sequence, masks: Sequence) -> list:
+        """Every member's exploration actions for its envs' observations (one batched forward)."""
+
+    def write_back(self) -> None:
+        """Every member's weights, Adam state and targets back into its own buffers (end of the phase)."""
+        for adam in self.adams.values():
+            adam.write_back()
+        for tname, flat in self.targets.items():
+            adam = self.adams[self.agents[0].target_networks[tname]]
+            unstack_into(flat, [a.target_flat[tname] for a in self.agents], adam.shapes, adam.padded)
+
+
+class ReplayGroup(MemberGroup):
+    """A group of off-policy members: each gradient step draws every member's own minibatch from the shared
+    replay buffer."""
+
     def learn_step(self, buffer, slots: Sequence[int], active: Sequence[bool]) -> torch.Tensor:
         """One gradient step of every active member on its own minibatch (drawn with its own generator
         from the committed buffer plus its slot's fresh data, as when it learns alone); returns each
@@ -214,18 +231,6 @@ class MemberGroup(ABC):
     def learn(self, batch, rows: StackedRows) -> torch.Tensor:
         """One step on `batch` (every field [K * B, ...], member-major, see :class:`StackedRows`); returns
         each member's loss [K]."""
-
-    @abstractmethod
-    def explore(self, obs: Sequence, masks: Sequence) -> list:
-        """Every member's exploration actions for its envs' observations (one batched forward)."""
-
-    def write_back(self) -> None:
-        """Every member's weights, Adam state and targets back into its own buffers (end of the phase)."""
-        for adam in self.adams.values():
-            adam.write_back()
-        for tname, flat in self.targets.items():
-            adam = self.adams[self.agents[0].target_networks[tname]]
-            unstack_into(flat, [a.target_flat[tname] for a in self.agents], adam.shapes, adam.padded)
 
 
 class StackedRows:

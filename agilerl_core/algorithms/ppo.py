@@ -66,33 +66,46 @@ class PPO(RLAlgorithm):
         return self.networks["critic"](obs).squeeze(1)
 
     def _dist_params(self, obs: Obs, mask: torch.Tensor | None, log_std: torch.Tensor | None = None):
-        out = self.networks["actor"](obs)
+        return self.dist_from(self.networks["actor"](obs), mask, log_std)
+
+    def dist_from(self, out: torch.Tensor, mask: torch.Tensor | None, log_std: torch.Tensor | None = None):
+        """The policy's distribution parameters from the actor's outputs `out` [..., A]: (means, log std)
+        for Box actions, (logits with masked actions at -1e9, None) for discrete ones."""
         if self.continuous:
             return out, (self.log_std if log_std is None else log_std).expand_as(out)
         if mask is not None:
-            mask = mask | ~mask.any(dim=1, keepdim=True)
+            mask = mask | ~mask.any(dim=-1, keepdim=True)
             out = out.masked_fill(~mask, -1e9)
         return out, None
 
     def log_prob_entropy(self, obs: Obs, actions: torch.Tensor, mask: torch.Tensor | None = None,
                          log_std: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(log pi(a|s), entropy of pi(.|s)) for a batch (differentiable)."""
-        p, log_std = self._dist_params(obs, mask, log_std)
+        return self.log_prob_entropy_from(*self._dist_params(obs, mask, log_std), actions)
+
+    def log_prob_entropy_from(self, p: torch.Tensor, log_std: torch.Tensor | None, actions: torch.Tensor
+                              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`log_prob_entropy` from distribution parameters (:meth:`dist_from`); leading dims kept."""
         if self.continuous:
             std = log_std.exp()
-            logp = (-0.5 * ((actions - p) / std).square() - log_std - 0.5 * math.log(2 * math.pi)).sum(1)
-            ent = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(1)
+            logp = (-0.5 * ((actions - p) / std).square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+            ent = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(-1)
             return logp, ent
-        logits = torch.log_softmax(p, dim=1)
+        logits = torch.log_softmax(p, dim=-1)
         probs = logits.exp()
-        return logits.gather(1, actions.long().unsqueeze(1)).squeeze(1), -(probs * logits).sum(1)
+        return logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1), -(probs * logits).sum(-1)
 
     @torch.no_grad()
     def policy_step(self, obs: Obs, action_mask: np.ndarray | None = None
                     ) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
         """Sampled actions (agent scale), their log-probs and the state values, for collection."""
         mask = None if action_mask is None else torch.as_tensor(action_mask, dtype=torch.bool, device=self.device)
-        p, log_std = self._dist_params(obs, mask)
+        actions, logp = self.sample_from(*self._dist_params(obs, mask))
+        return actions, logp, self.value(obs)
+
+    @torch.no_grad()
+    def sample_from(self, p: torch.Tensor, log_std: torch.Tensor | None) -> tuple[np.ndarray, torch.Tensor]:
+        """Actions sampled from distribution parameters [N, A] (this member's generator) and their log-probs."""
         if self.continuous:
             noise = torch.randn(p.shape, generator=self.torch_gen).to(p.device)
             actions = p + log_std.exp() * noise
@@ -100,8 +113,8 @@ class PPO(RLAlgorithm):
             u = torch.rand(p.shape[0], 1, generator=self.torch_gen).to(p.device)
             cdf = torch.softmax(p, dim=1).cumsum(dim=1)
             actions = (u > cdf).sum(dim=1).clamp(max=self.action_dim - 1)
-        logp, _ = self.log_prob_entropy(obs, actions, mask)
-        return actions.cpu().numpy(), logp, self.value(obs)
+        logp, _ = self.log_prob_entropy_from(p, log_std, actions)
+        return actions.cpu().numpy(), logp
 
     def explore_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
         return self.policy_step(obs, action_mask)[0]
@@ -111,6 +124,22 @@ class PPO(RLAlgorithm):
         mask = None if action_mask is None else torch.as_tensor(action_mask, dtype=torch.bool, device=self.device)
         p, _ = self._dist_params(obs, mask)
         return (p if self.continuous else p.argmax(dim=1)).cpu().numpy()
+
+    # ---- population-batched learning ------------------------------------------------------------------
+    def batch_key(self) -> tuple | None:
+        if self.obs_norm is not None or not all(self.networks[n].plain_mlp for n in self.online_networks):
+            return None
+        hp = self.hp
+        return self._group_key(self.continuous, hp.norm_adv, hp.clip_vloss, hp.max_grad_norm, hp.rollout_steps)
+
+    def batch_refusal(self) -> str:
+        return f"{self.name}: only plain-MLP actors and critics batch (no obs normalisation, no encoders)"
+
+    @staticmethod
+    def group(agents: list[PPO]):
+        from agilerl_core.algorithms.ppo_group import PPOGroup  # it builds on this module
+
+        return PPOGroup(agents)
 
     # ---- learning -------------------------------------------------------------------------------------
     def learn_rollout(self, rollout: Rollout, steps: int, advantages: torch.Tensor, returns: torch.Tensor,

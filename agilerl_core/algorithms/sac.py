@@ -120,6 +120,24 @@ class SAC(ContinuousActorCritic):
             self.update_alpha(logp)
         return loss
 
+    # ---- population-batched learning ------------------------------------------------------------------
+    def batch_key(self) -> tuple | None:
+        if type(self).critic_penalty is not ContinuousActorCritic.critic_penalty:
+            return None  # a penalised critic (CQL) has no batched path
+        if self.obs_norm is not None or not all(self.networks[n].plain_mlp for n in self.online_networks):
+            return None
+        return self._group_key(self.hp.max_grad_norm)
+
+    def batch_refusal(self) -> str:
+        return (f"{self.name}: only plain-MLP SAC batches (no critic penalty as in CQL, no obs normalisation, "
+                f"no encoders)")
+
+    @staticmethod
+    def group(agents: list[SAC]):
+        from agilerl_core.algorithms.sac_group import SACGroup  # it builds on this module
+
+        return SACGroup(agents)
+
     # ---- state ----------------------------------------------------------------------------------------
     def extra_tensors(self) -> dict[str, torch.Tensor]:
         return {"log_alpha": self.log_alpha, "alpha_adam": self.alpha_adam}

@@ -12,12 +12,12 @@ import numpy as np
 import torch
 
 from agilerl_core.algorithms.fused_mlp import stacked_backward, stacked_forward_cached
-from agilerl_core.algorithms.group import MemberGroup, StackedRows
+from agilerl_core.algorithms.group import ReplayGroup, StackedRows
 from agilerl_core.buffers.replay import Transition
 from agilerl_core.networks.stacked import stacked_forward
 
 
-class TD3Group(MemberGroup):
+class TD3Group(ReplayGroup):
     def __init__(self, agents: Sequence) -> None:
         super().__init__(agents)
         first = self.agents[0]

@@ -15,7 +15,7 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from agilerl_core.algorithms.base import RLAlgorithm
-from agilerl_core.algorithms.group import MemberGroup
+from agilerl_core.algorithms.group import ReplayGroup
 from agilerl_core.arenas.base import EpisodeReturns, GymArena, probe_action_mask
 from agilerl_core.arenas.experience import ReplayLearning, SharedReplay
 from agilerl_core.buffers.nstep import NStepCollector
@@ -98,7 +98,7 @@ def train_member(agent: RLAlgorithm, slot: int, env: VectorEnv, buffer: ReplayBu
     return c.finish(vector_steps, time.perf_counter() - t0)
 
 
-def train_group(group: MemberGroup, slots: list[int], envs: list[VectorEnv], buffer: ReplayBuffer, evo_steps: int,
+def train_group(group: ReplayGroup, slots: list[int], envs: list[VectorEnv], buffer: ReplayBuffer, evo_steps: int,
                 seeds: list[int]) -> list[TrainResult]:
     """:func:`train_member` for the members of a stacked group at once: one batched forward chooses every
     member's actions, and each round of gradient steps is one batched step (a member whose learn_step earns

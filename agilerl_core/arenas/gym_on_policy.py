@@ -18,6 +18,72 @@ from agilerl_core.envs.vector import action_masks, real_next_obs
 from agilerl_core.hpo.evolution import TrainResult
 
 
+class _RolloutCollector:
+    """One member's side of an on-policy training phase: its env, rollout buffer, episode returns and losses.
+    `value` gives V(s) of the member (its own critic, or its row of a group's stacked one)."""
+
+    def __init__(self, agent, slot: int, env: VectorEnv, seed: int, value) -> None:
+        self.agent, self.slot, self.env, self.value = agent, slot, env, value
+        spec, act_spec, hp = agent.obs_spec, agent.action_spec, agent.hp
+        self.num_envs = env.num_envs
+        obs, info = env.reset(seed=seed)
+        agent.begin_rollout(self.num_envs)
+        self.mask, _ = action_masks(info, self.num_envs, agent.action_dim)
+        self.obs_t = spec.to_tensors(obs, agent.device)
+        self.rollout = Rollout.allocate(hp.rollout_steps, self.num_envs, self.obs_t,
+                                        () if act_spec.discrete else (act_spec.dim,),
+                                        torch.int64 if act_spec.discrete else torch.float32,
+                                        None if self.mask is None else self.mask.shape[1])
+        self.episodes = EpisodeReturns(self.num_envs)
+        self.losses: list[float] = []
+        self.learn0 = agent.learn_steps
+
+    def step(self, t: int, actions: np.ndarray, logp: torch.Tensor, value: torch.Tensor) -> None:
+        """Step the env with `actions` (sampled with `logp`, in states valued `value`) into row t."""
+        agent, rollout, hp = self.agent, self.rollout, self.agent.hp
+        spec = agent.obs_spec
+        next_obs, reward, terminated, truncated, info = self.env.step(agent.action_spec.to_env(actions))
+        done = terminated | truncated
+        for k, v in self.obs_t.items():
+            rollout.obs[k][t] = v
+        rollout.actions[t] = torch.as_tensor(actions)
+        rollout.logprobs[t], rollout.values[t] = logp.cpu(), value.cpu()
+        if rollout.masks is not None:
+            rollout.masks[t] = torch.as_tensor(self.mask)
+        r = torch.as_tensor(reward, dtype=torch.float32)
+        cut = truncated & ~terminated
+        if cut.any():  # a time limit is not the end of the world: credit the final state's value
+            final = real_next_obs(next_obs, info, cut)
+            with torch.no_grad():
+                v_final = self.value(spec.to_tensors(final, agent.device)).cpu()
+            r = r + hp.gamma * v_final * torch.as_tensor(cut, dtype=torch.float32)
+        rollout.rewards[t] = r
+        rollout.dones[t] = torch.as_tensor(done, dtype=torch.float32)
+        agent.env_steps += self.num_envs
+        self.episodes.step(reward, done)
+        self.obs_t = spec.to_tensors(next_obs, agent.device)
+        self.mask, _ = action_masks(info, self.num_envs, agent.action_dim)
+
+    def advantages(self, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """GAE over the rollout's first `steps` rows, bootstrapped from V of the observation after them."""
+        hp, rollout = self.agent.hp, self.rollout
+        with torch.no_grad():
+            last_value = self.value(self.obs_t).cpu()
+        return compute_gae(rollout.rewards[:steps], rollout.values[:steps], rollout.dones[:steps], last_value,
+                           hp.gamma, hp.gae_lambda)
+
+    def learned(self, steps: int, stats: dict[str, float]) -> None:
+        self.losses.append(stats["loss"])
+        # the statistics move between rollouts only, so a rollout's log-probs and its update see one scale
+        self.agent.observe({k: v[:steps] for k, v in self.rollout.obs.items()})
+
+    def result(self, vector_steps: int, wall_s: float) -> TrainResult:
+        agent = self.agent
+        return TrainResult(self.slot, vector_steps * self.num_envs, agent.learn_steps - self.learn0,
+                           len(self.episodes.finished), self.episodes.mean(),
+                           float(np.mean(self.losses)) if self.losses else float("nan"), wall_s)
+
+
 def train_member_on_policy(agent, slot: int, env: VectorEnv, evo_steps: int, seed: int) -> TrainResult:
     """Collect `evo_steps` env steps (whole vector steps) of the member's own rollouts of
     `rollout_steps` each, learning after every rollout (the last one may be shorter).
@@ -26,56 +92,43 @@ def train_member_on_policy(agent, slot: int, env: VectorEnv, evo_steps: int, see
     agent and the seed; the rollout bootstraps from V of the observation after its last step.
     """
     t0 = time.perf_counter()
-    spec, act_spec, hp = agent.obs_spec, agent.action_spec, agent.hp
-    num_envs = env.num_envs
-    obs, info = env.reset(seed=seed)
-    agent.begin_rollout(num_envs)
-    mask, _ = action_masks(info, num_envs, agent.action_dim)
-    vector_steps = math.ceil(evo_steps / num_envs)
-    obs_t = spec.to_tensors(obs, agent.device)
-    rollout = Rollout.allocate(hp.rollout_steps, num_envs, obs_t, () if act_spec.discrete else (act_spec.dim,),
-                               torch.int64 if act_spec.discrete else torch.float32,
-                               None if mask is None else mask.shape[1])
-    episodes = EpisodeReturns(num_envs)
-    losses: list[float] = []
+    c = _RolloutCollector(agent, slot, env, seed, agent.value)
+    vector_steps = math.ceil(evo_steps / c.num_envs)
     done_steps = 0
-    learn0 = agent.learn_steps
     while done_steps < vector_steps:
-        steps = min(hp.rollout_steps, vector_steps - done_steps)
+        steps = min(agent.hp.rollout_steps, vector_steps - done_steps)
         for t in range(steps):
-            actions, logp, value = agent.policy_step(obs_t, mask)
-            next_obs, reward, terminated, truncated, info = env.step(act_spec.to_env(actions))
-            done = terminated | truncated
-            for k, v in obs_t.items():
-                rollout.obs[k][t] = v
-            rollout.actions[t] = torch.as_tensor(actions)
-            rollout.logprobs[t], rollout.values[t] = logp.cpu(), value.cpu()
-            if rollout.masks is not None:
-                rollout.masks[t] = torch.as_tensor(mask)
-            r = torch.as_tensor(reward, dtype=torch.float32)
-            cut = truncated & ~terminated
-            if cut.any():  # a time limit is not the end of the world: credit the final state's value
-                final = real_next_obs(next_obs, info, cut)
-                with torch.no_grad():
-                    v_final = agent.value(spec.to_tensors(final, agent.device)).cpu()
-                r = r + hp.gamma * v_final * torch.as_tensor(cut, dtype=torch.float32)
-            rollout.rewards[t] = r
-            rollout.dones[t] = torch.as_tensor(done, dtype=torch.float32)
-            agent.env_steps += num_envs
-            episodes.step(reward, done)
-            obs = next_obs
-            obs_t = spec.to_tensors(obs, agent.device)
-            mask, _ = action_masks(info, num_envs, agent.action_dim)
-        with torch.no_grad():
-            last_value = agent.value(obs_t).cpu()
-        adv, ret = compute_gae(rollout.rewards[:steps], rollout.values[:steps], rollout.dones[:steps], last_value,
-                               hp.gamma, hp.gae_lambda)
-        losses.append(agent.learn_rollout(rollout, steps, adv, ret)["loss"])
-        # the statistics move between rollouts only, so a rollout's log-probs and its update see one scale
-        agent.observe({k: v[:steps] for k, v in rollout.obs.items()})
+            c.step(t, *agent.policy_step(c.obs_t, c.mask))
+        adv, ret = c.advantages(steps)
+        c.learned(steps, agent.learn_rollout(c.rollout, steps, adv, ret))
         done_steps += steps
-    return TrainResult(slot, vector_steps * num_envs, agent.learn_steps - learn0, len(episodes.finished),
-                       episodes.mean(), float(np.mean(losses)) if losses else float("nan"), time.perf_counter() - t0)
+    return c.result(vector_steps, time.perf_counter() - t0)
+
+
+def train_group_on_policy(group, slots: list[int], envs: list[VectorEnv], evo_steps: int, seeds: list[int]
+                          ) -> list[TrainResult]:
+    """:func:`train_member_on_policy` for a stacked group: one batched forward samples every member's actions,
+    one batched update per minibatch round (see :class:`~agilerl_core.algorithms.ppo_group.PPOGroup`)."""
+    t0 = time.perf_counter()
+    cs = [_RolloutCollector(a, s, envs[s], seed, lambda obs, i=i: group.value(i, obs))
+          for i, (a, s, seed) in enumerate(zip(group.agents, slots, seeds, strict=True))]
+    vector_steps = math.ceil(evo_steps / cs[0].num_envs)
+    rollout_steps = group.agents[0].hp.rollout_steps  # structural: equal within a group
+    done_steps = 0
+    while done_steps < vector_steps:
+        steps = min(rollout_steps, vector_steps - done_steps)
+        for t in range(steps):
+            for c, out in zip(cs, group.policy_step([c.obs_t for c in cs], [c.mask for c in cs]), strict=True):
+                c.step(t, *out)
+        gae = [c.advantages(steps) for c in cs]
+        stats = group.learn_rollouts([c.rollout.flat(steps) for c in cs], [a[:steps].reshape(-1) for a, _ in gae],
+                                     [r[:steps].reshape(-1) for _, r in gae])
+        for c, st in zip(cs, stats, strict=True):
+            c.learned(steps, st)
+        done_steps += steps
+    group.write_back()
+    wall = time.perf_counter() - t0
+    return [c.result(vector_steps, wall) for c in cs]
 
 
 class OnPolicyArena(GymArena):
@@ -88,3 +141,10 @@ class OnPolicyArena(GymArena):
 
     def train(self, member: RLAlgorithm, slot: int, seed: int, steps: int) -> TrainResult:
         return train_member_on_policy(member, slot, self.envs[slot], steps, seed)
+
+    def batch_key(self, member: RLAlgorithm):
+        return member.batch_key()
+
+    def train_group(self, members: list[RLAlgorithm], slots: list[int], seeds: list[int], steps: int
+                    ) -> list[TrainResult]:
+        return train_group_on_policy(self.algo_cls.group(members), slots, self.envs, steps, seeds)
