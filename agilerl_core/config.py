@@ -463,6 +463,10 @@ class LLMModelConfig(_Strict):
                                                                             "tokenizer's chat template (auto: when "
                                                                             "it has one).")
     lora: LoraSettings = Field(default_factory=LoraSettings, description="The members' LoRA adapters.")
+    data_parallel: int = Field(1, ge=1, description="Processes (one device each) that train one member "
+                                                    "data-parallel under Accelerate: the step's micro-batches "
+                                                    "shared out, gradients summed. 1: in the train task's "
+                                                    "process.")
 
     @model_validator(mode="after")
     def _one_source(self) -> LLMModelConfig:

@@ -18,10 +18,15 @@ from agilerl_core.config import ExperimentConfig
 from agilerl_core.hpo.evolution import Evolution, EvolutionSettings, RunResult
 
 
+def build_arena(cfg: ExperimentConfig):
+    """The arena of `cfg`'s kind and algorithm, built (and so checked) from it."""
+    return arena_class(algorithm_info(cfg.algorithm).arenas[cfg.kind])(cfg, get_algorithm(cfg.algorithm))
+
+
 def build_evolution(cfg: ExperimentConfig) -> Evolution:
     """The Evolution of `cfg` in its arena: every check (device, env id, spaces, hyperparameter bounds,
     dataset) happens here, before anything trains or is written."""
-    arena = arena_class(algorithm_info(cfg.algorithm).arenas[cfg.kind])(cfg, get_algorithm(cfg.algorithm))
+    arena = build_arena(cfg)
     return Evolution(arena, EvolutionSettings.from_config(cfg, arena.space, arena.arch_bounds))
 
 

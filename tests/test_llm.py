@@ -362,3 +362,33 @@ def test_a_prompt_set_on_s3_is_read_through_the_verified_cache(s3, data_dir, tmp
     assert cached[0].stat().st_mtime_ns == stamp  # served from the cache, not fetched again
     with pytest.raises(DatasetError, match="differs from dataset.sha256"):
         LLMArena(llm_config(data_dir, **over, **{"dataset.sha256": "0" * 64}), get_algorithm("grpo"))
+
+
+# ---- one member across processes (Accelerate, CPU) -------------------------------------------------------------
+@pytest.mark.parametrize("algorithm", ["grpo", "dpo"])
+def test_two_process_data_parallel_phase_equals_one_process(data_dir, algorithm):
+    """`model.data_parallel: 2` trains a member's phase in two processes (accelerate launch --multi_gpu with
+    Accelerator(cpu=True)): micro-batches shared out, gradients summed. The trained adapter, its Adam state
+    and the phase's metrics equal the one-process phase's (float tolerance)."""
+    from agilerl_core.experiment import build_arena
+
+    over = {"algorithm": algorithm, "population_size": 1}
+    if algorithm == "grpo":
+        over["hyperparameters.micro_batch_size"] = 32  # 16 prompts x 8 completions: four micro-batches
+    else:
+        over["hyperparameters.micro_batch_size"] = 8
+    one = build_arena(llm_config(data_dir, **over))
+    two = build_arena(llm_config(data_dir, **{**over, "model.data_parallel": 2}))
+    m1 = one.build_members([5])[0]
+    m2 = two.member_from_state(*m1.state())
+    r1 = one.train(m1, 0, seed=11, steps=256)
+    r2 = two.train(m2, 0, seed=11, steps=256)
+    t1, meta1 = m1.state()
+    t2, meta2 = m2.state()
+    assert t1.keys() == t2.keys() and meta1["adam_step"] == meta2["adam_step"] > 1
+    for k in t1:
+        torch.testing.assert_close(t1[k], t2[k], atol=1e-5, rtol=1e-4, msg=k)
+    assert (r1.env_steps, r1.learn_steps) == (r2.env_steps, r2.learn_steps)
+    for k, v in r1.metrics.items():
+        assert r2.metrics[k] == pytest.approx(v, rel=1e-4, abs=1e-6), k
+    assert m2.parallel is None  # the parent keeps training in-process afterwards

@@ -106,7 +106,7 @@ class DPO(LLMAlgorithm):
         n = len(idx)
         loss_sum = acc = margin_sum = 0.0
         with self.base.bound(self.adapter) as model:
-            for s in chunks(n, max(hp.micro_batch_size // 2, 1)):
+            for s in self.my_parts(chunks(n, max(hp.micro_batch_size // 2, 1))):
                 lp, ntok = self._policy_logps(model, data, idx[s])
                 r = ref[s]
                 losses = dpo_loss(lp[:, 0], lp[:, 1], r[:, 0], r[:, 1], hp.beta)
@@ -119,6 +119,7 @@ class DPO(LLMAlgorithm):
                 acc += float((margin > 0).float().sum() + 0.5 * (margin == 0).float().sum())
                 margin_sum += float(margin.sum())
             norm = self._step()
+        loss_sum, acc, margin_sum = self.summed(loss_sum, acc, margin_sum)
         return {"loss": loss_sum, "accuracy": acc / n, "margin": margin_sum / n, "grad_norm": norm}
 
     @torch.no_grad()

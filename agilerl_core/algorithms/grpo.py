@@ -120,7 +120,7 @@ class GRPO(LLMAlgorithm):
                     old = torch.cat([completion_logprobs(model, ids[s], mask[s], comp[s], cmask[s]) for s in parts])
             loss_sum, kl_sum, norm = 0.0, 0.0, 0.0
             for epoch in range(hp.update_epochs):
-                for s in parts:
+                for s in self.my_parts(parts):
                     logp = completion_logprobs(model, ids[s], mask[s], comp[s], cmask[s])
                     ref_s = None if ref is None else ref[s]
                     tok = grpo_token_loss(logp, logp.detach() if old is None else old[s], ref_s, adv[s], hp.clip,
@@ -132,6 +132,7 @@ class GRPO(LLMAlgorithm):
                         if ref_s is not None:
                             kl_sum += float((k3_kl(logp.detach(), ref_s) * fmask[s]).sum() / ntok)
                 norm = self._step()
+            loss_sum, kl_sum = self.summed(loss_sum, kl_sum)
         return {"reward": float(np.mean(r)), "reward_std": float(np.std(r)), "loss": loss_sum,
                 "kl": kl_sum if ref is not None else float("nan"),
                 "completion_length": float(fmask.sum(dim=1).mean()), "grad_norm": norm}

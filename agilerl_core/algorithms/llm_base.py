@@ -87,6 +87,7 @@ class LLMAlgorithm:
         self.samples_seen = 0
         self.train_metrics: dict[str, float] = {}  # the last training phase's means (tracked per member)
         self.samples: list[dict[str, Any]] = []  # the last evaluation's sample completions (tracked)
+        self.parallel = None  # a DataParallel share (agilerl_core.llm.data_parallel) while training across processes
 
     @classmethod
     def create(cls, base: SharedBase, hp: LLMHyperparameters, rank: int, alpha: float, seed: int) -> LLMAlgorithm:
@@ -220,9 +221,26 @@ class LLMAlgorithm:
         self.train_metrics = metrics.means()
         return metrics
 
+    def my_parts(self, parts: list) -> list:
+        """The micro-batches of a step whose backward this process runs (all of them unless data-parallel)."""
+        return parts if self.parallel is None else self.parallel.mine(parts)
+
+    def summed(self, *values: float) -> list[float]:
+        """Per-micro-batch sums (loss, KL...) added up over the data-parallel processes (as they are alone)."""
+        return list(values) if self.parallel is None else self.parallel.sum_floats(list(values))
+
+    def take(self, other: LLMAlgorithm) -> None:
+        """Become `other` (the same member trained elsewhere, on this base): adapter, optimiser and counters."""
+        self.adapter, self.optimizer, self.hp = other.adapter, other.optimizer, other.hp
+        self.learn_steps, self.samples_seen = other.learn_steps, other.samples_seen
+        self.train_metrics, self.samples = dict(other.train_metrics), list(other.samples)
+
     def _step(self) -> float:
-        """Clip and apply the accumulated gradient; returns its norm before clipping."""
+        """Clip and apply the accumulated gradient (summed over data-parallel processes first); returns its
+        norm before clipping."""
         params = self.adapter.parameters()
+        if self.parallel is not None:
+            self.parallel.sum_grads(params)
         if self.hp.max_grad_norm is not None:
             norm = float(torch.nn.utils.clip_grad_norm_(params, self.hp.max_grad_norm))
         else:

@@ -23,6 +23,7 @@ from agilerl_core.errors import DatasetError
 from agilerl_core.hpo.evolution import TrainResult
 from agilerl_core.io.storage import s3_options
 from agilerl_core.llm.base_model import SharedBase
+from agilerl_core.llm.data_parallel import train_data_parallel
 from agilerl_core.llm.rewards import Rewards
 
 
@@ -99,7 +100,10 @@ class LLMArena(OwnExperience):
 
     # ---- a generation --------------------------------------------------------------------------------------
     def train(self, member: LLMAlgorithm, slot: int, seed: int, steps: int) -> TrainResult:
-        """`steps` training samples (GRPO completions, DPO pairs), rounded up to whole learn steps."""
+        """`steps` training samples (GRPO completions, DPO pairs), rounded up to whole learn steps; across
+        `model.data_parallel` processes when it is above 1."""
+        if self.cfg.model.data_parallel > 1 and member.parallel is None:
+            return train_data_parallel(self, member, slot, seed, steps, self.cfg.model.data_parallel)
         t0 = time.perf_counter()
         if self.rewards is not None:
             metrics = member.train_phase(self.train_data, self.rewards, steps, seed, self.cfg.kl_metric)
