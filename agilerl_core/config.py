@@ -158,11 +158,18 @@ class TrackingConfig(_Strict):
 class RunnerConfig(_Strict):
     """How the pipeline runs a generation's tasks: one task trains one group of members (a shard)."""
 
-    kind: Literal["threads", "dask", "ray"] = Field(
+    kind: Literal["threads", "dask", "ray", "deployments"] = Field(
         "threads", description="threads: one process, shared buffer; dask / ray: worker processes (local, or "
-                               "the cluster at `address`), experience shards via storage.")
+                               "the cluster at `address`), experience shards via storage; deployments: each "
+                               "group trains as a run of the `deployment` on its work pool (machines of "
+                               "their own), members and experience through storage.")
+    deployment: str = Field("train-group/train-group", description="deployments: the per-group train "
+                                                                   "deployment (FLOW/DEPLOYMENT), made by "
+                                                                   "`prefect deploy -n train-group`.")
+    deployment_timeout: float = Field(3600.0, gt=0, description="deployments: seconds a group's run may take.")
     address: str | None = Field(None, description="Dask scheduler or Ray cluster address; None starts a local one.")
-    workers: int = Field(2, ge=1, description="Worker processes of the local Dask cluster; CPUs of the local Ray.")
+    workers: int = Field(2, ge=1, description="Worker processes of the local Dask cluster; CPUs of the local Ray; "
+                                              "deployments: group runs at once.")
     max_threads: int = Field(1, ge=1, description="Groups the thread runner trains at once. Keep 1 for CPU-bound "
                                                   "small networks: their Python-heavy loops fight over the GIL "
                                                   "(4 threads measured 2.7x slower); use dask or ray for CPU "

@@ -63,6 +63,14 @@ def render(file: str = "prefect.yaml") -> str:
             "parameters": {"config": config},
             "tags": ["agilerl", config.get("algorithm", "dqn"), config.get("env_id", kind)],
         })
+    deployments.append({  # the per-group train runs of runner.kind: deployments (started by a flow, no schedule)
+        "name": "train-group",
+        "description": "One group of a generation (runner.kind: deployments): members and experience through "
+                       "the run's storage",
+        "entrypoint": "flows/train_group.py:train_group",
+        "work_pool": {"name": WORK_POOL},
+        "tags": ["agilerl", "train-group"],
+    })
     doc = {"name": "agilerl-flow", "prefect-version": "3.8", "pull": PULL[file], "deployments": deployments}
     return HEADER.format(file=file) + yaml.safe_dump(doc, sort_keys=False, width=110)
 

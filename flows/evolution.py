@@ -40,13 +40,14 @@ from agilerl_core.experiment import build_evolution
 from agilerl_core.hpo.evolution import Evolution
 from agilerl_core.io.run_store import RunStore, check_run_id
 from agilerl_core.io.storage import storage_from_config
-from flows.runners import check_runner, dask_cluster, placement, task_runner
+from flows.runners import check_deployment, check_runner, dask_cluster, placement, task_runner
 from tasks.generation import (
     WORKER_RUNS,
     GenerationJob,
     MemberState,
     by_slot,
     commit_generation_task,
+    dispatch_group_task,
     evaluate_group_task,
     fold_generation_task,
     group_label,
@@ -174,6 +175,13 @@ def run_generation(job: GenerationJob, evo: Evolution, store: RunStore, runner, 
             label = group_label(g)
             trained_lists.append(train_group_task(job, g, label, evo))
             evaluated_lists.append(evaluate_group_task(job, g, label, evo))
+    elif job.config.runner.kind == "deployments":  # each group a run of the train deployment, through storage
+        members = evo.population.members
+        futures = [runner.submit(dispatch_group_task, {
+            "job": job, "slots": g, "label": group_label(g),
+            "members": [MemberState(*members[s].agent.state()) for s in g]}) for g in groups]
+        pairs = [f.result() for f in futures]
+        trained_lists, evaluated_lists = [p[0] for p in pairs], [p[1] for p in pairs]
     else:  # a process runner ships each group's member states; threads train the live members
         members = evo.population.members
         with placement(job.config.runner):
@@ -239,6 +247,7 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
                 if h.generation not in logged:
                     logger.info("run %s: logging generation %d, committed before the crash", run_id, h.generation)
                     _log_from_store(tracker, store, h.generation, asdict(h), evo, space_names)
+        check_deployment(cfg.runner)
         with dask_cluster(cfg.runner) as address, task_runner(cfg, address) as runner:
             bar = tqdm(total=cfg.max_env_steps, initial=evo.global_steps, unit="step", file=sys.stderr,
                        disable=not progress, dynamic_ncols=True, desc=f"evolution {run_id}")

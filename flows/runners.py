@@ -4,10 +4,13 @@
 process cluster (started for the run; with ``runner.worker_gpus`` one worker per GPU, each with the worker
 resource ``GPU=1`` and its own ``CUDA_VISIBLE_DEVICES``) or the cluster at ``runner.address``. ``ray``:
 prefect-ray's RayTaskRunner on a local Ray started for the run or the cluster at ``runner.address``.
+``deployments``: each group a run of the per-group train deployment on its work pool
+(``flows/train_group.py``), waited on from threads.
 
 Placement is the engine's, never ours: a group's task asks for ``runner.gpus_per_shard`` GPUs and
 ``runner.cpus_per_shard`` CPUs (Ray ``num_gpus`` / ``num_cpus``, fractions allowed; Dask task resources
-through ``dask.annotate``), and the engine puts it where they are free.
+through ``dask.annotate``), and the engine puts it where they are free; a deployment run goes where its
+work pool's workers are.
 """
 
 from __future__ import annotations
@@ -104,6 +107,25 @@ def ray_task_runner(runner: RunnerConfig):
     return RayTaskRunner(init_kwargs=init)
 
 
+def check_deployment(runner: RunnerConfig) -> None:
+    """For ``runner.kind: deployments``, a ConfigError before any generation when the per-group train
+    deployment is not on the Prefect server the flow talks to."""
+    if runner.kind != "deployments":
+        return
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+    from prefect.settings import PREFECT_API_URL
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_deployment_by_name(runner.deployment)
+        except ObjectNotFound:
+            raise ConfigError(f"runner.deployment: {runner.deployment!r} is not deployed on the Prefect server at "
+                              f"{PREFECT_API_URL.value() or 'the embedded default'}; deploy it with `prefect deploy "
+                              f"--prefect-file deployments/prefect.yaml -n train-group` and start a worker of its "
+                              f"pool (agilerl-flow stack up)") from None
+
+
 def task_runner(cfg: ExperimentConfig, dask_address: str | None):
     if cfg.runner.kind == "dask":
         from prefect_dask import DaskTaskRunner
@@ -111,6 +133,8 @@ def task_runner(cfg: ExperimentConfig, dask_address: str | None):
         return DaskTaskRunner(address=dask_address)
     if cfg.runner.kind == "ray":
         return ray_task_runner(cfg.runner)
+    if cfg.runner.kind == "deployments":  # threads that wait on the groups' deployment runs
+        return ThreadPoolTaskRunner(max_workers=cfg.runner.workers)
     return ThreadPoolTaskRunner(max_workers=cfg.runner.max_threads)
 
 

@@ -23,7 +23,7 @@ import os
 import socket
 import sys
 import threading
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import torch
@@ -191,6 +191,62 @@ def evaluate_group_task(job: GenerationJob, slots: tuple[int, ...], label: str,
         run.evo.load_member_state(slot, trained.state.tensors, trained.state.meta)
         out.append(Evaluation(run.evo.evaluate(slot, job.generation), run.evo.evaluation_notes(slot)))
     return out
+
+
+@task(name="dispatch-group", cache_policy=NO_CACHE, task_run_name="train g{job.generation} {label} (deployment)")
+def dispatch_group_task(job: GenerationJob, slots: tuple[int, ...], label: str, members: list[MemberState]
+                        ) -> tuple[list[TrainOutput], list[Evaluation]]:
+    """Train and evaluate one group as a run of the per-group deployment (`runner.deployment`, on its work
+    pool): the members go to storage, the run trains them as a Dask or Ray worker would
+    (:func:`train_stored_group`), and their trained states, experience shards and evaluations come back
+    through storage."""
+    from prefect.deployments import run_deployment
+
+    store = RunStore(storage_from_config(job.config, job.storage_uri), job.run_id)
+    for slot, m in zip(slots, members, strict=True):
+        store.put_member_state(job.generation, slot, "in", m.tensors, m.meta)
+    params = {"run_id": job.run_id, "storage_uri": job.storage_uri, "generation": job.generation,
+              "steps": job.steps, "slots": list(slots)}
+    run = run_deployment(job.config.runner.deployment, parameters=params, timeout=job.config.runner.deployment_timeout,
+                         poll_interval=1, flow_run_name=f"{job.run_id} g{job.generation} {label}")
+    if run.state is None or not run.state.is_completed():
+        state = "not finished" if run.state is None else run.state.name
+        raise RuntimeError(f"the {job.config.runner.deployment} run {run.name} for group {label} of generation "
+                           f"{job.generation} ended {state}; see it in the Prefect UI")
+    outputs, evaluations = [], []
+    for slot in slots:
+        tensors, meta, extra = store.get_member_state(job.generation, slot, "out")
+        shard = None if extra["shard"] is None else ShardRef(**extra["shard"])
+        outputs.append(TrainOutput(TrainResult(**extra["result"]), MemberState(tensors, meta), shard, extra["placement"]))
+        evaluations.append(Evaluation(extra["fitness"], extra["notes"]))
+    return outputs, evaluations
+
+
+def train_stored_group(run_id: str, storage_uri: str, generation: int, steps: int, slots: list[int]) -> dict[str, Any]:
+    """The deployment run's side of :func:`dispatch_group_task`: the run's config from its record (secrets
+    stay out of it: the worker takes S3 credentials from its environment), the members from storage, one
+    group's training and evaluation, everything written back to storage."""
+    from agilerl_core.config import validate_config
+    from agilerl_core.io.storage import open_storage
+
+    store = RunStore(open_storage(storage_uri), run_id)
+    cfg = validate_config(store.run_info()["config"])
+    job = GenerationJob(run_id, cfg, storage_uri, generation, steps, "process")
+    run = worker_run(job)
+    for slot in slots:
+        tensors, meta, _ = store.get_member_state(generation, slot, "in")
+        run.evo.load_member_state(slot, tensors, meta)
+    results = run.evo.train_group(tuple(slots), generation, steps)
+    where = placement()
+    for r in results:
+        fitness = run.evo.evaluate(r.slot, generation)
+        shard = run.evo.arena.shard(r.slot)
+        ref = None if shard is None else run.store.put_shard(generation, r.slot, shard)
+        tensors, meta = run.evo.population.members[r.slot].agent.state()
+        store.put_member_state(generation, r.slot, "out", tensors, meta, {
+            "result": asdict(r), "fitness": fitness, "notes": run.evo.evaluation_notes(r.slot),
+            "shard": None if ref is None else asdict(ref), "placement": where})
+    return {"slots": slots, "placement": where}
 
 
 def by_slot(groups: list[tuple[int, ...]], outputs: list[list[TrainOutput]], evaluations: list[list[Evaluation]]

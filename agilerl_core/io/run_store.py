@@ -132,6 +132,33 @@ class RunStore:
         except (SafetensorError, ValueError) as err:
             raise CheckpointError(f"{self.storage.url(ref.key)}: not a readable safetensors file ({err})") from None
 
+    # ---- members handed to and from another process (deployment runs) ----------------------------------
+    def _dispatch_key(self, generation: int, slot: int, side: str, ext: str) -> str:
+        return self.key(self.gen_dir(generation), "dispatch", f"{slot}.{side}.{ext}")
+
+    def put_member_state(self, generation: int, slot: int, side: str, tensors: dict[str, torch.Tensor],
+                         meta: dict[str, Any], extra: dict[str, Any] | None = None) -> None:
+        """Member `slot`'s state as data in this generation's (uncommitted) folder: `side` "in" before its
+        training elsewhere, "out" after it (with `extra`: what the training and evaluation reported)."""
+        data = save_tensors_bytes({k: v.detach().cpu().contiguous() for k, v in tensors.items()},
+                                  metadata={"format": "agilerl-flow/member-state"})
+        self.storage.put_bytes(self._dispatch_key(generation, slot, side, "safetensors"), data)
+        doc = {"format": "agilerl-flow/member-state", "version": VERSION, "sha256": _sha(data), "meta": meta,
+               "extra": extra or {}}
+        self.storage.put_bytes(self._dispatch_key(generation, slot, side, "json"), json.dumps(doc).encode())
+
+    def get_member_state(self, generation: int, slot: int, side: str
+                         ) -> tuple[dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]:
+        """(tensors, meta, extra) as :meth:`put_member_state` wrote them, checksum verified."""
+        rel = self._dispatch_key(generation, slot, side, "json")[len(self.run_id) + 1:]
+        doc = self._get_json(rel, "agilerl-flow/member-state")
+        key = self._dispatch_key(generation, slot, side, "safetensors")
+        data = self.storage.get_bytes(key)
+        if _sha(data) != doc["sha256"]:
+            raise CheckpointError(f"{self.storage.url(key)}: checksum mismatch; the member state was truncated or "
+                                  f"modified after it was written")
+        return load_tensors_bytes(data), doc["meta"], doc["extra"]
+
     # ---- commit ----------------------------------------------------------------------------------------
     def commit_generation(self, population: Population, env: dict[str, Any], shards: list[ShardRef],
                           extra: dict[str, Any], buffer_state: dict[str, int], elite_slot: int) -> None:
