@@ -233,6 +233,39 @@ class ReplayGroup(MemberGroup):
         each member's loss [K]."""
 
 
+class ActorCriticGroup(ReplayGroup):
+    """DDPG/TD3/SAC members: an actor, Q(s, a) critics and their targets, learning from replay."""
+
+    def __init__(self, agents: Sequence) -> None:
+        super().__init__(agents)
+        first = self.agents[0]
+        self.actor = self.adams["actor"]
+        self.critics = first.critics
+        self.gamma, self.tau = self.hp_tensor("gamma"), self.hp_tensor("tau")
+        self.max_grad_norm = first.hp.max_grad_norm
+        self.dim = first.action_dim
+
+    def member_noise(self, rows: StackedRows, who: Sequence[bool]) -> torch.Tensor:
+        """Standard normal noise [K, B, dim]: each member in `who` draws its own rows' worth from its own
+        generator (as its own update draws it), zeros elsewhere."""
+        eps = torch.zeros(rows.k, rows.b, self.dim, device=self.device)
+        for i, (a, on) in enumerate(zip(self.agents, who, strict=True)):
+            if on:
+                n = int((rows.weight[i] > 0).sum())
+                eps[i, :n] = torch.randn((n, self.dim), generator=a.torch_gen).to(self.device)
+        return eps
+
+    def discount(self, batch, k: int, b: int) -> torch.Tensor:
+        """Each row's bootstrap discount [K, B] (or [K, 1]): gamma, or gamma^L stored with an n-step row."""
+        return self.gamma.unsqueeze(1) if batch.discount is None else batch.discount.view(k, b)
+
+    def step_adam(self, adam: StackedAdam, active: torch.Tensor | None) -> None:
+        """Clip (max_grad_norm) and step one network's stacked Adam."""
+        if self.max_grad_norm is not None:
+            adam.clip_grad_norm(self.max_grad_norm)
+        adam.step(active)
+
+
 class StackedRows:
     """Each member's own minibatch rows of one learn step, padded to the largest batch: the storage rows
     [K * B] (padding repeats row 0 of the member's draw) and each row's weight in its member's mean loss

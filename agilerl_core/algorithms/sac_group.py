@@ -11,37 +11,22 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from agilerl_core.algorithms.group import ReplayGroup, StackedRows, stacked_blocks
+from agilerl_core.algorithms.group import ActorCriticGroup, StackedRows, stacked_blocks
 from agilerl_core.algorithms.optim import adam_update_
 from agilerl_core.algorithms.sac import LOG_STD_MAX, LOG_STD_MIN, squashed_log_prob
 from agilerl_core.buffers.replay import Transition
 from agilerl_core.networks.stacked import Layers, stacked_forward
 
 
-class SACGroup(ReplayGroup):
+class SACGroup(ActorCriticGroup):
     def __init__(self, agents: Sequence) -> None:
         super().__init__(agents)
-        first = self.agents[0]
-        self.actor = self.adams["actor"]
-        self.critics = first.critics
-        self.gamma, self.tau = self.hp_tensor("gamma"), self.hp_tensor("tau")
         self.target_entropy = torch.tensor([a.target_entropy for a in self.agents], device=self.device)
         self.log_alpha = torch.stack([a.log_alpha for a in self.agents])
-        self.max_grad_norm = first.hp.max_grad_norm
-        self.dim = first.action_dim
 
     def _distribution(self, layers: Layers, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         out = stacked_forward(layers, x, self.activation)
         return out[..., : self.dim], out[..., self.dim:].clamp(LOG_STD_MIN, LOG_STD_MAX)
-
-    def _noise(self, rows: StackedRows, who: Sequence[bool]) -> torch.Tensor:
-        """Standard normal noise [K, B, dim]: each member in `who` draws its own rows from its generator."""
-        eps = torch.zeros(rows.k, rows.b, self.dim, device=self.device)
-        for i, (a, on) in enumerate(zip(self.agents, who, strict=True)):
-            if on:
-                n = int((rows.weight[i] > 0).sum())
-                eps[i, :n] = torch.randn((n, self.dim), generator=a.torch_gen).to(self.device)
-        return eps
 
     def _q(self, name: str, x: torch.Tensor, a: torch.Tensor, layers: Layers | None = None) -> torch.Tensor:
         layers = self.adams[name].layers if layers is None else layers
@@ -61,11 +46,9 @@ class SACGroup(ReplayGroup):
         return out
 
     def _step(self, name: str, leaf: torch.Tensor, active: torch.Tensor | None) -> None:
-        adam = self.adams[name]
-        adam.grad.copy_(leaf.grad)
-        if self.max_grad_norm is not None:
-            adam.clip_grad_norm(self.max_grad_norm)
-        adam.step(active)
+        """The gradient autograd left on `leaf` into network `name`'s stacked Adam, then its step."""
+        self.adams[name].grad.copy_(leaf.grad)
+        self.step_adam(self.adams[name], active)
 
     def learn(self, batch: Transition, rows: StackedRows) -> torch.Tensor:
         k, b = rows.k, rows.b
@@ -75,11 +58,11 @@ class SACGroup(ReplayGroup):
         with torch.no_grad():
             alpha = self.log_alpha.exp().unsqueeze(1)
             mean, log_std = self._distribution(self.actor.layers, xn)
-            u = mean + log_std.exp() * self._noise(rows, act)
+            u = mean + log_std.exp() * self.member_noise(rows, act)
             next_a, next_logp = torch.tanh(u), squashed_log_prob(u, mean, log_std)
             q_next = torch.min(*(self._q(c, xn, next_a, self.target_layers[f"{c}_target"]) for c in self.critics))
-            discount = self.gamma.unsqueeze(1) if batch.discount is None else batch.discount.view(k, b)
-            y = batch.reward.view(k, b) + discount * (1.0 - batch.terminated.view(k, b)) * (q_next - alpha * next_logp)
+            soft = q_next - alpha * next_logp
+            y = batch.reward.view(k, b) + self.discount(batch, k, b) * (1.0 - batch.terminated.view(k, b)) * soft
         active = None if rows.all_active else rows.active
         xa = batch.action.view(k, b, self.dim)
         total = torch.zeros(k, device=self.device)
@@ -106,7 +89,7 @@ class SACGroup(ReplayGroup):
         k = rows.k
         turn = torch.tensor(turns, device=self.device)
         w = rows.weight * turn.unsqueeze(1)
-        noise = self._noise(rows, turns)
+        noise = self.member_noise(rows, turns)
         leaf = self.actor.flat.detach().requires_grad_(True)
         with torch.enable_grad():
             mean, log_std = self._distribution(stacked_blocks(leaf, k, self.actor.padded), x)

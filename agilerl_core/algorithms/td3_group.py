@@ -12,23 +12,17 @@ import numpy as np
 import torch
 
 from agilerl_core.algorithms.fused_mlp import stacked_backward, stacked_forward_cached
-from agilerl_core.algorithms.group import ReplayGroup, StackedRows
+from agilerl_core.algorithms.group import ActorCriticGroup, StackedRows
 from agilerl_core.buffers.replay import Transition
 from agilerl_core.networks.stacked import stacked_forward
 
 
-class TD3Group(ReplayGroup):
+class TD3Group(ActorCriticGroup):
     def __init__(self, agents: Sequence) -> None:
         super().__init__(agents)
-        first = self.agents[0]
-        self.actor = self.adams["actor"]
-        self.critics = first.critics
-        self.gamma, self.tau = self.hp_tensor("gamma"), self.hp_tensor("tau")
         self.noise, self.noise_clip = self.hp_tensor("target_noise"), self.hp_tensor("target_noise_clip")
         self.policy_freq = [a.hp.policy_freq for a in self.agents]
-        self.delayed = first.delayed_targets
-        self.max_grad_norm = first.hp.max_grad_norm
-        self.dim = first.action_dim
+        self.delayed = self.agents[0].delayed_targets
 
     @torch.no_grad()
     def explore(self, obs: Sequence, masks: Sequence) -> list[np.ndarray]:
@@ -36,20 +30,12 @@ class TD3Group(ReplayGroup):
         greedy = torch.tanh(stacked_forward(self.actor.layers, x, self.activation)).cpu().numpy()
         return [a.explore_from(greedy[i], greedy.shape[1]) for i, a in enumerate(self.agents)]
 
-    def _step(self, adam, active: torch.Tensor | None) -> None:
-        if self.max_grad_norm is not None:
-            adam.clip_grad_norm(self.max_grad_norm)
-        adam.step(active)
-
     @torch.no_grad()
     def _target(self, batch: Transition, rows: StackedRows, xn: torch.Tensor) -> torch.Tensor:
         k, b = rows.k, rows.b
         next_a = torch.tanh(stacked_forward(self.target_layers["actor_target"], xn, self.activation))
-        eps = torch.zeros_like(next_a)
-        for i, (a, on) in enumerate(zip(self.agents, rows.active.tolist(), strict=True)):
-            if on and a.hp.target_noise > 0:  # each member's own draw, as its own target() makes it
-                n = int((rows.weight[i] > 0).sum())
-                eps[i, :n] = torch.randn((n, self.dim), generator=a.torch_gen).to(eps.device)
+        eps = self.member_noise(rows, [on and a.hp.target_noise > 0 for a, on in
+                                       zip(self.agents, rows.active.tolist(), strict=True)])
         clip = self.noise_clip.view(k, 1, 1)
         eps = (eps * self.noise.view(k, 1, 1)).clamp(-clip, clip)
         smoothed = (next_a + eps).clamp(-1.0, 1.0)
@@ -57,8 +43,7 @@ class TD3Group(ReplayGroup):
         xa = torch.cat([xn, next_a], dim=2)
         q_next = torch.stack([stacked_forward(self.target_layers[f"{c}_target"], xa, self.activation).squeeze(2)
                               for c in self.critics]).min(0).values
-        discount = self.gamma.unsqueeze(1) if batch.discount is None else batch.discount.view(k, b)
-        return batch.reward.view(k, b) + discount * (1.0 - batch.terminated.view(k, b)) * q_next
+        return batch.reward.view(k, b) + self.discount(batch, k, b) * (1.0 - batch.terminated.view(k, b)) * q_next
 
     @torch.no_grad()
     def learn(self, batch: Transition, rows: StackedRows) -> torch.Tensor:
@@ -77,7 +62,7 @@ class TD3Group(ReplayGroup):
             adam.zero_grad()
             stacked_backward(adam.layers, inputs, (2.0 * diff * w).unsqueeze(2), self.activation,
                              grads=adam.grad_layers)
-            self._step(adam, active)
+            self.step_adam(adam, active)
         turns = []
         for a, on, freq in zip(self.agents, rows.active.tolist(), self.policy_freq, strict=True):
             a.learn_steps += int(on)
@@ -100,4 +85,4 @@ class TD3Group(ReplayGroup):
         g_pre = g_in[:, :, -self.dim:] * (1.0 - mu * mu)
         self.actor.zero_grad()
         stacked_backward(self.actor.layers, a_inputs, g_pre, self.activation, grads=self.actor.grad_layers)
-        self._step(self.actor, active)
+        self.step_adam(self.actor, active)
