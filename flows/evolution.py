@@ -169,6 +169,8 @@ def run_generation(job: GenerationJob, evo: Evolution, store: RunStore, runner, 
     evo.begin_generation()
     groups = evo.groups()
     inline = job.mode == "threads" and job.config.runner.max_threads == 1
+    members = evo.population.members  # a process runner ships each group's member states; threads, the live ones
+    shipped = [[MemberState(*members[s].agent.state()) for s in g] if job.mode == "process" else evo for g in groups]
     if inline:  # one group at a time in this thread (no hand-off to a pool thread), evaluated right after
         trained_lists, evaluated_lists = [], []
         for g in groups:
@@ -176,19 +178,14 @@ def run_generation(job: GenerationJob, evo: Evolution, store: RunStore, runner, 
             trained_lists.append(train_group_task(job, g, label, evo))
             evaluated_lists.append(evaluate_group_task(job, g, label, evo))
     elif job.config.runner.kind == "deployments":  # each group a run of the train deployment, through storage
-        members = evo.population.members
-        futures = [runner.submit(dispatch_group_task, {
-            "job": job, "slots": g, "label": group_label(g),
-            "members": [MemberState(*members[s].agent.state()) for s in g]}) for g in groups]
+        futures = [runner.submit(dispatch_group_task, {"job": job, "slots": g, "label": group_label(g),
+                                                       "members": m}) for g, m in zip(groups, shipped, strict=True)]
         pairs = [f.result() for f in futures]
         trained_lists, evaluated_lists = [p[0] for p in pairs], [p[1] for p in pairs]
-    else:  # a process runner ships each group's member states; threads train the live members
-        members = evo.population.members
+    else:
         with placement(job.config.runner):
-            trained = [runner.submit(train_group_task, {
-                "job": job, "slots": g, "label": group_label(g),
-                "members": [MemberState(*members[s].agent.state()) for s in g] if job.mode == "process" else evo})
-                for g in groups]
+            trained = [runner.submit(train_group_task, {"job": job, "slots": g, "label": group_label(g),
+                                                        "members": m}) for g, m in zip(groups, shipped, strict=True)]
             if job.mode == "threads":  # the live members: evaluated once their training future is done
                 evaluated = [runner.submit(evaluate_group_task, {"job": job, "slots": g, "label": group_label(g),
                                                                  "members": evo}, wait_for=[t])

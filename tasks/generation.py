@@ -163,7 +163,13 @@ def train_group_task(job: GenerationJob, slots: tuple[int, ...], label: str,
     """Train one group of members for the job's steps (learning as it goes), together when they batch."""
     if isinstance(members, Evolution):
         return [TrainOutput(r) for r in members.train_group(slots, job.generation, job.steps)]
-    run = worker_run(job)
+    return _train_in_worker(worker_run(job), job, slots, members)
+
+
+def _train_in_worker(run: WorkerRun, job: GenerationJob, slots: tuple[int, ...], members: list[MemberState]
+                     ) -> list[TrainOutput]:
+    """A worker process's side of a group's training: the members loaded into its copy of the run, trained
+    together, returned as data with their fresh experience written to storage as shards."""
     for slot, m in zip(slots, members, strict=True):
         run.evo.load_member_state(slot, m.tensors, m.meta)
     results = run.evo.train_group(slots, job.generation, job.steps)
@@ -233,20 +239,15 @@ def train_stored_group(run_id: str, storage_uri: str, generation: int, steps: in
     cfg = validate_config(store.run_info()["config"])
     job = GenerationJob(run_id, cfg, storage_uri, generation, steps, "process")
     run = worker_run(job)
-    for slot in slots:
-        tensors, meta, _ = store.get_member_state(generation, slot, "in")
-        run.evo.load_member_state(slot, tensors, meta)
-    results = run.evo.train_group(tuple(slots), generation, steps)
-    where = placement()
-    for r in results:
-        fitness = run.evo.evaluate(r.slot, generation)
-        shard = run.evo.arena.shard(r.slot)
-        ref = None if shard is None else run.store.put_shard(generation, r.slot, shard)
-        tensors, meta = run.evo.population.members[r.slot].agent.state()
-        store.put_member_state(generation, r.slot, "out", tensors, meta, {
-            "result": asdict(r), "fitness": fitness, "notes": run.evo.evaluation_notes(r.slot),
-            "shard": None if ref is None else asdict(ref), "placement": where})
-    return {"slots": slots, "placement": where}
+    members = [MemberState(*store.get_member_state(generation, slot, "in")[:2]) for slot in slots]
+    outputs = _train_in_worker(run, job, tuple(slots), members)
+    for o in outputs:  # the trained member is the worker's live copy: evaluated in place
+        slot = o.result.slot
+        fitness = run.evo.evaluate(slot, generation)
+        store.put_member_state(generation, slot, "out", o.state.tensors, o.state.meta, {
+            "result": asdict(o.result), "fitness": fitness, "notes": run.evo.evaluation_notes(slot),
+            "shard": None if o.shard is None else asdict(o.shard), "placement": o.placement})
+    return {"slots": slots, "placement": outputs[0].placement}
 
 
 def by_slot(groups: list[tuple[int, ...]], outputs: list[list[TrainOutput]], evaluations: list[list[Evaluation]]
