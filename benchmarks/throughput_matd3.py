@@ -5,7 +5,8 @@ mpe2 simple_speaker_listener_v4 with continuous actions, population 4, 16 envs p
 learn_step 16 (one gradient step of every agent's critics per vector step, actors every second), lr_actor
 1e-4, lr_critic 1e-3, gamma 0.95, tau 1e-3, Ornstein-Uhlenbeck exploration (0.1, theta 0.15, dt 0.01),
 learning from the first step, replay 100k, networks of two 64-unit layers, evo_steps 10,000. Both sides
-run on one torch thread, alternating, `--repeats` times; env steps/s is training steps (one step = one
+run on one torch thread, alternating, `--repeats` times (ours twice: the teams learning as one stacked group,
+the default, and one by one); env steps/s is training steps (one step = one
 parallel-env step of one sub-env, both agents acting) over wall time, evaluation included on both sides.
 Medians are reported, and the ratio of each repeat (ours over the peer's run right after it, same seed):
 this machine's speed drifts by up to 1.5x within minutes, which one side's median can catch and the
@@ -55,10 +56,11 @@ def _config(budget: int, evo_steps: int, seed: int, out: str, **extra):
     })
 
 
-def ours(budget: int, evo_steps: int, seed: int, out: str, env_workers: int = 0) -> dict:
-    """Members one after another (what the peer does); with `env_workers`, the env copies step in that many
-    worker processes."""
-    res = train_local(_config(budget, evo_steps, seed, out, vector_workers=env_workers), progress=False)
+def ours(budget: int, evo_steps: int, seed: int, out: str, env_workers: int = 0, batch: bool = True) -> dict:
+    """The population in-process: teams stacked into one batched group (`batch`, the default) or one after
+    another (what the peer does); with `env_workers`, the env copies step in that many worker processes."""
+    res = train_local(_config(budget, evo_steps, seed, out, vector_workers=env_workers,
+                              runner={"batch_members": batch}), progress=False)
     return {"wall_s": res.wall_s, "train_env_steps": res.global_steps, "env_steps_per_s": res.env_steps_per_s,
             "best_fitness": res.best_fitness}
 
@@ -97,10 +99,11 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    mine, theirs, dask, overlapped = [], [], [], []
+    mine, single, theirs, dask, overlapped = [], [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeats):
             mine.append(ours(args.budget, args.evo_steps, i + 1, tmp))
+            single.append(ours(args.budget, args.evo_steps, i + 1, tmp, batch=False))
             if args.env_workers:
                 overlapped.append(ours(args.budget, args.evo_steps, i + 1, tmp, args.env_workers))
             if args.dask_workers:
@@ -109,7 +112,9 @@ def main() -> None:
                 theirs.append(peer(args.peer_python, args.budget, args.evo_steps, i + 1, f"{tmp}/peer{i}.json"))
     med_ours = statistics.median(r["env_steps_per_s"] for r in mine)
     out = {"benchmark": "throughput_matd3", "budget": args.budget, "repeats": args.repeats,
-           "ours_env_steps_per_s_median": round(med_ours, 1), "ours": mine}
+           "ours_env_steps_per_s_median": round(med_ours, 1), "ours": mine,
+           "ours_one_by_one_env_steps_per_s_median": round(statistics.median(r["env_steps_per_s"] for r in single), 1),
+           "ours_one_by_one": single}
     if overlapped:
         med_over = statistics.median(r["env_steps_per_s"] for r in overlapped)
         out.update({"env_workers": args.env_workers, "ours_env_workers_env_steps_per_s_median": round(med_over, 1),

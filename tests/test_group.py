@@ -56,7 +56,8 @@ def assert_same_members(a_list, b_list, atol=1e-5):
         for k in sa:
             torch.testing.assert_close(sa[k], sb[k], atol=atol, rtol=1e-4, msg=k)
         assert a.learn_steps == b.learn_steps
-        assert torch.equal(a.torch_gen.get_state(), b.torch_gen.get_state())
+        if hasattr(a, "torch_gen"):  # a team's generators are in its state
+            assert torch.equal(a.torch_gen.get_state(), b.torch_gen.get_state())
 
 
 def learn_alone_and_together(solo, buf, plan):
@@ -279,3 +280,82 @@ def test_cql_does_not_batch():
     from agilerl_core.algorithms.cql import CQL
 
     assert td3(0, CQL).batch_key() is None
+
+
+def team(spec, seed, algo="matd3", hidden=(16, 16), **hp):
+    from agilerl_core.algorithms.maddpg import MADDPG, MATD3
+    from agilerl_core.networks.evolvable import ArchSpec
+    from agilerl_core.networks.mlp import MLPSpec
+
+    cls = MATD3 if algo == "matd3" else MADDPG
+    return cls(spec, spec.actions, ArchSpec(MLPSpec(0, 0, tuple(hidden), "relu")), cls.hp_model(**hp), seed)
+
+
+def team_buffer(spec, slots: int) -> ReplayBuffer:
+    """Random multi-agent rows (some agents out of their episode: acted 0), committed and in every slot."""
+    from agilerl_core.buffers.replay import multi_agent_fields
+
+    g = torch.Generator().manual_seed(5)
+    fields = multi_agent_fields(spec)
+    buf = ReplayBuffer(fields, 500)
+
+    def rows(n):
+        data = {}
+        for name, f in fields.items():
+            kind, _, agent = name.partition(".")
+            if kind in ("obs", "next_obs") and spec.obs[agent].parts[0].kind == "discrete":
+                data[name] = torch.randint(0, spec.obs[agent].parts[0].n, (n,), generator=g)
+            elif kind == "action" and spec.actions[agent].discrete:
+                data[name] = torch.randint(0, spec.actions[agent].dim, (n,), generator=g)
+            elif kind in ("terminated", "acted"):
+                data[name] = (torch.rand(n, generator=g) < (0.2 if kind == "terminated" else 0.85)).float()
+            else:
+                data[name] = (torch.rand((n, *f.shape), generator=g) * 2 - 1).to(f.dtype)
+        return data
+
+    buf.commit([rows(300)])
+    buf.reserve_staging(slots, 64)
+    for s in range(slots):
+        buf.add(s, rows(40))
+    return buf
+
+
+@pytest.mark.parametrize("algo", ["matd3", "maddpg"])
+@pytest.mark.parametrize("mixed", [True, False], ids=["discrete+box", "box"])
+def test_team_group_update_equals_each_members_own(algo, mixed):
+    """MADDPG/MATD3 teams with their own learning rates, gamma, tau, batch size, policy_freq, smoothing
+    noise and Gumbel temperature, other widths (zero-padded), per-critic gradient clipping, agents out of
+    their episodes and a member sitting a step out: the batched critic, actor (tanh and straight-through
+    Gumbel-softmax) and target updates equal each team's own."""
+    from tests.test_multi_agent import MIXED, SPEAKER_LISTENER
+
+    spec = MIXED if mixed else SPEAKER_LISTENER
+    hps = [{"lr_actor": 1e-3, "lr_critic": 2e-3, "batch_size": 32, "tau": 0.01, "max_grad_norm": 0.5},
+           {"lr_actor": 3e-3, "lr_critic": 1e-3, "batch_size": 24, "policy_freq": 1, "gamma": 0.9, "tau": 0.05,
+            "gumbel_temperature": 0.5, "max_grad_norm": 0.5},
+           {"lr_actor": 5e-4, "lr_critic": 5e-4, "batch_size": 16, "policy_freq": 3, "target_noise": 0.0,
+            "max_grad_norm": 0.5}]
+    if algo == "maddpg":
+        hps = [{**h, "policy_freq": 1} for h in hps]
+    solo = [team(spec, 60 + i, algo, hidden=(16, 16) if i != 1 else (24, 8), **hp) for i, hp in enumerate(hps)]
+    plan = [[True, True, True], [True, False, True], [True, True, True], [True, True, False], [True, True, True]]
+    batched, losses = learn_alone_and_together(solo, team_buffer(spec, 3), plan)
+    assert_same_members(solo, batched, atol=1e-5)
+    assert losses[1][1] == 0.0 and losses[1][0] > 0.0
+
+
+def test_team_group_explores_as_each_member_would():
+    from tests.test_multi_agent import MIXED
+
+    agents = [team(MIXED, s, expl_noise=0.3) for s in range(3)]
+    twins = [a.clone() for a in agents]
+    g = torch.Generator().manual_seed(1)
+    obs = [{"pointer_0": torch.rand(4, 1, generator=g), "chooser_0": torch.randint(0, 2, (4,), generator=g)}
+           for _ in range(3)]
+    masks = [{"pointer_0": None, "chooser_0": np.array([[True, False]] * 4)}, None, None]
+    own = [a.explore_action(o, m) for a, o, m in zip(agents, obs, masks, strict=True)]
+    together = type(twins[0]).group(twins).explore(obs, masks)
+    for x, y in zip(own, together, strict=True):
+        for agent in x:
+            np.testing.assert_allclose(x[agent], y[agent], atol=1e-6)
+    assert (together[0]["chooser_0"] == 0).all()  # the mask held

@@ -354,6 +354,7 @@ def test_team_run_resumes_after_kill_9_as_if_uninterrupted(tmp_path):
     storage = str(tmp_path / "store")
     resumed, straight = crash_and_resume(cfg, tmp_path, storage)
     assert resumed["generations"] == straight["generations"] == 8
+    assert straight["batching"] == "on" and sum(straight["group_sizes"]) == 2  # teams learn stacked
     assert resumed["best_fitness"] == straight["best_fitness"]
     assert committed_state(storage, "crashed") == committed_state(storage, "straight")
 
@@ -452,3 +453,38 @@ def test_ippo_trains_with_agents_dying_early(tmp_path):
                     hyperparameters={"rollout_steps": 16})
     res = train_local(cfg, progress=False, run_dir=tmp_path)
     assert res.generations == 2 and all(np.isfinite(h.fitnesses).all() for h in res.history)
+
+
+# ---- population-batched teams ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("algorithm", ["matd3", "ippo"])
+def test_a_group_of_teams_trains_as_each_team_alone(algorithm):
+    """Three teams of other widths and hyperparameters, an agent out of its episode early and action masks:
+    one generation's training as a stacked group (batched acting and learning) ends where each team's own
+    training ends, up to float rounding, with the same episodes and returns. (Over longer phases Adam can turn
+    a rounding-level sign difference of a near-zero gradient into an lr-sized step: seen at lr 3e-3 after
+    three rollouts; the unit tests in test_group.py pin the maths step by step.)"""
+    from tests.test_group import assert_same_members
+
+    hp = {"hyperparameters": {"rollout_steps": 16}} if algorithm == "ippo" else {"hyperparameters.learn_step": 2}
+    evo = build_evolution(ma_config(algorithm=algorithm, population_size=3, evo_steps=240,
+                                    env_kwargs={"length": 6, "chooser_dies_at": 2, "masked": True}, **hp))
+    arena, members = evo.arena, [m.agent for m in evo.population.members]
+    lr = "lr" if algorithm == "ippo" else "lr_critic"
+    members[1].set_hyperparameter(lr, 2e-3)
+    members[2].set_hyperparameter("gamma", 0.9)
+    from agilerl_core.hpo.evolvable import MutationSettings
+    from agilerl_core.networks.evolvable import ArchBounds
+
+    members[2].mutate("architecture", np.random.default_rng(3), MutationSettings(0.0, 0.1, ArchBounds(min_nodes=8)))
+    assert members[2].arch != members[0].arch and len({m.batch_key() for m in members}) == 1
+    alone = [m.clone() for m in members]
+    seeds = [11, 12, 13]
+    if arena.shares_experience:
+        arena.begin_generation(3)
+    own = [arena.train(m, s, seed, 240) for s, (m, seed) in enumerate(zip(alone, seeds, strict=True))]
+    together = arena.train_group(members, [0, 1, 2], seeds, 240)
+    assert_same_members(alone, members, atol=1e-4)
+    for a, b in zip(own, together, strict=True):
+        assert (a.env_steps, a.learn_steps, a.episodes) == (b.env_steps, b.learn_steps, b.episodes)
+        assert a.learn_steps > 0
+        assert a.mean_return == pytest.approx(b.mean_return, abs=1e-6)

@@ -12,7 +12,7 @@ import torch
 
 from agilerl_core.algorithms.dqn import _mask_invalid
 from agilerl_core.algorithms.fused_mlp import stacked_backward, stacked_forward_cached
-from agilerl_core.algorithms.group import ReplayGroup, StackedRows
+from agilerl_core.algorithms.group import ReplayGroup, StackedRows, clipped_step
 from agilerl_core.buffers.replay import Transition
 from agilerl_core.networks.stacked import stacked_forward
 
@@ -64,10 +64,7 @@ class DQNGroup(ReplayGroup):
         self.q.zero_grad()
         stacked_backward(self.q.layers, inputs, torch.zeros_like(q).scatter_(2, action, dq.unsqueeze(2)),
                          self.activation, grads=self.q.grad_layers)
-        if self.max_grad_norm is not None:
-            self.q.clip_grad_norm(self.max_grad_norm)
-        active = None if rows.all_active else rows.active
-        self.q.step(active)
+        clipped_step(self.q, self.max_grad_norm, None if rows.all_active else rows.active)
         for a, on in zip(self.agents, rows.active.tolist(), strict=True):
             a.learn_steps += int(on)
         on = rows.active.to(self.tau.dtype)

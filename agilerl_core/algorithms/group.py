@@ -104,19 +104,25 @@ class StackedAdam:
     """The Adam states of K members' copies of one network, stacked: one step for the group. Learning rates
     are per member; a member left out of a step (``active``) keeps its weights and moments exactly."""
 
-    def __init__(self, opts: Sequence[FlatAdam], nets: Sequence[torch.nn.Module]) -> None:
+    def __init__(self, opts: Sequence[FlatAdam], shapes: Sequence[Shapes], networks_per_member: int = 1) -> None:
+        """`opts`: each member's Adam; `shapes`: each member's parameter shapes in its flat buffer's order.
+        With `networks_per_member` M > 1 each member's Adam steps M stacked networks (every shape starts
+        with M), and gradient clipping is per network, as that Adam clips alone."""
         first = opts[0]
         if any(o.betas != first.betas or o.eps != first.eps for o in opts):
             raise ValueError("a group's members must share Adam betas and eps")
         self.opts = list(opts)
         self.k = len(opts)
-        self.shapes = [param_shapes(n) for n in nets]
+        self.shapes = list(shapes)
         self.padded = padded_shapes(self.shapes)
         self.betas, self.eps = first.betas, first.eps
         for name in _ADAM_STATE:
             setattr(self, name, stack_flats([getattr(o, name) for o in opts], self.shapes, self.padded))
         self.grad = torch.zeros_like(self.flat)
         self.owner = member_index(self.k, self.padded, self.flat.device)
+        self.networks = networks_per_member
+        self._clip_owner = self.owner if networks_per_member == 1 else \
+            member_index(self.k * networks_per_member, [s[1:] for s in self.padded], self.flat.device)
         self.lr = torch.tensor([o.lr for o in opts], dtype=torch.float32, device=self.flat.device)
         self._lr_el = self.lr[self.owner]
         self.layers: Layers = stacked_blocks(self.flat, self.k, self.padded)
@@ -127,10 +133,12 @@ class StackedAdam:
 
     @torch.no_grad()
     def clip_grad_norm(self, max_norm: float) -> None:
-        """Scale each member's gradient to a norm of at most `max_norm` (as FlatAdam.clip_grad_norm on its own)."""
-        sq = torch.zeros(self.k, device=self.grad.device).index_add_(0, self.owner, self.grad * self.grad)
+        """Scale each member's (network's) gradient to a norm of at most `max_norm` (as FlatAdam.clip_grad_norm
+        on its own)."""
+        owner = self._clip_owner
+        sq = torch.zeros(self.k * self.networks, device=self.grad.device).index_add_(0, owner, self.grad * self.grad)
         scale = torch.clamp(max_norm / (sq.sqrt() + 1e-6), max=1.0)
-        self.grad.mul_(scale[self.owner])
+        self.grad.mul_(scale[owner])
 
     @torch.no_grad()
     def step(self, active: torch.Tensor | None = None) -> None:
@@ -170,14 +178,26 @@ class MemberGroup(ABC):
         self.device = first.device
         self.activation = first.arch.activation
         self.net = first.networks[first.online_networks[0]]  # features(): a plain MLP's input, every member's
-        self.adams = {n: StackedAdam([a.optimizers[n] for a in self.agents], [a.networks[n] for a in self.agents])
-                      for n in first.online_networks}
+        self.adams = {n: StackedAdam(*spec) for n, spec in self.stacked_optimizers().items()}
         self.targets: dict[str, torch.Tensor] = {}
         self.target_layers: dict[str, Layers] = {}
-        for t, online in first.target_networks.items():
+        self._target_sources = self.stacked_targets()
+        for t, (online, flats) in self._target_sources.items():
             adam = self.adams[online]
-            self.targets[t] = stack_flats([a.target_flat[t] for a in self.agents], adam.shapes, adam.padded)
+            self.targets[t] = stack_flats(flats, adam.shapes, adam.padded)
             self.target_layers[t] = stacked_blocks(self.targets[t], self.k, adam.padded)
+
+    def stacked_optimizers(self) -> dict[str, tuple]:
+        """What to stack: name -> :class:`StackedAdam`'s arguments (each member's Adam, each member's
+        parameter shapes[, networks per member]). Default: every online network, one stacked Adam each."""
+        return {n: ([a.optimizers[n] for a in self.agents], [param_shapes(a.networks[n]) for a in self.agents])
+                for n in self.agents[0].online_networks}
+
+    def stacked_targets(self) -> dict[str, tuple[str, list[torch.Tensor]]]:
+        """Target name -> (the stacked Adam it follows, each member's flat target buffer, laid out as that
+        Adam's). Default: every target network."""
+        return {t: (online, [a.target_flat[t] for a in self.agents])
+                for t, online in self.agents[0].target_networks.items()}
 
     def features(self, obs, k: int) -> torch.Tensor:
         """The networks' input for a member-major batch of observations ([K * B] rows): [K, B, D]."""
@@ -198,7 +218,7 @@ class MemberGroup(ABC):
         """Move every target towards its online network by each member's `weight` [K] (tau, 1 for a hard
         copy, 0 to leave it)."""
         for tname, flat in self.targets.items():
-            adam = self.adams[self.agents[0].target_networks[tname]]
+            adam = self.adams[self._target_sources[tname][0]]
             flat.lerp_(adam.flat, weight[adam.owner])
 
     @abstractmethod
@@ -210,8 +230,9 @@ class MemberGroup(ABC):
         for adam in self.adams.values():
             adam.write_back()
         for tname, flat in self.targets.items():
-            adam = self.adams[self.agents[0].target_networks[tname]]
-            unstack_into(flat, [a.target_flat[tname] for a in self.agents], adam.shapes, adam.padded)
+            online, flats = self._target_sources[tname]
+            adam = self.adams[online]
+            unstack_into(flat, flats, adam.shapes, adam.padded)
 
 
 class ReplayGroup(MemberGroup):
@@ -225,7 +246,21 @@ class ReplayGroup(MemberGroup):
         rows = [buffer.sample_rows(a.hp.batch_size, s, a.torch_gen) if on else None
                 for a, s, on in zip(self.agents, slots, active, strict=True)]
         stacked = StackedRows(rows, self.device)
-        return self.learn(buffer.transitions(stacked.index), stacked)
+        return self.learn(self.batch(buffer, stacked.index), stacked)
+
+    def batch(self, buffer, index: torch.Tensor):
+        """The transitions at storage rows `index` as :meth:`learn` takes them."""
+        return buffer.transitions(index)
+
+    def member_noise(self, rows: StackedRows, who: Sequence[bool], dim: int) -> torch.Tensor:
+        """Standard normal noise [K, B, dim]: each member in `who` draws its own rows' worth from its own
+        generator (as its own update draws it), zeros elsewhere."""
+        eps = torch.zeros(rows.k, rows.b, dim, device=self.device)
+        for i, (a, on) in enumerate(zip(self.agents, who, strict=True)):
+            if on:
+                n = int((rows.weight[i] > 0).sum())
+                eps[i, :n] = torch.randn((n, dim), generator=a.torch_gen).to(self.device)
+        return eps
 
     @abstractmethod
     def learn(self, batch, rows: StackedRows) -> torch.Tensor:
@@ -245,25 +280,20 @@ class ActorCriticGroup(ReplayGroup):
         self.max_grad_norm = first.hp.max_grad_norm
         self.dim = first.action_dim
 
-    def member_noise(self, rows: StackedRows, who: Sequence[bool]) -> torch.Tensor:
-        """Standard normal noise [K, B, dim]: each member in `who` draws its own rows' worth from its own
-        generator (as its own update draws it), zeros elsewhere."""
-        eps = torch.zeros(rows.k, rows.b, self.dim, device=self.device)
-        for i, (a, on) in enumerate(zip(self.agents, who, strict=True)):
-            if on:
-                n = int((rows.weight[i] > 0).sum())
-                eps[i, :n] = torch.randn((n, self.dim), generator=a.torch_gen).to(self.device)
-        return eps
-
     def discount(self, batch, k: int, b: int) -> torch.Tensor:
         """Each row's bootstrap discount [K, B] (or [K, 1]): gamma, or gamma^L stored with an n-step row."""
         return self.gamma.unsqueeze(1) if batch.discount is None else batch.discount.view(k, b)
 
     def step_adam(self, adam: StackedAdam, active: torch.Tensor | None) -> None:
         """Clip (max_grad_norm) and step one network's stacked Adam."""
-        if self.max_grad_norm is not None:
-            adam.clip_grad_norm(self.max_grad_norm)
-        adam.step(active)
+        clipped_step(adam, self.max_grad_norm, active)
+
+
+def clipped_step(adam: StackedAdam, max_grad_norm: float | None, active: torch.Tensor | None) -> None:
+    """Clip each member's gradient to `max_grad_norm` (when set), then step (the `active` members)."""
+    if max_grad_norm is not None:
+        adam.clip_grad_norm(max_grad_norm)
+    adam.step(active)
 
 
 class StackedRows:

@@ -148,6 +148,21 @@ class IPPO:
         team.env_steps, team.learn_steps = int(meta["env_steps"]), int(meta["learn_steps"])
         return team
 
+    # ---- population-batched learning (agilerl_core.algorithms.ippo_group) -----------------------------
+    def batch_key(self) -> tuple | None:
+        """Teams batch when every unit's learner does; equal keys: the same units, each stackable."""
+        keys = [learner.batch_key() for learner in self.learners.values()]
+        return None if None in keys else (self.name, tuple(self.units.items()), *keys)
+
+    def batch_refusal(self) -> str:
+        return f"{self.name}: only plain-MLP policies batch (no obs normalisation, no encoders)"
+
+    @staticmethod
+    def group(teams: list[IPPO]):
+        from agilerl_core.algorithms.ippo_group import IPPOGroup  # it builds on this module
+
+        return IPPOGroup(teams)
+
     # ---- acting -----------------------------------------------------------------------------------------
     def stack(self, unit: str, per_agent: dict[str, Any]) -> Any:
         """The unit's agents' rows stacked agent after agent ([k * N, ...])."""

@@ -117,10 +117,15 @@ class MADDPG(RLAlgorithm):
     def act(self, obs: Obs, explore: bool, masks: dict[str, np.ndarray | None] | None = None) -> dict[str, np.ndarray]:
         """Every agent's actions for a batch of observations (agent scale: ints, or floats in [-1, 1]):
         greedy, or with exploration (Box: noise; Discrete: a sample of the softmax)."""
+        return self.actions_from({a: self._actor_out(a, obs[a]) for a in self.agents}, explore, masks)
+
+    def actions_from(self, outputs: dict[str, torch.Tensor], explore: bool,
+                     masks: dict[str, np.ndarray | None] | None = None) -> dict[str, np.ndarray]:
+        """:meth:`act` from every agent's actor outputs (what a population-batched forward computed)."""
         out = {}
         for a in self.agents:
             spec = self.action_specs[a]
-            y = self._actor_out(a, obs[a])
+            y = outputs[a]
             mask = None if masks is None else masks.get(a)
             if spec.discrete:
                 logits = masked_logits(y, mask)
@@ -166,6 +171,16 @@ class MADDPG(RLAlgorithm):
 
     def env_action(self, obs: Obs, action_mask=None) -> dict[str, np.ndarray]:
         return self.env_actions(self.greedy_action(obs, action_mask))
+
+    # ---- population-batched learning (agilerl_core.algorithms.maddpg_group) ---------------------------
+    def batch_key(self) -> tuple | None:
+        return self._group_key(self.critic_names, self.hp.max_grad_norm)
+
+    @staticmethod
+    def group(agents: list[MADDPG]):
+        from agilerl_core.algorithms.maddpg_group import MADDPGGroup  # it builds on this module
+
+        return MADDPGGroup(agents)
 
     # ---- learning ---------------------------------------------------------------------------------------
     def sample(self, buffer, slot: int) -> MultiAgentBatch:

@@ -142,18 +142,26 @@ class PPO(RLAlgorithm):
         return PPOGroup(agents)
 
     # ---- learning -------------------------------------------------------------------------------------
+    @staticmethod
+    def rollout_rows(rollout: Rollout, steps: int, advantages: torch.Tensor, returns: torch.Tensor,
+                     valid: torch.Tensor | None = None) -> tuple[dict, torch.Tensor, torch.Tensor]:
+        """What an update learns from: the first `steps` rows of `rollout` flattened, with their advantages
+        and returns, only those where `valid` [T, N] is set (None: all)."""
+        data = rollout.flat(steps)
+        adv, ret = advantages[:steps].reshape(-1), returns[:steps].reshape(-1)
+        if valid is not None:
+            rows = valid[:steps].reshape(-1).nonzero().squeeze(1)
+            data = {k: ({kk: vv.index_select(0, rows) for kk, vv in v.items()} if isinstance(v, dict)
+                        else v.index_select(0, rows)) for k, v in data.items()}
+            adv, ret = adv.index_select(0, rows), ret.index_select(0, rows)
+        return data, adv, ret
+
     def learn_rollout(self, rollout: Rollout, steps: int, advantages: torch.Tensor, returns: torch.Tensor,
                       valid: torch.Tensor | None = None) -> dict[str, float]:
         """The PPO update on the first `steps` rows of `rollout` (only those where `valid`, [T, N], is set:
         a multi-agent rollout pads the steps of agents that are out of their episode); returns loss statistics."""
         hp = self.hp
-        data = rollout.flat(steps)
-        adv_all, ret_all = advantages[:steps].reshape(-1), returns[:steps].reshape(-1)
-        if valid is not None:
-            rows = valid[:steps].reshape(-1).nonzero().squeeze(1)
-            data = {k: ({kk: vv.index_select(0, rows) for kk, vv in v.items()} if isinstance(v, dict)
-                        else v.index_select(0, rows)) for k, v in data.items()}
-            adv_all, ret_all = adv_all.index_select(0, rows), ret_all.index_select(0, rows)
+        data, adv_all, ret_all = self.rollout_rows(rollout, steps, advantages, returns, valid)
         n = adv_all.shape[0]
         mb = max(1, n // hp.num_minibatches)
         stats = {"loss": 0.0, "approx_kl": 0.0, "updates": 0}

@@ -78,10 +78,9 @@ class PPOGroup(MemberGroup):
     # ---- learning -------------------------------------------------------------------------------------
     def learn_rollouts(self, datas: list[dict], advantages: list[torch.Tensor], returns: list[torch.Tensor]
                        ) -> list[dict[str, float]]:
-        """Every member's PPO update on its own rollout (``Rollout.flat`` rows, advantages and returns);
-        returns each member's loss statistics, as PPO.learn_rollout."""
-        n = advantages[0].shape[0]
-        schedules = [_Schedule(a, n) for a in self.agents]
+        """Every member's PPO update on its own rollout rows (:meth:`PPO.rollout_rows`: their number may differ
+        between members), advantages and returns; returns each member's loss statistics, as PPO.learn_rollout."""
+        schedules = [_Schedule(a, adv.shape[0]) for a, adv in zip(self.agents, advantages, strict=True)]
         stats = [{"loss": 0.0, "approx_kl": 0.0, "updates": 0} for _ in self.agents]
         while True:
             idxs = [s.next() for s in schedules]

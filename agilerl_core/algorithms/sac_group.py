@@ -58,7 +58,7 @@ class SACGroup(ActorCriticGroup):
         with torch.no_grad():
             alpha = self.log_alpha.exp().unsqueeze(1)
             mean, log_std = self._distribution(self.actor.layers, xn)
-            u = mean + log_std.exp() * self.member_noise(rows, act)
+            u = mean + log_std.exp() * self.member_noise(rows, act, self.dim)
             next_a, next_logp = torch.tanh(u), squashed_log_prob(u, mean, log_std)
             q_next = torch.min(*(self._q(c, xn, next_a, self.target_layers[f"{c}_target"]) for c in self.critics))
             soft = q_next - alpha * next_logp
@@ -89,7 +89,7 @@ class SACGroup(ActorCriticGroup):
         k = rows.k
         turn = torch.tensor(turns, device=self.device)
         w = rows.weight * turn.unsqueeze(1)
-        noise = self.member_noise(rows, turns)
+        noise = self.member_noise(rows, turns, self.dim)
         leaf = self.actor.flat.detach().requires_grad_(True)
         with torch.enable_grad():
             mean, log_std = self._distribution(stacked_blocks(leaf, k, self.actor.padded), x)

@@ -35,7 +35,7 @@ class TD3Group(ActorCriticGroup):
         k, b = rows.k, rows.b
         next_a = torch.tanh(stacked_forward(self.target_layers["actor_target"], xn, self.activation))
         eps = self.member_noise(rows, [on and a.hp.target_noise > 0 for a, on in
-                                       zip(self.agents, rows.active.tolist(), strict=True)])
+                                       zip(self.agents, rows.active.tolist(), strict=True)], self.dim)
         clip = self.noise_clip.view(k, 1, 1)
         eps = (eps * self.noise.view(k, 1, 1)).clamp(-clip, clip)
         smoothed = (next_a + eps).clamp(-1.0, 1.0)

@@ -50,6 +50,18 @@ class ReplayLearning:
         return float(self.loss_sum) / self.steps if self.steps else float("nan")
 
 
+def learn_earned(group: Any, learnings: list[ReplayLearning], collected: list[int], buffer: ReplayBuffer,
+                 slots: list[int]) -> None:
+    """The gradient steps a stacked group's members earned by collecting `collected` env steps each: one
+    batched step per round, a member that earned fewer steps than another sitting the extra rounds out."""
+    earned = [lr.earned(n) for lr, n in zip(learnings, collected, strict=True)]
+    for r in range(max(earned, default=0)):
+        losses = group.learn_step(buffer, slots, [e > r for e in earned])
+        for lr, e, loss in zip(learnings, earned, losses, strict=True):
+            if e > r:
+                lr.record(loss)
+
+
 class SharedReplay:
     """Mixin of an arena holding `buffer` (a ReplayBuffer) and `slot_capacity` (fresh transitions per slot
     per generation)."""

@@ -17,7 +17,7 @@ from gymnasium.vector import VectorEnv
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.group import ReplayGroup
 from agilerl_core.arenas.base import EpisodeReturns, GymArena, probe_action_mask
-from agilerl_core.arenas.experience import ReplayLearning, SharedReplay
+from agilerl_core.arenas.experience import ReplayLearning, SharedReplay, learn_earned
 from agilerl_core.buffers.nstep import NStepCollector
 from agilerl_core.buffers.replay import ReplayBuffer, transition_fields
 from agilerl_core.envs.make import make_vector_env
@@ -110,12 +110,7 @@ def train_group(group: ReplayGroup, slots: list[int], envs: list[VectorEnv], buf
     for _ in range(vector_steps):
         for c, actions in zip(cs, group.explore([c.observation() for c in cs], [c.mask for c in cs]), strict=True):
             c.step(actions)
-        earned = [c.learning.earned(c.num_envs) for c in cs]
-        for r in range(max(earned)):
-            losses = group.learn_step(buffer, slots, [e > r for e in earned])
-            for c, e, loss in zip(cs, earned, losses, strict=True):
-                if e > r:
-                    c.learning.record(loss)
+        learn_earned(group, [c.learning for c in cs], [c.num_envs for c in cs], buffer, slots)
     group.write_back()
     wall = time.perf_counter() - t0
     return [c.finish(vector_steps, wall) for c in cs]

@@ -120,9 +120,8 @@ def train_group_on_policy(group, slots: list[int], envs: list[VectorEnv], evo_st
         for t in range(steps):
             for c, out in zip(cs, group.policy_step([c.obs_t for c in cs], [c.mask for c in cs]), strict=True):
                 c.step(t, *out)
-        gae = [c.advantages(steps) for c in cs]
-        stats = group.learn_rollouts([c.rollout.flat(steps) for c in cs], [a[:steps].reshape(-1) for a, _ in gae],
-                                     [r[:steps].reshape(-1) for _, r in gae])
+        rows = [c.agent.rollout_rows(c.rollout, steps, *c.advantages(steps)) for c in cs]
+        stats = group.learn_rollouts([d for d, _, _ in rows], [a for _, a, _ in rows], [r for _, _, r in rows])
         for c, st in zip(cs, stats, strict=True):
             c.learned(steps, st)
         done_steps += steps

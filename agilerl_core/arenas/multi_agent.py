@@ -21,8 +21,9 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from agilerl_core.algorithms.group import ReplayGroup
 from agilerl_core.arenas.base import EpisodeReturns, checked_space, torch_device
-from agilerl_core.arenas.experience import OwnExperience, ReplayLearning, SharedReplay
+from agilerl_core.arenas.experience import OwnExperience, ReplayLearning, SharedReplay, learn_earned
 from agilerl_core.buffers.replay import ReplayBuffer, multi_agent_fields
 from agilerl_core.buffers.rollout import Rollout, compute_gae
 from agilerl_core.envs.multi_agent import ParallelVectorEnv, agent_group, make_parallel_env, make_parallel_vector_env
@@ -77,43 +78,79 @@ class TeamReturns:
         return {a: returns.mean() for a, returns in self.per_agent.items()}
 
 
-def train_team(agent, slot: int, env: ParallelVectorEnv, buffer: ReplayBuffer, evo_steps: int, seed: int,
-               fitness: TeamFitness) -> TrainResult:
-    """Collect `evo_steps` env steps (rounded up to whole vector steps) into `slot`'s staging area, learning
-    every `learn_step` steps once `learning_delay` steps have passed. The envs are reset with `seed` first."""
-    t0 = time.perf_counter()
-    spec: MultiAgentSpec = agent.ma
-    n = env.num_envs
-    obs, info = env.reset(seed=seed)
-    masks = info["action_mask"]
-    agent.begin_rollout(n)
-    returns = TeamReturns(spec.agents, n)
-    learning = ReplayLearning(agent, buffer, slot)
-    vector_steps = math.ceil(evo_steps / n)
-    for _ in range(vector_steps):
-        obs_t = spec.to_tensors(obs, agent.device)
-        actions = agent.explore_action(obs_t, masks)
-        next_obs, rewards, terminated, _, info = env.step(agent.env_actions(actions))
+class _TeamCollector:
+    """One team's side of an off-policy training phase: its envs, staging slot, returns and the gradient steps
+    its collection earns."""
+
+    def __init__(self, agent, slot: int, env: ParallelVectorEnv, buffer: ReplayBuffer, seed: int) -> None:
+        self.agent, self.slot, self.env, self.buffer = agent, slot, env, buffer
+        self.spec: MultiAgentSpec = agent.ma
+        self.num_envs = env.num_envs
+        self.obs, info = env.reset(seed=seed)
+        self.masks = info["action_mask"]
+        agent.begin_rollout(self.num_envs)
+        self.returns = TeamReturns(self.spec.agents, self.num_envs)
+        self.learning = ReplayLearning(agent, buffer, slot)
+        self.obs_t = None
+
+    def observation(self) -> dict[str, torch.Tensor]:
+        self.obs_t = self.spec.to_tensors(self.obs, self.agent.device)
+        return self.obs_t
+
+    def step(self, actions: dict[str, np.ndarray]) -> None:
+        """Step the envs with every agent's `actions` and stage the transitions."""
+        agent, spec, n = self.agent, self.spec, self.num_envs
+        next_obs, rewards, terminated, _, info = self.env.step(agent.env_actions(actions))
         done = info["env_done"]
         final = spec.to_tensors(info["final_obs"], agent.device)
         data = {}
         for a in spec.agents:
-            data[f"obs.{a}"] = obs_t[a]
+            data[f"obs.{a}"] = self.obs_t[a]
             data[f"next_obs.{a}"] = final[a]
             data[f"action.{a}"] = torch.as_tensor(actions[a])
             data[f"reward.{a}"] = torch.as_tensor(rewards[a], dtype=torch.float32)
             data[f"terminated.{a}"] = torch.as_tensor(terminated[a], dtype=torch.float32)
             data[f"acted.{a}"] = torch.as_tensor(info["acted"][a], dtype=torch.float32)
-        buffer.add(slot, data)
+        self.buffer.add(self.slot, data)
         agent.env_steps += n
         agent.episodes_done(done)
-        returns.step(rewards, done)
-        obs, masks = next_obs, info["action_mask"]
-        learning.collected(n)
-    means = returns.means()
-    team = fitness(means) if returns.episodes else float("nan")
-    return TrainResult(slot, vector_steps * n, learning.steps, returns.episodes, team, learning.mean_loss,
-                       time.perf_counter() - t0)
+        self.returns.step(rewards, done)
+        self.obs, self.masks = next_obs, info["action_mask"]
+
+    def finish(self, vector_steps: int, fitness: TeamFitness, wall_s: float) -> TrainResult:
+        team = fitness(self.returns.means()) if self.returns.episodes else float("nan")
+        return TrainResult(self.slot, vector_steps * self.num_envs, self.learning.steps, self.returns.episodes, team,
+                           self.learning.mean_loss, wall_s)
+
+
+def train_team(agent, slot: int, env: ParallelVectorEnv, buffer: ReplayBuffer, evo_steps: int, seed: int,
+               fitness: TeamFitness) -> TrainResult:
+    """Collect `evo_steps` env steps (rounded up to whole vector steps) into `slot`'s staging area, learning
+    every `learn_step` steps once `learning_delay` steps have passed. The envs are reset with `seed` first."""
+    t0 = time.perf_counter()
+    c = _TeamCollector(agent, slot, env, buffer, seed)
+    vector_steps = math.ceil(evo_steps / c.num_envs)
+    for _ in range(vector_steps):
+        c.step(agent.explore_action(c.observation(), c.masks))
+        c.learning.collected(c.num_envs)
+    return c.finish(vector_steps, fitness, time.perf_counter() - t0)
+
+
+def train_team_group(group: ReplayGroup, slots: list[int], envs: list[ParallelVectorEnv], buffer: ReplayBuffer,
+                     evo_steps: int, seeds: list[int], fitness: TeamFitness) -> list[TrainResult]:
+    """:func:`train_team` for the teams of a stacked group at once (see
+    :func:`agilerl_core.arenas.gym_off_policy.train_group`): one batched forward per agent acts in every
+    team's envs, each round of gradient steps is one batched step."""
+    t0 = time.perf_counter()
+    cs = [_TeamCollector(a, s, envs[s], buffer, seed) for a, s, seed in zip(group.agents, slots, seeds, strict=True)]
+    vector_steps = math.ceil(evo_steps / cs[0].num_envs)
+    for _ in range(vector_steps):
+        for c, actions in zip(cs, group.explore([c.observation() for c in cs], [c.masks for c in cs]), strict=True):
+            c.step(actions)
+        learn_earned(group, [c.learning for c in cs], [c.num_envs for c in cs], buffer, slots)
+    group.write_back()
+    wall = time.perf_counter() - t0
+    return [c.finish(vector_steps, fitness, wall) for c in cs]
 
 
 def evaluate_team(agent, env: ParallelVectorEnv, seed: int, fitness: TeamFitness,
@@ -224,6 +261,15 @@ class MultiAgentOffPolicyArena(SharedReplay, MultiAgentArena):
         self.buffer.reset_slot(slot)
         return train_team(member, slot, self.envs[slot], self.buffer, steps, seed, self.fitness)
 
+    def batch_key(self, member):
+        return member.batch_key()
+
+    def train_group(self, members: list, slots: list[int], seeds: list[int], steps: int) -> list[TrainResult]:
+        for s in slots:
+            self.buffer.reset_slot(s)
+        return train_team_group(self.algo_cls.group(members), slots, self.envs, self.buffer, steps, seeds,
+                                self.fitness)
+
 
 class MultiAgentOnPolicyArena(MultiAgentArena):
     """On-policy teams (IPPO): each learns from its own rollouts only."""
@@ -237,82 +283,154 @@ class MultiAgentOnPolicyArena(MultiAgentArena):
     def train(self, member, slot: int, seed: int, steps: int) -> TrainResult:
         return train_team_on_policy(member, slot, self.envs[slot], steps, seed, self.fitness)
 
+    def batch_key(self, member):
+        return member.batch_key()
+
+    def train_group(self, members: list, slots: list[int], seeds: list[int], steps: int) -> list[TrainResult]:
+        return train_team_group_on_policy(self.algo_cls.group(members), slots, self.envs, steps, seeds, self.fitness)
+
+
+class _TeamRollouts:
+    """One IPPO team's side of an on-policy training phase: its envs, a rollout per policy unit (k agents of a
+    unit over N envs are k * N columns, agent after agent), which rows are real, returns and losses. `value`
+    gives V(s) of a unit (its learner's critic, or its row of a group's stacked one)."""
+
+    def __init__(self, team, slot: int, env: ParallelVectorEnv, seed: int, value) -> None:
+        self.team, self.slot, self.env, self.value = team, slot, env, value
+        self.spec: MultiAgentSpec = team.ma
+        self.hp = team.hp
+        n = self.num_envs = env.num_envs
+        obs, info = env.reset(seed=seed)
+        self.masks, self.alive = info["action_mask"], info["alive"]
+        self.returns = TeamReturns(self.spec.agents, n)
+        self.obs_t = self.spec.to_tensors(obs, team.device)
+        self.rollouts: dict[str, Rollout] = {}
+        self.valid: dict[str, torch.Tensor] = {}
+        for u in team.learners:
+            act = team.action_spec_of(u)
+            first = team.units[u][0]
+            cols = n * len(team.units[u])
+            mask_dim = act.dim if act.discrete and self.masks[first] is not None else None
+            self.rollouts[u] = Rollout.allocate(self.hp.rollout_steps, cols, {"obs": team.stack(u, self.obs_t)},
+                                                () if act.discrete else (act.dim,),
+                                                torch.int64 if act.discrete else torch.float32, mask_dim)
+            self.valid[u] = torch.zeros(self.hp.rollout_steps, cols)
+        self.actions: dict[str, np.ndarray] = {}
+        self.losses: list[float] = []
+        self.learn0 = self.learn_steps()
+
+    def learn_steps(self) -> int:
+        return sum(learner.learn_steps for learner in self.team.learners.values())
+
+    def unit_input(self, u: str) -> tuple[dict[str, torch.Tensor], np.ndarray | None]:
+        """Unit `u`'s policy input now: its agents' observations and action masks, stacked."""
+        m = None if self.rollouts[u].masks is None else self.team.stack(u, self.masks)
+        return {"obs": self.team.stack(u, self.obs_t)}, m
+
+    def record(self, u: str, t: int, acts: np.ndarray, logp: torch.Tensor, value: torch.Tensor) -> None:
+        """Unit `u`'s sampled actions (with their log-probs, in states valued `value`) into row t."""
+        r, team, n = self.rollouts[u], self.team, self.num_envs
+        x, m = self.unit_input(u)
+        r.obs["obs"][t] = x["obs"]
+        r.actions[t] = torch.as_tensor(acts)
+        r.logprobs[t], r.values[t] = logp.cpu(), value.cpu()
+        if r.masks is not None:
+            r.masks[t] = torch.as_tensor(m)
+        self.valid[u][t] = torch.as_tensor(team.stack(u, self.alive), dtype=torch.float32)
+        for i, a in enumerate(team.units[u]):
+            self.actions[a] = acts[i * n:(i + 1) * n]
+
+    def step(self, t: int) -> None:
+        """Step the envs with every unit's recorded actions; rewards and dones into row t."""
+        team, spec, hp, n = self.team, self.spec, self.hp, self.num_envs
+        next_obs, rewards, terminated, truncated, info = self.env.step(team.env_actions(self.actions))
+        env_done = info["env_done"]
+        final = spec.to_tensors(info["final_obs"], team.device)
+        for u in team.learners:
+            r = self.rollouts[u]
+            rew = torch.as_tensor(team.stack(u, rewards), dtype=torch.float32)
+            term = team.stack(u, terminated)
+            cut = team.stack(u, truncated) & ~term
+            if cut.any():  # a time limit is not the end of the world: credit the final state's value
+                with torch.no_grad():
+                    v_final = self.value(u, {"obs": team.stack(u, final)}).cpu()
+                rew = rew + hp.gamma * v_final * torch.as_tensor(cut, dtype=torch.float32)
+            done = term | cut | np.tile(env_done, len(team.units[u])) | ~team.stack(u, info["acted"])
+            r.rewards[t] = rew * self.valid[u][t]
+            r.dones[t] = torch.as_tensor(done, dtype=torch.float32)
+        team.env_steps += n
+        self.returns.step(rewards, env_done)
+        self.masks, self.alive = info["action_mask"], info["alive"]
+        self.obs_t = spec.to_tensors(next_obs, team.device)
+
+    def advantages(self, u: str, steps: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Unit `u`'s GAE over the first `steps` rows (bootstrapped from V after them), and which rows are
+        real (None: all)."""
+        r = self.rollouts[u]
+        with torch.no_grad():
+            last_value = self.value(u, self.unit_input(u)[0]).cpu()
+        adv, ret = compute_gae(r.rewards[:steps], r.values[:steps], r.dones[:steps], last_value, self.hp.gamma,
+                               self.hp.gae_lambda)
+        return adv, ret, None if bool(self.valid[u][:steps].all()) else self.valid[u]
+
+    def result(self, vector_steps: int, fitness: TeamFitness, wall_s: float) -> TrainResult:
+        team = self.team
+        team.learn_steps = self.learn_steps()
+        team_return = fitness(self.returns.means()) if self.returns.episodes else float("nan")
+        return TrainResult(self.slot, vector_steps * self.num_envs, team.learn_steps - self.learn0,
+                           self.returns.episodes, team_return,
+                           float(np.mean(self.losses)) if self.losses else float("nan"), wall_s)
+
 
 def train_team_on_policy(team, slot: int, env: ParallelVectorEnv, evo_steps: int, seed: int,
                          fitness: TeamFitness) -> TrainResult:
     """Collect `evo_steps` env steps (whole vector steps) in rollouts of `rollout_steps`, every policy unit
-    learning with PPO after each rollout from its agents' rows (stacked agent after agent: k agents of a
-    unit over N envs are k * N rollout columns). A time limit credits gamma * V(final observation); an agent
-    out of its episode pads its column (done, not learned from) until the env resets."""
+    learning with PPO after each rollout from its agents' rows (see :class:`_TeamRollouts`). A time limit
+    credits gamma * V(final observation); an agent out of its episode pads its column (done, not learned
+    from) until the env resets."""
     t0 = time.perf_counter()
-    spec: MultiAgentSpec = team.ma
-    hp = team.hp
-    n = env.num_envs
-    obs, info = env.reset(seed=seed)
-    masks, alive = info["action_mask"], info["alive"]
-    returns = TeamReturns(spec.agents, n)
-    vector_steps = math.ceil(evo_steps / n)
-    obs_t = spec.to_tensors(obs, team.device)
-    rollouts, valid = {}, {}
-    for u in team.learners:
-        act = team.action_spec_of(u)
-        first = team.units[u][0]
-        cols = n * len(team.units[u])
-        mask_dim = act.dim if act.discrete and masks[first] is not None else None
-        rollouts[u] = Rollout.allocate(hp.rollout_steps, cols, {"obs": team.stack(u, obs_t)},
-                                       () if act.discrete else (act.dim,),
-                                       torch.int64 if act.discrete else torch.float32, mask_dim)
-        valid[u] = torch.zeros(hp.rollout_steps, cols)
-    losses: list[float] = []
+    c = _TeamRollouts(team, slot, env, seed, lambda u, obs: team.learners[u].value(obs))
+    vector_steps = math.ceil(evo_steps / c.num_envs)
     done_steps = 0
-    learn0 = sum(learner.learn_steps for learner in team.learners.values())
     while done_steps < vector_steps:
-        steps = min(hp.rollout_steps, vector_steps - done_steps)
+        steps = min(team.hp.rollout_steps, vector_steps - done_steps)
         for t in range(steps):
-            actions = {}
             for u, learner in team.learners.items():
-                r = rollouts[u]
-                x = team.stack(u, obs_t)
-                m = None if r.masks is None else team.stack(u, masks)
-                acts, logp, value = learner.policy_step({"obs": x}, m)
-                r.obs["obs"][t] = x
-                r.actions[t] = torch.as_tensor(acts)
-                r.logprobs[t], r.values[t] = logp.cpu(), value.cpu()
-                if r.masks is not None:
-                    r.masks[t] = torch.as_tensor(m)
-                valid[u][t] = torch.as_tensor(team.stack(u, alive), dtype=torch.float32)
-                for i, a in enumerate(team.units[u]):
-                    actions[a] = acts[i * n:(i + 1) * n]
-            next_obs, rewards, terminated, truncated, info = env.step(team.env_actions(actions))
-            env_done = info["env_done"]
-            final = spec.to_tensors(info["final_obs"], team.device)
-            for u, learner in team.learners.items():
-                r = rollouts[u]
-                rew = torch.as_tensor(team.stack(u, rewards), dtype=torch.float32)
-                term = team.stack(u, terminated)
-                cut = team.stack(u, truncated) & ~term
-                if cut.any():  # a time limit is not the end of the world: credit the final state's value
-                    with torch.no_grad():
-                        v_final = learner.value({"obs": team.stack(u, final)}).cpu()
-                    rew = rew + hp.gamma * v_final * torch.as_tensor(cut, dtype=torch.float32)
-                done = term | cut | np.tile(env_done, len(team.units[u])) | ~team.stack(u, info["acted"])
-                r.rewards[t] = rew * valid[u][t]
-                r.dones[t] = torch.as_tensor(done, dtype=torch.float32)
-            team.env_steps += n
-            returns.step(rewards, env_done)
-            obs, masks, alive = next_obs, info["action_mask"], info["alive"]
-            obs_t = spec.to_tensors(obs, team.device)
+                c.record(u, t, *learner.policy_step(*c.unit_input(u)))
+            c.step(t)
         for u, learner in team.learners.items():
-            r = rollouts[u]
-            with torch.no_grad():
-                last_value = learner.value({"obs": team.stack(u, obs_t)}).cpu()
-            adv, ret = compute_gae(r.rewards[:steps], r.values[:steps], r.dones[:steps], last_value, hp.gamma,
-                                   hp.gae_lambda)
-            every = bool(valid[u][:steps].all())
-            losses.append(learner.learn_rollout(r, steps, adv, ret, None if every else valid[u])["loss"])
+            adv, ret, valid = c.advantages(u, steps)
+            c.losses.append(learner.learn_rollout(c.rollouts[u], steps, adv, ret, valid)["loss"])
         done_steps += steps
-    team.learn_steps = sum(learner.learn_steps for learner in team.learners.values())
-    means = returns.means()
-    team_return = fitness(means) if returns.episodes else float("nan")
-    return TrainResult(slot, vector_steps * n, team.learn_steps - learn0, returns.episodes, team_return,
-                       float(np.mean(losses)) if losses else float("nan"), time.perf_counter() - t0)
+    return c.result(vector_steps, fitness, time.perf_counter() - t0)
+
+
+def train_team_group_on_policy(group, slots: list[int], envs: list[ParallelVectorEnv], evo_steps: int,
+                               seeds: list[int], fitness: TeamFitness) -> list[TrainResult]:
+    """:func:`train_team_on_policy` for the teams of a stacked group at once: per policy unit, one batched
+    forward samples every team's actions and one batched PPO update per minibatch round (see
+    :class:`~agilerl_core.algorithms.ippo_group.IPPOGroup`)."""
+    t0 = time.perf_counter()
+    cs = [_TeamRollouts(team, s, envs[s], seed, lambda u, obs, i=i: group.units[u].value(i, obs))
+          for i, (team, s, seed) in enumerate(zip(group.agents, slots, seeds, strict=True))]
+    vector_steps = math.ceil(evo_steps / cs[0].num_envs)
+    rollout_steps = group.agents[0].hp.rollout_steps  # structural: equal within a group
+    done_steps = 0
+    while done_steps < vector_steps:
+        steps = min(rollout_steps, vector_steps - done_steps)
+        for t in range(steps):
+            for u, unit in group.units.items():
+                inputs = [c.unit_input(u) for c in cs]
+                for c, out in zip(cs, unit.policy_step([x for x, _ in inputs], [m for _, m in inputs]), strict=True):
+                    c.record(u, t, *out)
+            for c in cs:
+                c.step(t)
+        for u, unit in group.units.items():
+            rows = [c.team.learners[u].rollout_rows(c.rollouts[u], steps, *c.advantages(u, steps)) for c in cs]
+            stats = unit.learn_rollouts([d for d, _, _ in rows], [a for _, a, _ in rows], [r for _, _, r in rows])
+            for c, st in zip(cs, stats, strict=True):
+                c.losses.append(st["loss"])
+        done_steps += steps
+    group.write_back()
+    wall = time.perf_counter() - t0
+    return [c.result(vector_steps, fitness, wall) for c in cs]
