@@ -190,13 +190,12 @@ def evaluate_group_task(job: GenerationJob, slots: tuple[int, ...], label: str,
     reward...). A process runner evaluates copies, so what evaluation noted on them (per-agent returns,
     sample completions) travels back with the fitness."""
     if isinstance(members, Evolution):
-        return [Evaluation(members.evaluate(s, job.generation, own_env=True)) for s in slots]
+        return [Evaluation(f) for f in members.evaluate_group(slots, job.generation, own_env=True)]
     run = worker_run(job)
-    out = []
     for slot, trained in zip(slots, members, strict=True):
         run.evo.load_member_state(slot, trained.state.tensors, trained.state.meta)
-        out.append(Evaluation(run.evo.evaluate(slot, job.generation), run.evo.evaluation_notes(slot)))
-    return out
+    fitnesses = run.evo.evaluate_group(slots, job.generation)
+    return [Evaluation(f, run.evo.evaluation_notes(s)) for s, f in zip(slots, fitnesses, strict=True)]
 
 
 @task(name="dispatch-group", cache_policy=NO_CACHE, task_run_name="train g{job.generation} {label} (deployment)")
@@ -241,9 +240,9 @@ def train_stored_group(run_id: str, storage_uri: str, generation: int, steps: in
     run = worker_run(job)
     members = [MemberState(*store.get_member_state(generation, slot, "in")[:2]) for slot in slots]
     outputs = _train_in_worker(run, job, tuple(slots), members)
-    for o in outputs:  # the trained member is the worker's live copy: evaluated in place
+    fitnesses = run.evo.evaluate_group(slots, generation)  # the trained members are the worker's live copies
+    for o, fitness in zip(outputs, fitnesses, strict=True):
         slot = o.result.slot
-        fitness = run.evo.evaluate(slot, generation)
         store.put_member_state(generation, slot, "out", o.state.tensors, o.state.meta, {
             "result": asdict(o.result), "fitness": fitness, "notes": run.evo.evaluation_notes(slot),
             "shard": None if o.shard is None else asdict(o.shard), "placement": o.placement})

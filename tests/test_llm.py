@@ -392,3 +392,41 @@ def test_two_process_data_parallel_phase_equals_one_process(data_dir, algorithm)
     for k, v in r1.metrics.items():
         assert r2.metrics[k] == pytest.approx(v, rel=1e-4, abs=1e-6), k
     assert m2.parallel is None  # the parent keeps training in-process afterwards
+
+
+def test_a_group_evaluates_with_every_adapter_in_one_batch_as_each_alone(data_dir):
+    """Three members with other adapters (one of another rank): their greedy held-out completions generated
+    together (each row through its own adapter, one base pass per chunk) score and read exactly as each
+    member's own evaluation; the base's single slot is untouched afterwards."""
+    evo = build_evolution(llm_config(data_dir, population_size=3, sample_completions=20,  # every held-out one
+                                     **{"hyperparameters.max_new_tokens": 3,
+                                        "hyperparameters.generation_batch_size": 8}))
+    members = [m.agent for m in evo.population.members]
+    g = torch.Generator().manual_seed(4)
+    members[2].set_rank(8, 5)
+    for m in members:  # adapters that change the completions (fresh ones keep the base's function)
+        for n in m.adapter.names:
+            m.adapter.b[n].data.normal_(0, 0.3, generator=g)
+    arena = evo.arena
+    clones = [m.clone() for m in members]
+    alone = [arena.evaluate(c, 0) for c in clones]
+    alone_samples = [c.samples for c in clones]
+    assert evo.arena.batch_key(members[0]) == evo.arena.batch_key(members[2]) is not None
+    together = arena.evaluate_group(members, 0, [0, 1, 2])
+    assert together == alone
+    assert [m.samples for m in members] == alone_samples
+    texts = [[s["completion"] for s in m.samples] for m in members]
+    assert texts[0] != texts[1]  # the rows really went through different adapters
+    fresh = members[0].clone()
+    for n in fresh.adapter.names:
+        fresh.adapter.b[n].data.zero_()
+    with fresh.base.reference() as model:  # the base alone is still the base: no adapter left bound
+        ref = _logits_of(model, fresh)
+    with fresh.base.bound(fresh.adapter) as model:
+        torch.testing.assert_close(_logits_of(model, fresh), ref)
+    assert "evaluation" in evo.batching_note()
+
+
+def _logits_of(model, member):
+    ids, mask = member.prompt_batch(member.base.encode(["1+2=", "3+4="], False))
+    return model(input_ids=ids, attention_mask=mask).logits

@@ -82,6 +82,9 @@ class GRPO(LLMAlgorithm):
         answers = records.answers if records.answers is not None else [None] * len(records)
         return PromptData(base.encode(records.prompts, chat_template), list(records.prompts), list(answers))
 
+    def batch_key(self) -> tuple | None:
+        return (self.algorithm_name, self.hp.max_new_tokens)
+
     # ---- training ----------------------------------------------------------------------------------------
     def train_phase(self, data: PromptData, rewards: Rewards, budget: int, seed: int, kl_metric: bool = True
                     ) -> PhaseMetrics:
@@ -149,6 +152,34 @@ class GRPO(LLMAlgorithm):
             for s in chunks(len(data), hp.generation_batch_size):
                 comp, cmask = sample(model, ids[s], mask[s], hp.max_new_tokens, 0.0, base.eos_id, base.pad_id)
                 texts += base.decode(comp, cmask)
+        return self._score(texts, data, rewards, n_samples)
+
+    @staticmethod
+    @torch.no_grad()
+    def evaluate_many(members: list[GRPO], data: PromptData, rewards: Rewards, n_samples: int = 0) -> list[float]:
+        """:meth:`evaluate` of several members (one base, equal generation settings) in shared batches: each
+        chunk of the held-out prompts is generated for every member at once, each row through its member's
+        adapter, so the base runs once per chunk instead of once per member. The completions are each
+        member's own greedy ones (equal up to float rounding)."""
+        first = members[0]
+        hp, base = first.hp, first.base
+        if any(m.hp.max_new_tokens != hp.max_new_tokens or m.base is not base for m in members):
+            raise ValueError("evaluate_many: members must share the base and max_new_tokens")
+        ids, mask = first.prompt_batch(data.ids)
+        k = len(members)
+        texts: list[list[str]] = [[] for _ in members]
+        with base.bound_many([m.adapter for m in members]) as (model, names):
+            for s in chunks(len(data), hp.generation_batch_size):
+                rows = ids[s].shape[0]
+                comp, cmask = sample(model, ids[s].repeat(k, 1), mask[s].repeat(k, 1), hp.max_new_tokens, 0.0,
+                                     base.eos_id, base.pad_id, adapter_names=[n for n in names for _ in range(rows)])
+                decoded = base.decode(comp, cmask)
+                for i in range(k):
+                    texts[i] += decoded[i * rows:(i + 1) * rows]
+        return [m._score(t, data, rewards, n_samples) for m, t in zip(members, texts, strict=True)]
+
+    def _score(self, texts: list[str], data: PromptData, rewards: Rewards, n_samples: int) -> float:
+        """Mean reward of the held-out completions `texts`; keeps the first `n_samples` as :attr:`samples`."""
         r = rewards(texts, data.answers, data.prompts)
         self.samples = [{"prompt": p, "completion": c, "answer": a, "reward": float(x)}
                         for p, c, a, x in list(zip(data.prompts, texts, data.answers, r, strict=True))[:n_samples]]

@@ -221,6 +221,14 @@ class LLMAlgorithm:
         self.train_metrics = metrics.means()
         return metrics
 
+    # ---- population batching --------------------------------------------------------------------------------
+    def batch_key(self) -> tuple | None:
+        """Members with equal keys evaluate as one group (their generation shared); None: alone."""
+        return None
+
+    def batch_refusal(self) -> str:
+        return f"{self.algorithm_name}: its fitness is scored member by member (no generation to share)"
+
     def my_parts(self, parts: list) -> list:
         """The micro-batches of a step whose backward this process runs (all of them unless data-parallel)."""
         return parts if self.parallel is None else self.parallel.mine(parts)

@@ -53,6 +53,8 @@ class LLMArena(OwnExperience):
 
     kind = "llm"
     evaluation_notes = ("samples",)  # the held-out completions the fitness was scored on (first few)
+    batch_scope = "evaluation: a group's greedy completions in shared batches, one adapter per row; " \
+                  "training phases one by one"
 
     def __init__(self, cfg, algo_cls: type[LLMAlgorithm]) -> None:
         self.cfg = cfg
@@ -113,6 +115,19 @@ class LLMArena(OwnExperience):
         score = means.get("reward", means.get("accuracy", float("nan")))
         return TrainResult(slot, metrics.samples, metrics.steps, 0, score, means.get("loss", float("nan")),
                            time.perf_counter() - t0, means)
+
+    # ---- population batching: members share evaluation's generation (see LLMAlgorithm.batch_key) ------------
+    def batch_key(self, member: LLMAlgorithm):
+        return member.batch_key()
+
+    def train_group(self, members: list[LLMAlgorithm], slots: list[int], seeds: list[int], steps: int
+                    ) -> list[TrainResult]:
+        """Each member's own training phase, one after another (they take turns on the base anyway)."""
+        return [self.train(m, s, seed, steps) for m, s, seed in zip(members, slots, seeds, strict=True)]
+
+    def evaluate_group(self, members: list[LLMAlgorithm], seed: int, slots: list[int]) -> list[float]:
+        """Every member's fitness, the group's generation shared (:meth:`GRPO.evaluate_many`)."""
+        return self.algo_cls.evaluate_many(members, self.eval_data, self.rewards, self.cfg.sample_completions)
 
     def evaluate(self, member: LLMAlgorithm, seed: int, slot: int | None = None) -> float:
         n = self.cfg.sample_completions

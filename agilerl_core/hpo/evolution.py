@@ -7,7 +7,7 @@ and seed give the same result whoever runs the steps (the in-process loop, threa
 
     evo.begin_generation()
     results = [evo.train(slot) for slot in slots]        # arena.train, on a shard of slots
-    fitnesses = [evo.evaluate(slot) for slot in slots]   # arena.evaluate
+    fitnesses = [evo.evaluate(slot) for slot in slots]   # arena.evaluate (or evaluate_group, per group)
     evo.finish_generation(results, fitnesses)           # experience commit, fitness, history
     evo.commit(store, shard_refs)                       # the generation to storage, manifest last
     evo.evolve()                                        # tournament + one mutation per child
@@ -164,6 +164,7 @@ class Arena(Protocol):
     # optional, population-batched learning: an arena without these trains every member on its own
     # def batch_key(self, member) -> Hashable | None: members with equal keys may learn as one group
     # def train_group(self, members, slots, seeds, steps) -> list[TrainResult]: train such a group at once
+    # def evaluate_group(self, members, seed, slots) -> list[float]: evaluate such a group at once
 
 
 @dataclass(frozen=True)
@@ -242,7 +243,9 @@ class Evolution:
         if key_of is None:
             return f"off: {self.arena.kind} members train one by one"
         refusals = sorted({m.agent.batch_refusal() for m in self.population.members if key_of(m.agent) is None})
-        return "on" if not refusals else "groups of one: " + "; ".join(refusals)
+        scope = getattr(self.arena, "batch_scope", None)
+        on = "on" if scope is None else f"on ({scope})"
+        return on if not refusals else "groups of one: " + "; ".join(refusals)
 
     def train_group(self, slots: tuple[int, ...] | list[int], generation: int | None = None,
                     steps: int | None = None) -> list[TrainResult]:
@@ -253,6 +256,17 @@ class Evolution:
         seeds = [derive_seed(self.settings.seed, TRAIN_SEED, gen, s) for s in slots]
         return self.arena.train_group([self.population.members[s].agent for s in slots], list(slots), seeds,
                                       self.generation_steps() if steps is None else steps)
+
+    def evaluate_group(self, slots: tuple[int, ...] | list[int], generation: int | None = None,
+                       own_env: bool = False) -> list[float]:
+        """Fitness of the members in `slots` (one of :meth:`groups`): at once where the arena evaluates a
+        group together (LLM: shared generation), else one by one."""
+        many = getattr(self.arena, "evaluate_group", None)
+        if many is None or len(slots) == 1 or not self.settings.batch_members:
+            return [self.evaluate(s, generation, own_env) for s in slots]
+        gen = self.generation if generation is None else generation
+        return many([self.population.members[s].agent for s in slots], derive_seed(self.settings.seed, EVAL_SEED, gen),
+                    list(slots))
 
     def evaluate(self, slot: int, generation: int | None = None, own_env: bool = False) -> float:
         """Fitness of member `slot`; `own_env`: in the slot's own evaluation env (concurrent evaluations)."""
@@ -281,11 +295,11 @@ class Evolution:
     def run_generation(self) -> GenerationStats:
         """Train every member, evaluate, commit the fresh experience, record fitness."""
         self.begin_generation()
-        slots = range(len(self.population.members))
         steps = self.generation_steps()
-        results = sorted((r for g in self.groups() for r in self.train_group(g, steps=steps)), key=lambda r: r.slot)
-        fitnesses = [self.evaluate(slot) for slot in slots]
-        return self.finish_generation(results, fitnesses)
+        groups = self.groups()
+        results = sorted((r for g in groups for r in self.train_group(g, steps=steps)), key=lambda r: r.slot)
+        fitness = {s: f for g in groups for s, f in zip(g, self.evaluate_group(g), strict=True)}
+        return self.finish_generation(results, [fitness[s] for s in range(len(self.population.members))])
 
     def evolve(self) -> None:
         """Tournament selection with elitism, then one mutation per non-elite child: the next generation."""

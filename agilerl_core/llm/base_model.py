@@ -9,6 +9,8 @@ tensors) names it in every checkpoint, so a member is never loaded on another ba
 peft injects one LoRA slot into the target modules. Whichever member works binds its own adapter tensors into
 that slot (:meth:`SharedBase.bound`: a pointer swap, no copy), so the base exists once in memory whatever the
 population size; the reference policy is the same model with the slot disabled (:meth:`SharedBase.reference`).
+Several members generate in one batch through more slots (:meth:`SharedBase.bound_many`, peft's mixed-batch
+forward: one base pass for every row, each row's LoRA term from its own member's adapter).
 """
 
 from __future__ import annotations
@@ -177,6 +179,8 @@ class SharedBase:
         self.pad_id = int(tokenizer.pad_token_id)
         self._lock = threading.RLock()
         self._empty = {n: (m.lora_A[SLOT].weight, m.lora_B[SLOT].weight) for n, m in self.layers.items()}
+        self._targets = targets
+        self._slots = [SLOT]  # peft adapter names: the members' slot, then the extra ones bound_many adds
 
     @classmethod
     def load(cls, spec: Any, device: str) -> SharedBase:
@@ -203,6 +207,33 @@ class SharedBase:
             finally:
                 for n, layer in self.layers.items():  # never keep a member's tensors alive through the base
                     layer.lora_A[SLOT].weight, layer.lora_B[SLOT].weight = self._empty[n]
+
+    @contextlib.contextmanager
+    def bound_many(self, adapters: list[LoraAdapter]):
+        """The model with adapter i in LoRA slot i, and the slots' names: a forward (or :func:`sample`) given
+        ``adapter_names`` (one name per row) runs each row through its own adapter in one batch."""
+        from peft import LoraConfig
+
+        with self._lock:
+            while len(self._slots) < len(adapters):  # a slot once added stays (weights unbound between uses)
+                name = f"{SLOT}{len(self._slots)}"
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    self.model.add_adapter(name, LoraConfig(r=1, lora_alpha=1, lora_dropout=0.0,
+                                                            target_modules=self._targets))
+                self._slots.append(name)
+            names = self._slots[:len(adapters)]
+            for slot, adapter in zip(names, adapters, strict=True):
+                for n, layer in self.layers.items():
+                    layer.lora_A[slot].weight = adapter.a[n]
+                    layer.lora_B[slot].weight = adapter.b[n]
+                    layer.scaling[slot] = adapter.scale
+            try:
+                yield self.model, names
+            finally:
+                for slot in names:
+                    for n, layer in self.layers.items():
+                        layer.lora_A[slot].weight, layer.lora_B[slot].weight = self._empty[n]
 
     @contextlib.contextmanager
     def reference(self):

@@ -33,13 +33,17 @@ def positions(mask: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def sample(model, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int, temperature: float, eos_id: int,
-           pad_id: int, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+           pad_id: int, generator: torch.Generator | None = None, adapter_names: list[str] | None = None
+           ) -> tuple[torch.Tensor, torch.Tensor]:
     """Complete every prompt: (completion ids, completion mask), both [batch, T] with T <= max_new_tokens.
 
     `temperature` 0 is greedy. A completion ends with its EOS token (kept, masked 1: the policy chose it);
-    what follows is `pad_id`, masked 0."""
+    what follows is `pad_id`, masked 0. `adapter_names` (one per row) runs each row through its own LoRA
+    adapter in one batch (:meth:`~agilerl_core.llm.base_model.SharedBase.bound_many`)."""
     batch = ids.shape[0]
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True, logits_to_keep=1)
+    extra = {} if adapter_names is None else {"adapter_names": adapter_names}
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True, logits_to_keep=1,
+                **extra)
     past, logits = out.past_key_values, out.logits[:, -1]
     next_pos = positions(mask)[:, -1] + 1
     done = torch.zeros(batch, dtype=torch.bool, device=ids.device)
@@ -61,7 +65,7 @@ def sample(model, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int, te
             break
         mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=mask.device)], dim=1)
         out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos[:, None], past_key_values=past,
-                    use_cache=True)
+                    use_cache=True, **extra)
         past, logits = out.past_key_values, out.logits[:, -1]
         next_pos = next_pos + 1
     return torch.stack(tokens, dim=1), torch.stack(live, dim=1).long()
