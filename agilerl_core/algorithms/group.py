@@ -268,6 +268,15 @@ class ReplayGroup(MemberGroup):
         each member's loss [K]."""
 
 
+def actor_turns(agents: Sequence, active: torch.Tensor, policy_freq: Sequence[int]) -> list[bool]:
+    """Count a critic step for every `active` member; which of them also take their (delayed) actor step."""
+    turns = []
+    for a, on, freq in zip(agents, active.tolist(), policy_freq, strict=True):
+        a.learn_steps += int(on)
+        turns.append(bool(on) and a.learn_steps % freq == 0)
+    return turns
+
+
 class ActorCriticGroup(ReplayGroup):
     """DDPG/TD3/SAC members: an actor, Q(s, a) critics and their targets, learning from replay."""
 

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from agilerl_core.algorithms.fused_mlp import stacked_backward, stacked_forward_cached
-from agilerl_core.algorithms.group import ReplayGroup, StackedRows, clipped_step, param_shapes
+from agilerl_core.algorithms.group import ReplayGroup, StackedRows, actor_turns, clipped_step, param_shapes
 from agilerl_core.buffers.replay import MultiAgentBatch
 from agilerl_core.networks.stacked import Layers, stacked_forward
 
@@ -134,10 +134,7 @@ class MADDPGGroup(ReplayGroup):
         stacked_backward(self.critic_layers, inputs, (2.0 * w * err).view(k * m, b, 1), self.activation,
                          grads=self.critic_grads)
         clipped_step(self.critics, self.max_grad_norm, None if rows.all_active else rows.active)
-        turns = []
-        for a, on, freq in zip(self.agents, rows.active.tolist(), self.policy_freq, strict=True):
-            a.learn_steps += int(on)
-            turns.append(bool(on) and a.learn_steps % freq == 0)
+        turns = actor_turns(self.agents, rows.active, self.policy_freq)
         turn = torch.tensor(turns, device=self.device)
         if turn.any():
             self._actor_step(batch, xa, rows, weight * turn.view(k, 1, 1), turns)

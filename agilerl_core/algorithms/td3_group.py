@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from agilerl_core.algorithms.fused_mlp import stacked_backward, stacked_forward_cached
-from agilerl_core.algorithms.group import ActorCriticGroup, StackedRows
+from agilerl_core.algorithms.group import ActorCriticGroup, StackedRows, actor_turns
 from agilerl_core.buffers.replay import Transition
 from agilerl_core.networks.stacked import stacked_forward
 
@@ -63,10 +63,7 @@ class TD3Group(ActorCriticGroup):
             stacked_backward(adam.layers, inputs, (2.0 * diff * w).unsqueeze(2), self.activation,
                              grads=adam.grad_layers)
             self.step_adam(adam, active)
-        turns = []
-        for a, on, freq in zip(self.agents, rows.active.tolist(), self.policy_freq, strict=True):
-            a.learn_steps += int(on)
-            turns.append(bool(on) and a.learn_steps % freq == 0)
+        turns = actor_turns(self.agents, rows.active, self.policy_freq)
         turn = torch.tensor(turns, device=self.device)
         if turn.any():
             self._actor_step(x, w * turn.unsqueeze(1), None if turn.all() else turn)

@@ -8,6 +8,7 @@ generation commits no experience."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -50,16 +51,32 @@ class ReplayLearning:
         return float(self.loss_sum) / self.steps if self.steps else float("nan")
 
 
-def learn_earned(group: Any, learnings: list[ReplayLearning], collected: list[int], buffer: ReplayBuffer,
-                 slots: list[int]) -> None:
-    """The gradient steps a stacked group's members earned by collecting `collected` env steps each: one
-    batched step per round, a member that earned fewer steps than another sitting the extra rounds out."""
-    earned = [lr.earned(n) for lr, n in zip(learnings, collected, strict=True)]
-    for r in range(max(earned, default=0)):
-        losses = group.learn_step(buffer, slots, [e > r for e in earned])
-        for lr, e, loss in zip(learnings, earned, losses, strict=True):
-            if e > r:
-                lr.record(loss)
+def replay_group_phase(group: Any, collectors: list, buffer: ReplayBuffer, slots: list[int], evo_steps: int) -> int:
+    """A stacked group's off-policy training phase: `evo_steps` env steps (whole vector steps) per member, one
+    batched forward acting in every collector's envs, then the gradient steps the members earned, one batched
+    step per round (a member that earned fewer than another sits the extra rounds out); the group written
+    back into its members at the end. Returns the vector steps taken.
+
+    A collector has `num_envs`, `mask`, `learning` (its :class:`ReplayLearning`), `observation()` and
+    `step(actions)`."""
+    vector_steps = math.ceil(evo_steps / collectors[0].num_envs)
+    for _ in range(vector_steps):
+        obs = [c.observation() for c in collectors]
+        for c, actions in zip(collectors, group.explore(obs, [c.mask for c in collectors]), strict=True):
+            c.step(actions)
+        earned = [c.learning.earned(c.num_envs) for c in collectors]
+        for r in range(max(earned, default=0)):
+            losses = group.learn_step(buffer, slots, [e > r for e in earned])
+            for c, e, loss in zip(collectors, earned, losses, strict=True):
+                if e > r:
+                    c.learning.record(loss)
+    group.write_back()
+    return vector_steps
+
+
+def rollout_lengths(vector_steps: int, rollout_steps: int) -> list[int]:
+    """An on-policy phase's rollouts: `rollout_steps` vector steps each, the last one shorter if need be."""
+    return [min(rollout_steps, vector_steps - done) for done in range(0, vector_steps, rollout_steps)]
 
 
 class SharedReplay:

@@ -17,7 +17,7 @@ from gymnasium.vector import VectorEnv
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.group import ReplayGroup
 from agilerl_core.arenas.base import EpisodeReturns, GymArena, probe_action_mask
-from agilerl_core.arenas.experience import ReplayLearning, SharedReplay, learn_earned
+from agilerl_core.arenas.experience import ReplayLearning, SharedReplay, replay_group_phase
 from agilerl_core.buffers.nstep import NStepCollector
 from agilerl_core.buffers.replay import ReplayBuffer, transition_fields
 from agilerl_core.envs.make import make_vector_env
@@ -106,12 +106,7 @@ def train_group(group: ReplayGroup, slots: list[int], envs: list[VectorEnv], buf
     up to float rounding."""
     t0 = time.perf_counter()
     cs = [_Collector(a, s, envs[s], buffer, seed) for a, s, seed in zip(group.agents, slots, seeds, strict=True)]
-    vector_steps = math.ceil(evo_steps / cs[0].num_envs)
-    for _ in range(vector_steps):
-        for c, actions in zip(cs, group.explore([c.observation() for c in cs], [c.mask for c in cs]), strict=True):
-            c.step(actions)
-        learn_earned(group, [c.learning for c in cs], [c.num_envs for c in cs], buffer, slots)
-    group.write_back()
+    vector_steps = replay_group_phase(group, cs, buffer, slots, evo_steps)
     wall = time.perf_counter() - t0
     return [c.finish(vector_steps, wall) for c in cs]
 

@@ -12,6 +12,7 @@ from gymnasium.vector import VectorEnv
 
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.arenas.base import EpisodeReturns, GymArena
+from agilerl_core.arenas.experience import rollout_lengths
 from agilerl_core.buffers.rollout import Rollout, compute_gae
 from agilerl_core.envs.make import make_vector_env
 from agilerl_core.envs.vector import action_masks, real_next_obs
@@ -94,14 +95,11 @@ def train_member_on_policy(agent, slot: int, env: VectorEnv, evo_steps: int, see
     t0 = time.perf_counter()
     c = _RolloutCollector(agent, slot, env, seed, agent.value)
     vector_steps = math.ceil(evo_steps / c.num_envs)
-    done_steps = 0
-    while done_steps < vector_steps:
-        steps = min(agent.hp.rollout_steps, vector_steps - done_steps)
+    for steps in rollout_lengths(vector_steps, agent.hp.rollout_steps):
         for t in range(steps):
             c.step(t, *agent.policy_step(c.obs_t, c.mask))
         adv, ret = c.advantages(steps)
         c.learned(steps, agent.learn_rollout(c.rollout, steps, adv, ret))
-        done_steps += steps
     return c.result(vector_steps, time.perf_counter() - t0)
 
 
@@ -114,9 +112,7 @@ def train_group_on_policy(group, slots: list[int], envs: list[VectorEnv], evo_st
           for i, (a, s, seed) in enumerate(zip(group.agents, slots, seeds, strict=True))]
     vector_steps = math.ceil(evo_steps / cs[0].num_envs)
     rollout_steps = group.agents[0].hp.rollout_steps  # structural: equal within a group
-    done_steps = 0
-    while done_steps < vector_steps:
-        steps = min(rollout_steps, vector_steps - done_steps)
+    for steps in rollout_lengths(vector_steps, rollout_steps):
         for t in range(steps):
             for c, out in zip(cs, group.policy_step([c.obs_t for c in cs], [c.mask for c in cs]), strict=True):
                 c.step(t, *out)
@@ -124,7 +120,6 @@ def train_group_on_policy(group, slots: list[int], envs: list[VectorEnv], evo_st
         stats = group.learn_rollouts([d for d, _, _ in rows], [a for _, a, _ in rows], [r for _, _, r in rows])
         for c, st in zip(cs, stats, strict=True):
             c.learned(steps, st)
-        done_steps += steps
     group.write_back()
     wall = time.perf_counter() - t0
     return [c.result(vector_steps, wall) for c in cs]

@@ -23,7 +23,7 @@ import torch
 
 from agilerl_core.algorithms.group import ReplayGroup
 from agilerl_core.arenas.base import EpisodeReturns, checked_space, torch_device
-from agilerl_core.arenas.experience import OwnExperience, ReplayLearning, SharedReplay, learn_earned
+from agilerl_core.arenas.experience import OwnExperience, ReplayLearning, SharedReplay, replay_group_phase, rollout_lengths
 from agilerl_core.buffers.replay import ReplayBuffer, multi_agent_fields
 from agilerl_core.buffers.rollout import Rollout, compute_gae
 from agilerl_core.envs.multi_agent import ParallelVectorEnv, agent_group, make_parallel_env, make_parallel_vector_env
@@ -87,7 +87,7 @@ class _TeamCollector:
         self.spec: MultiAgentSpec = agent.ma
         self.num_envs = env.num_envs
         self.obs, info = env.reset(seed=seed)
-        self.masks = info["action_mask"]
+        self.mask = info["action_mask"]
         agent.begin_rollout(self.num_envs)
         self.returns = TeamReturns(self.spec.agents, self.num_envs)
         self.learning = ReplayLearning(agent, buffer, slot)
@@ -115,7 +115,7 @@ class _TeamCollector:
         agent.env_steps += n
         agent.episodes_done(done)
         self.returns.step(rewards, done)
-        self.obs, self.masks = next_obs, info["action_mask"]
+        self.obs, self.mask = next_obs, info["action_mask"]
 
     def finish(self, vector_steps: int, fitness: TeamFitness, wall_s: float) -> TrainResult:
         team = fitness(self.returns.means()) if self.returns.episodes else float("nan")
@@ -131,7 +131,7 @@ def train_team(agent, slot: int, env: ParallelVectorEnv, buffer: ReplayBuffer, e
     c = _TeamCollector(agent, slot, env, buffer, seed)
     vector_steps = math.ceil(evo_steps / c.num_envs)
     for _ in range(vector_steps):
-        c.step(agent.explore_action(c.observation(), c.masks))
+        c.step(agent.explore_action(c.observation(), c.mask))
         c.learning.collected(c.num_envs)
     return c.finish(vector_steps, fitness, time.perf_counter() - t0)
 
@@ -143,12 +143,7 @@ def train_team_group(group: ReplayGroup, slots: list[int], envs: list[ParallelVe
     team's envs, each round of gradient steps is one batched step."""
     t0 = time.perf_counter()
     cs = [_TeamCollector(a, s, envs[s], buffer, seed) for a, s, seed in zip(group.agents, slots, seeds, strict=True)]
-    vector_steps = math.ceil(evo_steps / cs[0].num_envs)
-    for _ in range(vector_steps):
-        for c, actions in zip(cs, group.explore([c.observation() for c in cs], [c.masks for c in cs]), strict=True):
-            c.step(actions)
-        learn_earned(group, [c.learning for c in cs], [c.num_envs for c in cs], buffer, slots)
-    group.write_back()
+    vector_steps = replay_group_phase(group, cs, buffer, slots, evo_steps)
     wall = time.perf_counter() - t0
     return [c.finish(vector_steps, fitness, wall) for c in cs]
 
@@ -391,9 +386,7 @@ def train_team_on_policy(team, slot: int, env: ParallelVectorEnv, evo_steps: int
     t0 = time.perf_counter()
     c = _TeamRollouts(team, slot, env, seed, lambda u, obs: team.learners[u].value(obs))
     vector_steps = math.ceil(evo_steps / c.num_envs)
-    done_steps = 0
-    while done_steps < vector_steps:
-        steps = min(team.hp.rollout_steps, vector_steps - done_steps)
+    for steps in rollout_lengths(vector_steps, team.hp.rollout_steps):
         for t in range(steps):
             for u, learner in team.learners.items():
                 c.record(u, t, *learner.policy_step(*c.unit_input(u)))
@@ -401,7 +394,6 @@ def train_team_on_policy(team, slot: int, env: ParallelVectorEnv, evo_steps: int
         for u, learner in team.learners.items():
             adv, ret, valid = c.advantages(u, steps)
             c.losses.append(learner.learn_rollout(c.rollouts[u], steps, adv, ret, valid)["loss"])
-        done_steps += steps
     return c.result(vector_steps, fitness, time.perf_counter() - t0)
 
 
@@ -415,9 +407,7 @@ def train_team_group_on_policy(group, slots: list[int], envs: list[ParallelVecto
           for i, (team, s, seed) in enumerate(zip(group.agents, slots, seeds, strict=True))]
     vector_steps = math.ceil(evo_steps / cs[0].num_envs)
     rollout_steps = group.agents[0].hp.rollout_steps  # structural: equal within a group
-    done_steps = 0
-    while done_steps < vector_steps:
-        steps = min(rollout_steps, vector_steps - done_steps)
+    for steps in rollout_lengths(vector_steps, rollout_steps):
         for t in range(steps):
             for u, unit in group.units.items():
                 inputs = [c.unit_input(u) for c in cs]
@@ -430,7 +420,6 @@ def train_team_group_on_policy(group, slots: list[int], envs: list[ParallelVecto
             stats = unit.learn_rollouts([d for d, _, _ in rows], [a for _, a, _ in rows], [r for _, _, r in rows])
             for c, st in zip(cs, stats, strict=True):
                 c.losses.append(st["loss"])
-        done_steps += steps
     group.write_back()
     wall = time.perf_counter() - t0
     return [c.result(vector_steps, fitness, wall) for c in cs]
