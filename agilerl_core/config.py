@@ -155,6 +155,42 @@ class TrackingConfig(_Strict):
     model_name: str | None = Field(None, description="Registered model name; None: the experiment name.")
 
 
+_CRON_NICKNAMES = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@hourly")
+
+
+class ScheduleConfig(_Strict):
+    """When the deployment made from this config runs by itself (``deployments/build.py`` turns the section
+    into the deployment's schedule; a config without it deploys unscheduled: runs start when triggered)."""
+
+    cron: str = Field(..., description="Cron expression: minute hour day-of-month month day-of-week, e.g. "
+                                       "'0 2 * * *' (02:00 every day), or @daily / @weekly / @hourly...")
+    timezone: str = Field("UTC", description="IANA time zone the cron is read in, e.g. Europe/London.")
+    active: bool = Field(True, description="Created active; false creates it paused (switch it on in the UI).")
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        fields = value.split()
+        if value.strip() in _CRON_NICKNAMES:
+            return value.strip()
+        if len(fields) != 5 or not all(re.fullmatch(r"[0-9A-Za-z*/,\-?LW#]+", f) for f in fields):
+            raise ValueError(f"{value!r} is not a cron expression: give 5 fields (minute hour day-of-month month "
+                             f"day-of-week), e.g. '0 2 * * *' for 02:00 daily, or one of {', '.join(_CRON_NICKNAMES)}")
+        return " ".join(fields)
+
+    @field_validator("timezone")
+    @classmethod
+    def _timezone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"{value!r} is not an IANA time zone (e.g. UTC, Europe/London, America/New_York)") \
+                from None
+        return value
+
+
 class RunnerConfig(_Strict):
     """How the pipeline runs a generation's tasks: one task trains one group of members (a shard)."""
 
@@ -280,6 +316,8 @@ class _ExperimentBase(_Strict):
     storage: StorageConfig = Field(default_factory=StorageConfig, description="Pipeline persistence.")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow tracking.")
     runner: RunnerConfig = Field(default_factory=RunnerConfig, description="Task runner of the pipeline.")
+    schedule: ScheduleConfig | None = Field(None, description="When the deployment made from this config runs by "
+                                                              "itself; none: only when triggered.")
 
     @field_validator("device")
     @classmethod

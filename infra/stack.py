@@ -5,7 +5,8 @@ Services (each its own process group, logs in ``<data dir>/logs/``, pids in ``<d
 * ``s3``: SeaweedFS (``weed mini``) with authentication enforced by an ``s3.json`` of generated
   credentials (``<data dir>/s3.json``, mode 0600; never printed), buckets ``agilerl`` and ``mlflow``;
 * ``mlflow``: MLflow server, SQLite backend, artifacts proxied to ``s3://mlflow/artifacts``;
-* ``prefect``: Prefect server (SQLite in ``<data dir>/prefect``);
+* ``prefect``: Prefect server (SQLite in ``<data dir>/prefect``) with its UI at ``http://<host>:<port>``
+  (flow runs, their logs and artifacts; the UI's API URL set to the stack's);
 * ``worker``: a Prefect worker of the ``agilerl-process`` process work pool, whose environment points
   flow runs at the MLflow server and the S3 store;
 * ``gpu0``, ``gpu1``...: with ``--gpu-workers N``, one worker of the ``agilerl-gpu`` process pool per GPU,
@@ -108,6 +109,10 @@ class Stack:
     @property
     def prefect_api(self) -> str:
         return f"http://{self.host}:{self.ports['prefect']}/api"
+
+    @property
+    def prefect_ui(self) -> str:
+        return f"http://{self.host}:{self.ports['prefect']}"
 
     def credentials(self) -> dict[str, str]:
         """The stack's S3 credentials, generated on first use and kept in a 0600 file."""
@@ -242,7 +247,8 @@ class Stack:
         if self.running("prefect"):
             return
         env = {"PREFECT_HOME": str(self.data_dir / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-               "PREFECT_API_URL": "", "PREFECT_UI_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING"}
+               "PREFECT_API_URL": "", "PREFECT_UI_ENABLED": "true", "PREFECT_UI_API_URL": self.prefect_api,
+               "PREFECT_LOGGING_LEVEL": "WARNING"}
         cmd = [_bin("prefect"), "server", "start", "--host", self.host, "--port", str(self.ports["prefect"])]
         self._spawn("prefect", cmd, env)
         self._wait("prefect", lambda: _http_ok(f"{self.prefect_api}/health"), timeout)
@@ -257,6 +263,19 @@ class Stack:
                "--name", f"agilerl-{self.ports['prefect']}"]
         self._spawn("worker", cmd, env)
         self._wait("worker", self._worker_ready, timeout)
+        self.ensure_pool(GPU_WORK_POOL)  # GPU configs deploy to it; its workers come with --gpu-workers N
+
+    def ensure_pool(self, pool: str) -> None:
+        """Create process work pool `pool` on the server unless it exists (so `prefect deploy --all` finds
+        every pool the deployments name, the GPU one included before any GPU worker is started)."""
+        body = json.dumps({"name": pool, "type": "process"}).encode()
+        req = urllib.request.Request(f"{self.prefect_api}/work_pools/", data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+        try:
+            urllib.request.urlopen(req, timeout=10).close()
+        except urllib.error.HTTPError as err:
+            if err.code != 409:  # 409: it exists already
+                raise StackError(f"could not create work pool {pool}: HTTP {err.code} {err.read()[:300]!r}") from None
 
     def start_gpu_workers(self, count: int, timeout: float = 90) -> None:
         """`count` workers of GPU_WORK_POOL, worker i seeing GPU i only and taking one flow run at a time."""
@@ -323,9 +342,9 @@ class Stack:
         fd = os.open(env_sh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.writelines(f"export {k}={v}\n" for k, v in self.client_env().items())
-        print(f"stack up: Prefect {self.prefect_api}, MLflow {self.mlflow_url}, S3 {self.s3_url} "
-              f"(bucket {STORAGE_BUCKET}); `source {env_sh}` points clients at it; logs in {self.data_dir}/logs",
-              file=sys.stderr)
+        print(f"stack up: Prefect UI {self.prefect_ui} (API {self.prefect_api}), MLflow UI {self.mlflow_url}, "
+              f"S3 {self.s3_url} (bucket {STORAGE_BUCKET}); `source {env_sh}` points clients at it; logs in "
+              f"{self.data_dir}/logs", file=sys.stderr)
         return self.status()
 
     def down(self) -> dict:
@@ -346,5 +365,6 @@ class Stack:
             online = self.online_workers(GPU_WORK_POOL)
             out["gpu_workers"] = {"pool": GPU_WORK_POOL, "running": sum(self.running(n) for n in gpus),
                                   "online": online, "pids": [self._state()[n].get("pid") for n in gpus]}
-        out["endpoints"] = {"prefect": self.prefect_api, "mlflow": self.mlflow_url, "s3": self.s3_url}
+        out["endpoints"] = {"prefect": self.prefect_api, "prefect_ui": self.prefect_ui, "mlflow": self.mlflow_url,
+                            "s3": self.s3_url}
         return out

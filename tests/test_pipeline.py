@@ -227,6 +227,10 @@ def test_deployment_trigger_waits_and_gates_on_fitness(servers, tmp_path):
     p = subprocess.run([_bin("prefect"), "--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=180, check=False)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert _deployed_schedules(servers) == {  # only the configs with a schedule: section have one
+        "online-evolution/cartpole-dqn": [("0 2 * * *", "UTC", True)],
+        "online-evolution/cartpole-ppo": [("0 2 * * *", "UTC", True)],
+        "online-evolution/carracing-ppo": [("0 3 * * 0", "UTC", False)]}
     small = ["--param", "config.max_env_steps=1200", "--param", "config.evo_steps=300", "--param",
              "config.population_size=2", "--param", "config.hyperparameters.learning_delay=64", "--param",
              "config.eval_episodes=2"]
@@ -238,6 +242,22 @@ def test_deployment_trigger_waits_and_gates_on_fitness(servers, tmp_path):
     assert p.returncode == 1 and "below --min-fitness" in p.stderr
     p = _cli("trigger", "online-evolution/nope", "--wait", env=env, cwd=tmp_path)
     assert p.returncode == 2 and "not found" in p.stderr
+
+
+def _deployed_schedules(stack) -> dict[str, list[tuple]]:
+    """Every deployment on the server that has schedules: flow/deployment -> [(cron, timezone, active)]."""
+    import urllib.request
+
+    def post(path: str) -> list:
+        req = urllib.request.Request(f"{stack.prefect_api}{path}", data=b"{}", method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read())
+
+    flows = {f["id"]: f["name"] for f in post("/flows/filter")}
+    return {f"{flows[d['flow_id']]}/{d['name']}": [(s["schedule"]["cron"], s["schedule"]["timezone"], s["active"])
+                                                   for s in d["schedules"]]
+            for d in post("/deployments/filter") if d["schedules"]}
 
 
 _ALGO_CONFIGS = {

@@ -117,3 +117,27 @@ def test_prefect_yaml_is_generated_from_the_configs():
     p = subprocess.run([sys.executable, str(ROOT / "deployments" / "build.py"), "--check"], capture_output=True,
                        text=True, check=False)
     assert p.returncode == 0, p.stderr
+
+
+def test_only_configs_that_ask_get_a_schedule_written_once_under_definitions():
+    import importlib.util
+
+    import yaml
+
+    spec = importlib.util.spec_from_file_location("deploy_build", ROOT / "deployments" / "build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    text = build.render()
+    doc = yaml.safe_load(text)  # the aliases resolve to the definitions
+    scheduled = {d["name"]: d["schedules"] for d in doc["deployments"] if d["schedules"]}
+    nightly = {"cron": "0 2 * * *", "timezone": "UTC", "active": True}
+    assert scheduled == {"cartpole-dqn": [nightly], "cartpole-ppo": [nightly],
+                         "carracing-ppo": [{"cron": "0 3 * * 0", "timezone": "UTC", "active": False}]}
+    assert len(doc["deployments"]) == len(list((ROOT / "deployments" / "configs").glob("*.yaml"))) + 1
+    assert text.count("&daily_0200_utc") == 1 and text.count("- *daily_0200_utc") == 2  # defined once, aliased
+    assert text.count("name: agilerl-process") == 1 and "work_pool: *agilerl_process" in text
+    assert build.schedule_name({"cron": "30 6 * * 1", "timezone": "Europe/London", "active": True}) == \
+        "weekly_mon_0630_europe_london"
+    every_15 = build.schedule_name({"cron": "*/15 * * * *", "timezone": "UTC", "active": False})
+    assert every_15.startswith("cron_") and every_15.endswith("_utc_paused")
+    assert every_15 != build.schedule_name({"cron": "15 * * * *", "timezone": "UTC", "active": False})
