@@ -132,7 +132,9 @@ def _flow(cfg, run_id: str | None, progress: bool) -> dict:
     which takes the prepared run instead of building it again. Without a Prefect server a local one
     starts first (:class:`_LocalPrefect`), so its start-up overlaps the imports and the preparation."""
     _prefect_defaults()
-    if not progress:  # MLflow draws "Downloading artifacts" bars while it logs the champion
+    if progress:  # the bar is the console's view; the run's log lines still reach the Prefect UI
+        os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
+    else:  # MLflow draws "Downloading artifacts" bars while it logs the champion
         os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
     cfg.check_env()  # the likeliest mistake (the env id), before anything starts
     server = _LocalPrefect.start_if_needed()
@@ -221,7 +223,13 @@ class _LocalPrefect:
         os.environ["PREFECT_API_URL"] = self.api_url  # processes the flow starts (Dask workers) use it too
         try:
             with temporary_settings(updates={PREFECT_API_URL: self.api_url}):
-                yield self
+                try:
+                    yield self
+                finally:  # the run's last log lines reach the server before it stops
+                    from prefect.logging.handlers import APILogWorker
+
+                    with contextlib.suppress(Exception):
+                        APILogWorker.drain_all(timeout=5)
         finally:
             os.environ.pop("PREFECT_API_URL", None)
 
@@ -245,10 +253,12 @@ def _die_with_parent() -> None:
 
 
 def _prefect_defaults() -> None:
-    """Prefect's per-task console lines drown the progress bar: keep warnings and our flow's own lines.
-    The ephemeral server (no PREFECT_API_URL) gets 120 s to start instead of Prefect's 20: on a busy
-    2-core machine it took longer (measured: 1 start in 3 timed out while the test suite ran)."""
+    """Prefect's per-task console lines drown the progress bar: keep warnings and our flow's own lines (the
+    flow run's logger at INFO: its lines also reach the Prefect UI). The ephemeral server (no PREFECT_API_URL)
+    gets 120 s to start instead of Prefect's 20: on a busy 2-core machine it took longer (measured: 1 start
+    in 3 timed out while the test suite ran)."""
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL", "INFO")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 

@@ -41,6 +41,7 @@ from agilerl_core.hpo.evolution import Evolution
 from agilerl_core.io.run_store import RunStore, check_run_id
 from agilerl_core.io.storage import storage_from_config
 from flows.runners import check_deployment, check_runner, dask_cluster, placement, task_runner
+from tasks.artifacts import RunView, generation_rows, lineage_markdown
 from tasks.generation import (
     WORKER_RUNS,
     GenerationJob,
@@ -54,6 +55,7 @@ from tasks.generation import (
     select_and_mutate_task,
     train_group_task,
 )
+from tasks.reports import elite_path, render_lineage
 from tasks.tracking import (
     SECRET_FIELDS,
     Tracker,
@@ -62,6 +64,7 @@ from tasks.tracking import (
     log_generation_task,
     log_run_end_task,
     member_rows,
+    run_description,
     tracking_uri,
 )
 
@@ -227,6 +230,12 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
         logger.info("run %s: resuming after committed generation %d (%d steps)", run_id, prepared.latest,
                     evo.global_steps)
     tracker = Tracker(cfg, run_id, store.storage.uri) if cfg.tracking.enabled else None
+    flow_run_url = _flow_run_url()
+    view = RunView(cfg, run_id, logger)
+    if tracker is not None:
+        _describe(tracker, run_description(cfg, run_id, store.uri, flow_run_url=flow_run_url), logger)
+    view.start(store.uri, tracker.where if tracker else None, tracker.run_url if tracker else None, prepared.latest,
+               evo.global_steps)
     dataset = getattr(evo.arena, "dataset", None)
     if tracker is not None and dataset is not None:
         tracker.log_dataset(dataset.describe())
@@ -253,8 +262,7 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
                 job = GenerationJob(run_id, cfg, store.storage.uri, g, evo.generation_steps(), mode)
                 stats = run_generation(job, evo, store, runner, tracker, logging)
                 placements = stats["placements"]
-                logger.info("generation %d: best %.2f mean %.2f, %d steps", stats["generation"],
-                            stats["best_fitness"], stats["mean_fitness"], stats["global_steps"])
+                view.generation(stats, generation_rows(evo.population, stats, space_names))
                 bar.update(stats["global_steps"] - bar.n)
                 bar.set_postfix(gen=stats["generation"], best=f"{stats['best_fitness']:.1f}",
                                 mean=f"{stats['mean_fitness']:.1f}")
@@ -264,13 +272,23 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
         elite_uri = store.save_elite(evo.elite(), evo.arena.env_desc)
         summary = {**evo.result(wall, evo.global_steps - steps0, elite_uri).summary(), "run_id": run_id,
                    "storage_uri": store.uri, "mlflow_run_id": tracker.parent_id if tracker else None,
+                   "mlflow_run_url": tracker.run_url if tracker else None, "prefect_flow_run_id": _flow_run_id(),
                    "group_placements": placements}
-        if tracker is not None:
-            with tempfile.TemporaryDirectory(prefix="agilerl-elite-") as tmp:
+        lineage = [e.to_dict() for e in evo.population.lineage]
+        with tempfile.TemporaryDirectory(prefix="agilerl-end-") as tmp:
+            if tracker is not None:  # the pictures are rendered into tmp beside the champion's logging
                 elite_dir = evo.save_elite(Path(tmp) / "member")
                 signature, example = champion_io(evo.arena)
-                summary.update(log_run_end_task(tracker, [e.to_dict() for e in evo.population.lineage],
-                                                space_names, str(elite_dir), summary, signature, example))
+                summary.update(log_run_end_task(tracker, lineage, space_names, str(elite_dir), summary, tmp,
+                                                signature, example))
+                tree = Path(tmp) / "family_tree.png"
+            else:
+                tree, _ = render_lineage(lineage, space_names, tmp, cfg.name)
+            lineage_md = lineage_markdown(tree, elite_path(lineage), lineage)
+        if tracker is not None:
+            _describe(tracker, run_description(cfg, run_id, store.uri, summary, flow_run_url), logger)
+        view.end(summary, tracker.model_url(summary.get("registered_model"), summary.get("version"))
+                 if tracker else None, lineage_md)
         store.storage.put_bytes(store.key("summary.json"), json.dumps(summary, indent=1).encode())
         with contextlib.suppress(Exception):  # the summary artifact is a convenience for `agilerl-flow trigger`
             create_table_artifact([summary], key=SUMMARY_ARTIFACT, description="evolution summary (JSON row)")
@@ -281,6 +299,31 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
         if tracker is not None:
             with contextlib.suppress(Exception):
                 tracker.end(status)
+
+
+def _flow_run_id() -> str | None:
+    with contextlib.suppress(Exception):
+        from prefect.runtime import flow_run
+
+        return flow_run.id
+    return None
+
+
+def _flow_run_url() -> str | None:
+    """This flow run's page in the Prefect UI (None when the UI's URL is not known)."""
+    with contextlib.suppress(Exception):
+        from prefect.runtime import flow_run
+
+        return flow_run.ui_url
+    return None
+
+
+def _describe(tracker: Tracker, text: str, logger) -> None:
+    """The MLflow parent run's description (a convenience: a failure is a warning, not a failed run)."""
+    try:
+        tracker.describe(text)
+    except Exception as err:
+        logger.warning("run %s: could not set the MLflow run's description: %s", tracker.run_id, err)
 
 
 def _log_from_store(tracker: Tracker, store: RunStore, generation: int, stats: dict, evo: Evolution,

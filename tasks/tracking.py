@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -28,7 +27,7 @@ from prefect.cache_policies import NO_CACHE
 
 from agilerl_core.config import ExperimentConfig
 from agilerl_core.errors import TrackingError
-from tasks.reports import lineage_table, plot_family_tree, plot_hp_schedules
+from tasks.reports import lineage_table, render_lineage
 
 SECRET_FIELDS = ("storage.access_key_id", "storage.secret_access_key")
 CHAMPION_ALIAS = "champion"
@@ -114,10 +113,34 @@ def _finite(x: float) -> bool:
     return x is not None and math.isfinite(float(x))
 
 
+def run_description(cfg: ExperimentConfig, run_id: str, storage_uri: str, summary: dict[str, Any] | None = None,
+                    flow_run_url: str | None = None) -> str:
+    """The parent run's description: what ran and, once it ended, how it did and where to look."""
+    from tasks.artifacts import subject
+
+    lines = [f"**{cfg.name}**: {cfg.kind} {cfg.algorithm} on `{subject(cfg)}`, population {cfg.population_size}, "
+             f"budget {cfg.max_env_steps:,} steps, seed {cfg.seed}.", "",
+             f"Run `{run_id}`, storage `{storage_uri}`." + (f" Prefect flow run: {flow_run_url}" if flow_run_url else "")]
+    if summary is None:
+        lines += ["", "Running: the metrics `best_fitness` and `mean_fitness` grow a point per generation; each "
+                      "slot of the population is a child run (`" + run_id + "/slot-N`)."]
+    else:
+        champion = summary.get("champion_uri") or summary.get("model_uri") or "not registered"
+        lines += ["", f"Best fitness **{summary['best_fitness']:.2f}** over {summary['generations']} generations "
+                      f"({summary['global_steps']:,} steps, {summary['wall_s']:.0f} s). Champion: `{champion}`.",
+                  "", "Lineage: the artifacts `lineage/family_tree.png` (who descends from whom, edges coloured by "
+                      "the mutation that made each child, the elite's line in red), `lineage/hp_schedules.png` and "
+                      "`lineage/lineage.json`. Compare the slots: the child runs `" + run_id + "/slot-N` "
+                      "(metrics `fitness`, `hp.*`)."]
+    return "\n".join(lines)
+
+
 class Tracker:
     """Parent and child runs of one evolution run."""
 
     def __init__(self, cfg: ExperimentConfig, run_id: str, storage_uri: str) -> None:
+        # MLflow prints "View run ... at URL" for every run it ends: the flow logs the parent run's URL once
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         self.cfg = cfg
         self.uri = tracking_uri(cfg)
         check_tracking_server(self.uri)
@@ -216,13 +239,33 @@ class Tracker:
                                   f"samples/generation_{g:04d}.json")
 
     # ---- the end of the run ----------------------------------------------------------------------------
-    def log_lineage(self, lineage: list[dict[str, Any]], hp_names: list[str]) -> None:
+    def log_lineage(self, lineage: list[dict[str, Any]], hp_names: list[str], out_dir: str | Path) -> None:
+        """The lineage table and both pictures (rendered into `out_dir`, where the flow reads them back)."""
         self.client.log_table(self.parent_id, lineage_table(lineage), "lineage/lineage.json")
-        with tempfile.TemporaryDirectory(prefix="agilerl-report-") as tmp:
-            tree = plot_family_tree(lineage, Path(tmp) / "family_tree.png", self.cfg.name)
-            hps = plot_hp_schedules(lineage, hp_names, Path(tmp) / "hp_schedules.png", self.cfg.name)
-            self.client.log_artifact(self.parent_id, str(tree), "lineage")
-            self.client.log_artifact(self.parent_id, str(hps), "lineage")
+        for picture in render_lineage(lineage, hp_names, out_dir, self.cfg.name):
+            self.client.log_artifact(self.parent_id, str(picture), "lineage")
+
+    # ---- where a person finds things ---------------------------------------------------------------------
+    @property
+    def run_url(self) -> str | None:
+        """The parent run in the MLflow UI (None when tracking goes to a file store, not a server)."""
+        if not self.uri.startswith(("http://", "https://")):
+            return None
+        return f"{self.uri.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.parent_id}"
+
+    @property
+    def where(self) -> str:
+        """The parent run, for a log line: its URL, or its id and the tracking URI."""
+        return self.run_url or f"{self.parent_id} in {self.uri}"
+
+    def model_url(self, name: str | None, version: str | None) -> str | None:
+        if name is None or version is None or not self.uri.startswith(("http://", "https://")):
+            return None
+        return f"{self.uri.rstrip('/')}/#/models/{name}/versions/{version}"
+
+    def describe(self, text: str) -> None:
+        """The parent run's description (markdown, shown on its page in the MLflow UI)."""
+        self.client.set_tag(self.parent_id, "mlflow.note.content", text)
 
     def log_champion(self, member_dir: Path, summary: dict[str, Any], signature: Any = None,
                      input_example: Any = None) -> dict[str, Any]:
@@ -335,12 +378,13 @@ def log_generation_task(tracker: Tracker, stats: dict[str, Any], members: list[d
 
 @task(name="log-run-end", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
 def log_run_end_task(tracker: Tracker, lineage: list[dict[str, Any]], hp_names: list[str], elite_dir: str,
-                     summary: dict[str, Any], signature: Any = None, input_example: Any = None) -> dict[str, Any]:
-    """Lineage table and pictures on the parent run; the elite as a registered model aliased champion.
-    The two run side by side: rendering the pictures is CPU work, logging the model mostly waits on the
-    server."""
+                     summary: dict[str, Any], report_dir: str, signature: Any = None, input_example: Any = None
+                     ) -> dict[str, Any]:
+    """Lineage table and pictures (rendered into `report_dir`) on the parent run; the elite as a registered
+    model aliased champion. The two run side by side: rendering the pictures is CPU work, logging the model
+    mostly waits on the server."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="agilerl-lineage") as pool:
-        lineage_done = pool.submit(tracker.log_lineage, lineage, hp_names)
+        lineage_done = pool.submit(tracker.log_lineage, lineage, hp_names, report_dir)
         champion = tracker.log_champion(Path(elite_dir), summary, signature, input_example)
         lineage_done.result()
     return champion

@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -131,3 +132,31 @@ def test_groups_as_deployment_runs_give_the_threads_result(servers, tmp_path):
     assert {p["group"] for p in s["group_placements"]} == {"m0-1", "m2-3"}
     assert all(p["pid"] for p in s["group_placements"])  # trained in the worker's flow-run processes
     assert committed_state(storage, "deployments") == committed_state(storage, "threads")
+
+
+def test_the_ci_workflow_validates_and_its_commands_are_real():
+    """.github/workflows/evolve.yml against GitHub's workflow schema (check-jsonschema's bundled copy: no
+    network), every run: block through `bash -n`, and its trigger command through the CLI's own parser."""
+    import shlex
+    import shutil
+
+    from flows.cli import _parser
+
+    workflow = ROOT / ".github" / "workflows" / "evolve.yml"
+    exe = shutil.which("check-jsonschema") or str(Path(sys.executable).parent / "check-jsonschema")
+    p = subprocess.run([exe, "--builtin-schema", "vendor.github-workflows", str(workflow)], capture_output=True,
+                       text=True, check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    doc = yaml.safe_load(workflow.read_text())
+    assert set(doc[True]) == {"workflow_dispatch", "pull_request"}  # YAML reads the key `on` as True
+    steps = doc["jobs"]["evolve"]["steps"]
+    for step in steps:
+        if "run" in step:
+            check = subprocess.run(["bash", "-n"], input=step["run"], capture_output=True, text=True, check=False)
+            assert check.returncode == 0, (step.get("name"), check.stderr)
+    gate = next(s["run"] for s in steps if "agilerl-flow trigger" in s.get("run", ""))
+    command = gate.split("agilerl-flow", 1)[1].split("|", 1)[0].replace("\\\n", " ")
+    args = _parser().parse_args([a.replace("$DEPLOYMENT", "online-evolution/cartpole-dqn").replace("$SEED", "0")
+                                 .replace("$MIN_FITNESS", "400") for a in shlex.split(command)])
+    assert args.wait and args.min_fitness == 400.0 and args.deployment == "online-evolution/cartpole-dqn"
+    assert doc["jobs"]["evolve"]["env"]["PREFECT_API_URL"] == "${{ secrets.PREFECT_API_URL }}"

@@ -1,0 +1,165 @@
+"""What an operator sees of a run in the Prefect UI besides its task graph: the run's log lines (start, one per
+generation, end) and its artifacts (a table per generation, links to the MLflow run and the registered
+champion, the lineage picture, a progress bar over the step budget).
+
+Everything here is built from data the flow already has; :class:`RunView` only formats and publishes it, so
+a failure to publish (an old server, a full database) never fails a run: it is logged as a warning.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from agilerl_core.config import ExperimentConfig
+
+
+def artifact_key(name: str, what: str) -> str:
+    """A Prefect artifact key (lowercase letters, digits and dashes) for `what` of experiment `name`."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "run"
+    return f"{slug}-{what}"
+
+
+def subject(cfg: ExperimentConfig) -> str:
+    """What the members act on, in words: the env id, or an LLM experiment's base model."""
+    if cfg.kind == "llm":
+        m = cfg.model
+        return m.gguf_file or m.path or f"a {m.config.get('model_type')} built from a config"
+    return cfg.env_id
+
+
+def _number(x: Any, digits: int = 4) -> Any:
+    """A JSON-safe table cell: floats rounded to `digits` significant digits, NaN/inf as None."""
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return x
+    if not math.isfinite(float(x)):
+        return None
+    return x if isinstance(x, int) else float(f"{x:.{digits}g}")
+
+
+def mutations_line(mutations: list[str]) -> str:
+    """The generation's mutations, by slot: "0 elite, 1 hp:lr=0.0013, 2 none"."""
+    return ", ".join(f"{slot} {m}" for slot, m in enumerate(mutations))
+
+
+def generation_line(stats: dict[str, Any]) -> str:
+    """One generation in one log line."""
+    return (f"generation {stats['generation']}: best {stats['best_fitness']:.2f}, mean {stats['mean_fitness']:.2f}, "
+            f"{stats['global_steps']:,} global steps, {stats['wall_s']:.1f} s; mutations: "
+            f"{mutations_line(stats['mutations'])}")
+
+
+def start_line(cfg: ExperimentConfig, run_id: str, storage_uri: str, mlflow_where: str | None,
+               resumed_after: int | None) -> str:
+    where = mlflow_where or "off (tracking.enabled: false)"
+    resumed = f"; resuming after generation {resumed_after}" if resumed_after is not None else ""
+    return (f"run {run_id}: {cfg.kind} {cfg.algorithm} on {subject(cfg)}, population {cfg.population_size}, "
+            f"budget {cfg.max_env_steps:,} steps, seed {cfg.seed}; storage {storage_uri}; MLflow run {where}{resumed}")
+
+
+def end_line(summary: dict[str, Any]) -> str:
+    champion = summary.get("champion_uri") or summary.get("model_uri") or "not registered"
+    return (f"run {summary['run_id']} finished: best fitness {summary['best_fitness']:.2f} over "
+            f"{summary['generations']} generations, {summary['global_steps']:,} steps in {summary['wall_s']:.1f} s; "
+            f"elite checkpoint {summary['elite_uri']}; champion {champion}")
+
+
+def generation_rows(population, stats: dict[str, Any], space_names: list[str]) -> list[dict[str, Any]]:
+    """The generation's table: one row per slot with its member, parent, the mutation that made it, its
+    fitness, what it did in training (return; per-agent returns for teams; mean reward and completion length
+    for LLM members), its evolved hyperparameters and its network."""
+    rows = []
+    for slot, m in enumerate(population.members):
+        row: dict[str, Any] = {"slot": slot, "member": m.member_id,
+                               "parent": "" if m.parent_id is None else m.parent_id, "mutation": m.mutation,
+                               "fitness": _number(m.fitness)}
+        metrics = stats.get("train_metrics", [{}] * len(population.members))[slot] or {}
+        if "completion_length" in metrics or "reward" in metrics:  # an LLM member's training phase
+            row["train reward"] = _number(metrics.get("reward"))
+            row["completion length"] = _number(metrics.get("completion_length"))
+        else:
+            row["train return"] = _number(stats["train_returns"][slot])
+        for agent, value in (getattr(m.agent, "agent_returns", None) or {}).items():
+            row[f"return {agent}"] = _number(value)
+        hp = m.agent.hp.model_dump()
+        for name in space_names:
+            row[name] = _number(hp.get(name))
+        row["network"] = m.agent.describe()
+        rows.append(row)
+    return rows
+
+
+def lineage_markdown(tree_png: Path, path_ids: list[int], lineage: list[dict[str, Any]]) -> str:
+    """The family tree as markdown: the picture (embedded) and the elite's line of descent as a table."""
+    data = base64.b64encode(Path(tree_png).read_bytes()).decode()
+    by_id = {e["member_id"]: e for e in lineage}
+    lines = ["## Lineage", "",
+             "Who descends from whom: edges coloured by the mutation that made each child, nodes by fitness; "
+             "the final elite's line in red.", "",
+             f"![family tree](data:image/png;base64,{data})", "",
+             "### The elite's line of descent", "", "| generation | slot | member | mutation | fitness |",
+             "|---|---|---|---|---|"]
+    for mid in reversed(path_ids):
+        e = by_id[mid]
+        fit = _number(e.get("fitness"))
+        lines.append(f"| {e['generation']} | {e['slot']} | {mid} | {e['mutation']} | {'' if fit is None else fit} |")
+    return "\n".join(lines) + "\n"
+
+
+class RunView:
+    """Publishes a run's view in Prefect (call inside the flow run)."""
+
+    def __init__(self, cfg: ExperimentConfig, run_id: str, logger) -> None:
+        self.cfg, self.run_id, self.logger = cfg, run_id, logger
+        self._progress = None
+
+    def _publish(self, what: str, create, *args, **kwargs):
+        try:
+            return create(*args, **kwargs)
+        except Exception as err:
+            self.logger.warning("run %s: could not publish the %s artifact: %s", self.run_id, what, err)
+            return None
+
+    def start(self, storage_uri: str, mlflow_where: str | None, mlflow_url: str | None, resumed_after: int | None,
+              global_steps: int) -> None:
+        from prefect.artifacts import create_link_artifact, create_progress_artifact
+
+        self.logger.info(start_line(self.cfg, self.run_id, storage_uri, mlflow_where, resumed_after))
+        if mlflow_url is not None:
+            self._publish("MLflow link", create_link_artifact, mlflow_url, link_text=f"MLflow run {self.run_id}",
+                          key=artifact_key(self.cfg.name, "mlflow-run"),
+                          description="The MLflow parent run: parameters, fitness curves, lineage pictures; "
+                                      "its child runs are the population's slots")
+        self._progress = self._publish("progress", create_progress_artifact,
+                                       self._percent(global_steps), key=artifact_key(self.cfg.name, "progress"),
+                                       description=f"run {self.run_id}: global steps of the budget")
+
+    def _percent(self, steps: int) -> float:
+        return round(min(100.0, 100.0 * steps / self.cfg.max_env_steps), 1)
+
+    def generation(self, stats: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+        from prefect.artifacts import create_table_artifact, update_progress_artifact
+
+        self.logger.info(generation_line(stats))
+        self._publish("generation table", create_table_artifact, rows,
+                      key=artifact_key(self.cfg.name, "generation"),
+                      description=f"run {self.run_id}, generation {stats['generation']}: each slot's member, parent, "
+                                  f"mutation, fitness and evolved hyperparameters")
+        if self._progress is not None:
+            self._publish("progress", update_progress_artifact, self._progress, self._percent(stats["global_steps"]))
+
+    def end(self, summary: dict[str, Any], champion_url: str | None, lineage_md: str | None) -> None:
+        from prefect.artifacts import create_link_artifact, create_markdown_artifact
+
+        if champion_url is not None:
+            self._publish("champion link", create_link_artifact, champion_url,
+                          link_text=f"champion {summary.get('champion_uri')}",
+                          key=artifact_key(self.cfg.name, "champion"),
+                          description="The registered champion (the run's elite) in the MLflow model registry")
+        if lineage_md is not None:
+            self._publish("lineage", create_markdown_artifact, lineage_md, key=artifact_key(self.cfg.name, "lineage"),
+                          description=f"run {self.run_id}: the population's family tree")
+        self.logger.info(end_line(summary))

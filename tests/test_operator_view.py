@@ -1,0 +1,236 @@
+"""What an operator sees: the run's log lines and artifacts in Prefect, the MLflow run's description and
+lineage pictures, checked through the APIs and, where a browser is installed, in the real UIs (Debian's
+chromium driven by playwright). Screenshots go to $AGILERL_UI_SCREENSHOTS when set (else the test's tmp dir)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tasks.artifacts import end_line, generation_line, generation_rows, start_line
+from tasks.reports import elite_path, mutation_kind, plot_family_tree, plot_hp_schedules, unchanged_hyperparameters
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = """\
+name: ui-view
+env_id: CartPole-v1
+num_envs: 4
+population_size: 3
+evo_steps: 200
+eval_episodes: 2
+max_env_steps: 1800
+seed: 5
+hyperparameters: {batch_size: 32, learning_delay: 64, buffer_size: 1000}
+network: {hidden_sizes: [32, 32], min_nodes: 8}
+mutation: {no_mutation: 0.0, architecture: 0.3, parameters: 0.2, activation: 0.0, rl_hp: 0.5}
+"""
+
+
+# ---- the pieces, for every kind of training ----------------------------------------------------------------
+def _lineage():
+    ev = [  # gen 0: three members; gen 1: the elite of 1 kept, a child of 1 with a new lr, a child of 0
+        (0, 0, 0, None, "init", 5.0), (0, 1, 1, None, "init", 9.0), (0, 2, 2, None, "init", 1.0),
+        (1, 0, 3, 1, "elite", 9.5), (1, 1, 4, 1, "hp:lr=0.002", 12.0), (1, 2, 5, 0, "arch:mlp.add_nodes", 3.0)]
+    return [{"generation": g, "slot": s, "member_id": m, "parent_id": p, "mutation": mut, "fitness": f,
+             "hyperparameters": {"lr": 0.002 if mut.startswith("hp:") else 0.001, "gamma": 0.99},
+             "architecture": "mlp"} for g, s, m, p, mut, f in ev]
+
+
+def test_lineage_edges_name_their_mutation_and_the_elite_line(tmp_path):
+    assert [mutation_kind(m) for m in ("elite", "hp:lr=0.1", "arch:mlp.add_layer", "params:noise(0.1)",
+                                       "activation:tanh", "rank:4->8", "none(arch at bounds)", "init")] == \
+        ["elite", "hp", "arch", "params", "activation", "rank", "none", "none"]
+    lineage = _lineage()
+    assert elite_path(lineage) == [4, 1]  # the best of the last generation, back to its founder
+    assert unchanged_hyperparameters(lineage, ["lr", "gamma"]) == ["gamma"]
+    assert plot_family_tree(lineage, tmp_path / "tree.png", "a rather long experiment name").stat().st_size > 10_000
+    assert plot_hp_schedules(lineage, ["lr", "gamma"], tmp_path / "hps.png", "x").stat().st_size > 10_000
+    assert plot_hp_schedules(lineage, [], tmp_path / "none.png", "x").exists()  # an empty hp space is said
+
+
+def _rows_of(cfg):
+    from agilerl_core.experiment import build_evolution
+
+    evo = build_evolution(cfg)
+    evo.run_generation()
+    evo.evolve()
+    evo.run_generation()
+    stats = asdict(evo.history[-1])
+    rows = generation_rows(evo.population, stats, sorted(evo.arena.space))
+    json.dumps(rows, allow_nan=False)  # a Prefect table: JSON, no NaN
+    return rows, stats
+
+
+def test_generation_tables_fit_each_kind_of_training(tmp_path):
+    """Gymnasium and offline members show their training return, teams each agent's return, LLM members their
+    training reward and completion length; every row its slot, member, parent, mutation, fitness, evolved
+    hyperparameters and network."""
+    from agilerl_core.config import validate_config
+    from agilerl_core.data.collect import collect_episodes, write_dataset
+    from tests.conftest import tiny_config
+    from tests.test_llm import TINY_MODEL
+    from tests.test_multi_agent import ma_config
+
+    gym = validate_config({**yaml.safe_load(CONFIG), "max_env_steps": 1200})
+    rows, stats = _rows_of(gym)
+    assert {"slot", "member", "parent", "mutation", "fitness", "train return", "lr", "network"} <= set(rows[0])
+    assert [r["mutation"] for r in rows] == stats["mutations"] and rows[0]["mutation"] == "elite"
+    assert all(isinstance(r["parent"], int) for r in rows)  # the second generation: every member has one
+
+    rows, _ = _rows_of(ma_config())
+    assert {"return pointer_0", "return chooser_0", "train return"} <= set(rows[0])
+
+    data = write_dataset(str(tmp_path / "d.hdf5"), collect_episodes("CartPole-v1", "random", 5, seed=0), "CartPole-v1",
+                         "random")
+    rows, _ = _rows_of(tiny_config(kind="offline", algorithm="cqn", evo_steps=50, max_env_steps=200,
+                                   **{"dataset.uri": data}))
+    assert "train return" in rows[0] and "fitness" in rows[0]
+
+    (tmp_path / "const.jsonl").write_text("".join(json.dumps({"prompt": f"{a}+{b}=", "answer": "7"}) + "\n"
+                                                  for a in range(10) for b in range(10)))
+    llm = validate_config({"name": "llm-view", "kind": "llm", "algorithm": "grpo", "population_size": 2, "seed": 0,
+                           "model": json.loads(json.dumps(TINY_MODEL)),
+                           "dataset": {"uri": str(tmp_path / "const.jsonl"), "held_out": 20},
+                           "hyperparameters": {"batch_size": 8, "group_size": 4, "max_new_tokens": 1},
+                           "evo_steps": 64, "max_env_steps": 256})
+    rows, _ = _rows_of(llm)
+    assert {"train reward", "completion length", "lr"} <= set(rows[0]) and "train return" not in rows[0]
+
+
+def test_log_lines_say_what_ran_each_generation_and_the_end():
+    from agilerl_core.config import validate_config
+
+    cfg = validate_config(yaml.safe_load(CONFIG))
+    line = start_line(cfg, "r1", "s3://agilerl/runs/r1", "http://mlflow/#/experiments/1/runs/abc", None)
+    assert "gym dqn on CartPole-v1, population 3" in line and "s3://agilerl/runs/r1" in line and "http://mlflow" in line
+    assert "resuming after generation 4" in start_line(cfg, "r1", "/tmp/x", None, 4)
+    g = generation_line({"generation": 2, "best_fitness": 21.5, "mean_fitness": 10.0, "global_steps": 1800,
+                         "wall_s": 0.4, "mutations": ["elite", "hp:lr=0.002", "none"]})
+    assert g == "generation 2: best 21.50, mean 10.00, 1,800 global steps, 0.4 s; mutations: 0 elite, " \
+                "1 hp:lr=0.002, 2 none"
+    end = end_line({"run_id": "r1", "best_fitness": 21.5, "generations": 3, "global_steps": 1800, "wall_s": 3.0,
+                    "elite_uri": "s3://x/elite", "champion_uri": "models:/ui-view@champion"})
+    assert "models:/ui-view@champion" in end and "s3://x/elite" in end
+
+
+# ---- a run through the stack, as a person sees it -----------------------------------------------------------
+def _post(url: str, body: dict) -> list | dict:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=20) as resp:
+        return json.loads(resp.read())
+
+
+@pytest.fixture(scope="module")
+def watched_run(servers, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("watched")
+    (tmp / "c.yaml").write_text(CONFIG)
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI",
+                                                            "AGILERL_STORAGE_URI", "AWS_ENDPOINT_URL")}
+    env.update(servers.client_env(), PREFECT_HOME=str(tmp / "prefect-home"), PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-m", "flows.cli", "run", str(tmp / "c.yaml"), "--no-progress"], cwd=tmp,
+                       env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return {"summary": json.loads(p.stdout.strip().splitlines()[-1]), "stderr": p.stderr, "tmp": tmp}
+
+
+@pytest.mark.integration
+def test_the_run_logs_and_publishes_its_view(servers, watched_run):
+    """Through the APIs: the generation lines in the flow run's logs (and once each on the console), a table per
+    generation, links to the MLflow run and the champion, the lineage picture, the MLflow description."""
+    s, api = watched_run["summary"], servers.prefect_api
+    fr = s["prefect_flow_run_id"]
+    logs = [entry["message"] for entry in _post(f"{api}/logs/filter", {"logs": {"flow_run_id": {"any_": [fr]}},
+                                                                      "limit": 200})]
+    for g in range(s["generations"]):
+        assert sum(m.startswith(f"generation {g}: best ") for m in logs) == 1, logs
+        assert sum(line.endswith("- " + m) for line in watched_run["stderr"].splitlines() for m in logs
+                   if m.startswith(f"generation {g}:")) == 1
+    assert any(m.startswith(f"run {s['run_id']}: gym dqn on CartPole-v1") and s["mlflow_run_url"] in m for m in logs)
+    assert any(m.startswith(f"run {s['run_id']} finished") and "models:/ui-view@champion" in m for m in logs)
+    assert "View run" not in watched_run["stderr"]  # MLflow's own run links are not repeated on the console
+    arts = _post(f"{api}/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [fr]}}})
+    by_key: dict[str, list] = {}
+    for a in arts:
+        by_key.setdefault(a["key"], []).append(a)
+    assert len(by_key["ui-view-generation"]) == s["generations"]
+    table = json.loads(by_key["ui-view-generation"][0]["data"]) if isinstance(by_key["ui-view-generation"][0]["data"],
+                                                                            str) else by_key["ui-view-generation"][0]["data"]
+    assert {"slot", "member", "parent", "mutation", "fitness", "lr", "network"} <= set(table[0])
+    assert s["mlflow_run_url"] in by_key["ui-view-mlflow-run"][0]["data"]
+    assert "/#/models/ui-view/versions/" in by_key["ui-view-champion"][0]["data"]
+    assert "data:image/png;base64," in by_key["ui-view-lineage"][0]["data"]
+    assert by_key["ui-view-progress"][0]["data"] == 100.0
+    from mlflow.tracking import MlflowClient
+
+    note = MlflowClient(servers.mlflow_url).get_run(s["mlflow_run_id"]).data.tags["mlflow.note.content"]
+    assert f"Best fitness **{s['best_fitness']:.2f}**" in note and "lineage/family_tree.png" in note
+
+
+def _browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("playwright is not installed (pip install -e '.[test]')")
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(chromium).exists():
+        pytest.skip("no browser: install Debian's chromium (apt-get install -y chromium) to see the UIs")
+    return sync_playwright, chromium
+
+
+@pytest.mark.integration
+def test_prefect_and_mlflow_uis_show_the_run(servers, watched_run):
+    """In a real browser: the flow run's page lists the generation lines and the artifacts, the lineage
+    artifact shows its picture; the MLflow run shows its description and the family tree."""
+    sync_playwright, chromium = _browser()
+    s = watched_run["summary"]
+    shots = Path(os.environ.get("AGILERL_UI_SCREENSHOTS") or watched_run["tmp"] / "screenshots")
+    shots.mkdir(parents=True, exist_ok=True)
+    fr = s["prefect_flow_run_id"]
+    arts = _post(f"{servers.prefect_api}/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [fr]}}})
+    lineage_id = next(a["id"] for a in arts if a["key"] == "ui-view-lineage")
+    table_id = next(a["id"] for a in arts if a["key"] == "ui-view-generation")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{servers.prefect_ui}/runs/flow-run/{fr}", wait_until="load")
+            page.get_by_text(f"generation {s['generations'] - 1}: best", exact=False).first.wait_for(timeout=30_000)
+            for g in range(s["generations"]):
+                assert page.get_by_text(f"generation {g}: best", exact=False).count() == 1
+            page.screenshot(path=str(shots / "prefect-flow-run-logs.png"), full_page=True)
+            page.get_by_text("Artifacts", exact=True).first.click()
+            page.get_by_text("ui-view-lineage").first.wait_for(timeout=30_000)
+            for key in ("ui-view-generation", "ui-view-mlflow-run", "ui-view-champion", "ui-view-progress"):
+                assert page.get_by_text(key).count() >= 1, key
+            page.screenshot(path=str(shots / "prefect-flow-run-artifacts.png"), full_page=True)
+            page.goto(f"{servers.prefect_ui}/artifacts/artifact/{table_id}", wait_until="load")
+            page.get_by_text("mutation", exact=True).first.wait_for(timeout=30_000)
+            for column in ("slot", "parent", "fitness", "lr", "network"):
+                assert page.get_by_text(column, exact=True).count() >= 1, column
+            page.screenshot(path=str(shots / "prefect-generation-table.png"), full_page=True)
+            page.goto(f"{servers.prefect_ui}/artifacts/artifact/{lineage_id}", wait_until="load")
+            page.locator("img[src^='data:image/png']").first.wait_for(timeout=30_000)
+            width = page.eval_on_selector("img[src^='data:image/png']", "img => img.naturalWidth")
+            assert width > 300  # the picture decoded and shows
+            page.screenshot(path=str(shots / "prefect-lineage-artifact.png"), full_page=True)
+
+            page.goto(s["mlflow_run_url"], wait_until="load")
+            page.get_by_text("Best fitness").first.wait_for(timeout=60_000)
+            page.screenshot(path=str(shots / "mlflow-parent-run.png"), full_page=True)
+            page.goto(s["mlflow_run_url"] + "/artifacts/lineage/family_tree.png", wait_until="load")
+            page.get_by_text("lineage/family_tree.png").first.wait_for(timeout=60_000)
+            page.wait_for_function("() => [...document.images].some(i => i.src.startsWith('blob:') && "
+                                   "i.naturalWidth > 300)", timeout=60_000)
+            page.screenshot(path=str(shots / "mlflow-family-tree.png"), full_page=True)
+        finally:
+            browser.close()
