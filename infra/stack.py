@@ -258,7 +258,8 @@ class Stack:
         if self.running("worker"):
             return
         env = {**self.client_env(), "PREFECT_HOME": str(self.data_dir / "prefect-worker"),
-               "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING"}
+               "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING",
+               "PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL": "INFO"}  # the runs' lines reach the UI
         cmd = [_bin("prefect"), "worker", "start", "--pool", WORK_POOL, "--type", "process",
                "--name", f"agilerl-{self.ports['prefect']}"]
         self._spawn("worker", cmd, env)
@@ -285,6 +286,7 @@ class Stack:
                 continue
             env = {**self.client_env(), "PREFECT_HOME": str(self.data_dir / f"prefect-{name}"),
                    "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING",
+                   "PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL": "INFO",
                    "CUDA_VISIBLE_DEVICES": str(i)}
             cmd = [_bin("prefect"), "worker", "start", "--pool", GPU_WORK_POOL, "--type", "process", "--limit", "1",
                    "--name", f"agilerl-{name}-{self.ports['prefect']}"]

@@ -227,6 +227,13 @@ def test_prefect_and_mlflow_uis_show_the_run(servers, watched_run):
             page.goto(s["mlflow_run_url"], wait_until="load")
             page.get_by_text("Best fitness").first.wait_for(timeout=60_000)
             page.screenshot(path=str(shots / "mlflow-parent-run.png"), full_page=True)
+            link = page.locator("a[href*='/flow-run/']").first  # the description links back to the flow run
+            href = link.get_attribute("href")
+            assert href is not None and fr in href
+            back = browser.new_page(viewport={"width": 1400, "height": 1000})
+            back.goto(href, wait_until="load")
+            back.get_by_text("generation 0: best", exact=False).first.wait_for(timeout=30_000)
+            back.close()
             page.goto(s["mlflow_run_url"] + "/artifacts/lineage/family_tree.png", wait_until="load")
             page.get_by_text("lineage/family_tree.png").first.wait_for(timeout=60_000)
             page.wait_for_function("() => [...document.images].some(i => i.src.startsWith('blob:') && "

@@ -237,6 +237,13 @@ def test_deployment_trigger_waits_and_gates_on_fitness(servers, tmp_path):
     s = _summary(_cli("trigger", "online-evolution/cartpole-dqn", *small, "--wait", "--min-fitness", "1",
                       "--timeout", "300", env=env, cwd=tmp_path))
     assert s["state"] == "COMPLETED" and s["generations"] == 2 and s["storage_uri"].startswith("s3://agilerl/runs/")
+    # the deployment's run (on the worker) can be watched generation by generation: its log lines and tables
+    logs = [e["message"] for e in _post_json(servers, "/logs/filter",
+                                             {"logs": {"flow_run_id": {"any_": [s["prefect_flow_run_id"]]}}})]
+    assert [m.split(":")[0] for m in logs if m.startswith("generation ")] == ["generation 0", "generation 1"], logs
+    arts = _post_json(servers, "/artifacts/filter",
+                      {"artifacts": {"flow_run_id": {"any_": [s["prefect_flow_run_id"]]}}})
+    assert sum(a["key"] == "cartpole-dqn-generation" for a in arts) == 2
     p = _cli("trigger", "online-evolution/cartpole-dqn", *small, "--wait", "--min-fitness", "1e9", "--timeout", "300",
              env=env, cwd=tmp_path)
     assert p.returncode == 1 and "below --min-fitness" in p.stderr
@@ -244,20 +251,22 @@ def test_deployment_trigger_waits_and_gates_on_fitness(servers, tmp_path):
     assert p.returncode == 2 and "not found" in p.stderr
 
 
-def _deployed_schedules(stack) -> dict[str, list[tuple]]:
-    """Every deployment on the server that has schedules: flow/deployment -> [(cron, timezone, active)]."""
+def _post_json(stack, path: str, body: dict | None = None) -> list:
+    """POST to the stack's Prefect API (the filter endpoints)."""
     import urllib.request
 
-    def post(path: str) -> list:
-        req = urllib.request.Request(f"{stack.prefect_api}{path}", data=b"{}", method="POST",
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return json.loads(resp.read())
+    req = urllib.request.Request(f"{stack.prefect_api}{path}", data=json.dumps(body or {}).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return json.loads(resp.read())
 
-    flows = {f["id"]: f["name"] for f in post("/flows/filter")}
+
+def _deployed_schedules(stack) -> dict[str, list[tuple]]:
+    """Every deployment on the server that has schedules: flow/deployment -> [(cron, timezone, active)]."""
+    flows = {f["id"]: f["name"] for f in _post_json(stack, "/flows/filter")}
     return {f"{flows[d['flow_id']]}/{d['name']}": [(s["schedule"]["cron"], s["schedule"]["timezone"], s["active"])
                                                    for s in d["schedules"]]
-            for d in post("/deployments/filter") if d["schedules"]}
+            for d in _post_json(stack, "/deployments/filter") if d["schedules"]}
 
 
 _ALGO_CONFIGS = {
