@@ -80,9 +80,10 @@ def _check_cron(path: Path, schedule: dict) -> None:
 
 
 class _Dumper(yaml.SafeDumper):
-    """safe_dump that names the anchors of the definitions (``&agilerl_process``, ``&daily_0200_utc``)."""
+    """safe_dump that names the anchors of the definitions (``&agilerl_process``, ``&daily_0200_utc``): a
+    subclass per document sets `names` (id of a definition's object -> its name)."""
 
-    names: dict[int, str] = {}
+    names: dict[int, str]
 
     def generate_anchor(self, node):
         for obj_id, represented in self.represented_objects.items():
@@ -127,8 +128,9 @@ def render(file: str = "prefect.yaml") -> str:
     definitions = {"work_pools": pools, "schedules": dict(sorted(schedules.items()))}
     doc = {"name": "agilerl-flow", "prefect-version": "3.8", "definitions": definitions, "pull": PULL[file],
            "deployments": deployments}
-    _Dumper.names = {id(obj): name for group in definitions.values() for name, obj in group.items()}
-    return HEADER.format(file=file) + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=110)
+    names = {id(obj): name for group in definitions.values() for name, obj in group.items()}
+    dumper = type("DefinitionsDumper", (_Dumper,), {"names": names})
+    return HEADER.format(file=file) + yaml.dump(doc, Dumper=dumper, sort_keys=False, width=110)
 
 
 def main() -> int:

@@ -226,11 +226,8 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
     cfg, run_id, evo, store = prepared.cfg, prepared.run_id, prepared.evo, prepared.store
     if prepared.dropped:
         logger.info("run %s: discarded uncommitted generation(s) %s left by a crash", run_id, prepared.dropped)
-    if prepared.latest is not None:
-        logger.info("run %s: resuming after committed generation %d (%d steps)", run_id, prepared.latest,
-                    evo.global_steps)
     tracker = Tracker(cfg, run_id, store.storage.uri) if cfg.tracking.enabled else None
-    flow_run_url = _flow_run_url()
+    flow_run_url = _flow_run("ui_url")
     view = RunView(cfg, run_id, logger)
     if tracker is not None:
         _describe(tracker, run_description(cfg, run_id, store.uri, flow_run_url=flow_run_url), logger)
@@ -272,7 +269,7 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
         elite_uri = store.save_elite(evo.elite(), evo.arena.env_desc)
         summary = {**evo.result(wall, evo.global_steps - steps0, elite_uri).summary(), "run_id": run_id,
                    "storage_uri": store.uri, "mlflow_run_id": tracker.parent_id if tracker else None,
-                   "mlflow_run_url": tracker.run_url if tracker else None, "prefect_flow_run_id": _flow_run_id(),
+                   "mlflow_run_url": tracker.run_url if tracker else None, "prefect_flow_run_id": _flow_run("id"),
                    "group_placements": placements}
         lineage = [e.to_dict() for e in evo.population.lineage]
         with tempfile.TemporaryDirectory(prefix="agilerl-end-") as tmp:
@@ -301,20 +298,12 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
                 tracker.end(status)
 
 
-def _flow_run_id() -> str | None:
+def _flow_run(field: str) -> str | None:
+    """This flow run's `id` or `ui_url` (its page in the Prefect UI); None when Prefect cannot say."""
     with contextlib.suppress(Exception):
         from prefect.runtime import flow_run
 
-        return flow_run.id
-    return None
-
-
-def _flow_run_url() -> str | None:
-    """This flow run's page in the Prefect UI (None when the UI's URL is not known)."""
-    with contextlib.suppress(Exception):
-        from prefect.runtime import flow_run
-
-        return flow_run.ui_url
+        return getattr(flow_run, field)
     return None
 
 
