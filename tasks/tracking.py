@@ -124,11 +124,11 @@ def run_description(cfg: ExperimentConfig, run_id: str, storage_uri: str, summar
     if summary is None:
         lines += ["", "Running: the metrics `best_fitness` and `mean_fitness` grow a point per generation; each "
                       "slot of the population is a child run (`" + run_id + "/slot-N`)."]
-    else:
+    else:  # the result first: the UI shows a description's first lines before "Show more"
         champion = summary.get("champion_uri") or summary.get("model_uri") or "not registered"
-        lines += ["", f"Best fitness **{summary['best_fitness']:.2f}** over {summary['generations']} generations "
-                      f"({summary['global_steps']:,} steps, {summary['wall_s']:.0f} s). Champion: `{champion}`.",
-                  "", "Lineage: the artifacts `lineage/family_tree.png` (who descends from whom, edges coloured by "
+        lines = [f"Best fitness **{summary['best_fitness']:.2f}** over {summary['generations']} generations "
+                 f"({summary['global_steps']:,} steps, {summary['wall_s']:.0f} s). Champion: `{champion}`.", "",
+                 *lines, "", "Lineage: the artifacts `lineage/family_tree.png` (who descends from whom, edges coloured by "
                       "the mutation that made each child, the elite's line in red), `lineage/hp_schedules.png` and "
                       "`lineage/lineage.json`. Compare the slots: the child runs `" + run_id + "/slot-N` "
                       "(metrics `fitness`, `hp.*`)."]
