@@ -70,24 +70,24 @@ def end_line(summary: dict[str, Any]) -> str:
 def generation_rows(population, stats: dict[str, Any], space_names: list[str]) -> list[dict[str, Any]]:
     """The generation's table: one row per slot with its member, parent, the mutation that made it, its
     fitness, what it did in training (return; per-agent returns for teams; mean reward and completion length
-    for LLM members), its evolved hyperparameters and its network."""
+    for LLM members), its evolved hyperparameters and its network (the slots' MLflow metrics, as a table)."""
+    from tasks.tracking import member_rows
+
     rows = []
-    for slot, m in enumerate(population.members):
-        row: dict[str, Any] = {"slot": slot, "member": m.member_id,
-                               "parent": "" if m.parent_id is None else m.parent_id, "mutation": m.mutation,
-                               "fitness": _number(m.fitness)}
-        metrics = stats.get("train_metrics", [{}] * len(population.members))[slot] or {}
+    for slot, (m, r) in enumerate(zip(population.members, member_rows(population, stats["train_returns"], space_names,
+                                                                       stats.get("train_metrics")), strict=True)):
+        row: dict[str, Any] = {"slot": slot, "member": r["member_id"],
+                               "parent": "" if m.parent_id is None else m.parent_id, "mutation": r["mutation"],
+                               "fitness": _number(r["fitness"])}
+        metrics = r["train_metrics"]
         if "completion_length" in metrics or "reward" in metrics:  # an LLM member's training phase
             row["train reward"] = _number(metrics.get("reward"))
             row["completion length"] = _number(metrics.get("completion_length"))
         else:
-            row["train return"] = _number(stats["train_returns"][slot])
-        for agent, value in (getattr(m.agent, "agent_returns", None) or {}).items():
-            row[f"return {agent}"] = _number(value)
-        hp = m.agent.hp.model_dump()
-        for name in space_names:
-            row[name] = _number(hp.get(name))
-        row["network"] = m.agent.describe()
+            row["train return"] = _number(r["train_return"])
+        row.update({f"return {agent}": _number(v) for agent, v in r["agent_returns"].items()})
+        row.update({name: _number(v) for name, v in r["hyperparameters"].items()})
+        row["network"] = r["architecture"]
         rows.append(row)
     return rows
 

@@ -197,21 +197,14 @@ class SharedBase:
     @contextlib.contextmanager
     def bound(self, adapter: LoraAdapter):
         """The model with `adapter` in its LoRA slot (one member at a time: other threads wait)."""
-        with self._lock:
-            for n, layer in self.layers.items():
-                layer.lora_A[SLOT].weight = adapter.a[n]
-                layer.lora_B[SLOT].weight = adapter.b[n]
-                layer.scaling[SLOT] = adapter.scale
-            try:
-                yield self.model
-            finally:
-                for n, layer in self.layers.items():  # never keep a member's tensors alive through the base
-                    layer.lora_A[SLOT].weight, layer.lora_B[SLOT].weight = self._empty[n]
+        with self.bound_many([adapter]) as (model, _):
+            yield model
 
     @contextlib.contextmanager
     def bound_many(self, adapters: list[LoraAdapter]):
         """The model with adapter i in LoRA slot i, and the slots' names: a forward (or :func:`sample`) given
-        ``adapter_names`` (one name per row) runs each row through its own adapter in one batch."""
+        ``adapter_names`` (one name per row) runs each row through its own adapter in one batch; without
+        them, only the first slot is active."""
         from peft import LoraConfig
 
         with self._lock:
@@ -230,7 +223,7 @@ class SharedBase:
                     layer.scaling[slot] = adapter.scale
             try:
                 yield self.model, names
-            finally:
+            finally:  # never keep a member's tensors alive through the base
                 for slot in names:
                     for n, layer in self.layers.items():
                         layer.lora_A[slot].weight, layer.lora_B[slot].weight = self._empty[n]
