@@ -72,6 +72,11 @@ class RLAlgorithm(ABC):
             raise ValueError(f"{self.name} does not handle {self.action_spec.kind} actions")
         self.action_dim = self.action_spec.dim
 
+    @property
+    def env_spec(self) -> Any:
+        """The spaces a checkpoint records as data to rebuild this agent (its ObsSpec; a team's MultiAgentSpec)."""
+        return self.obs_spec
+
     def action_meta(self) -> Any:
         """The actions as checkpoint JSON (:meth:`action_from_meta` reads it back)."""
         return self.action_spec.to_dict()

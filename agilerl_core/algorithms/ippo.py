@@ -82,6 +82,11 @@ class IPPO:
         first = self.units[unit][0]
         return replace(t, mlp=replace(t.mlp, in_dim=self.ma.obs[first].vector_dim, out_dim=self.ma.actions[first].dim))
 
+    @property
+    def env_spec(self) -> MultiAgentSpec:
+        """The team's spaces, recorded as data in its checkpoints."""
+        return self.ma
+
     # ---- the Evolvable protocol -------------------------------------------------------------------------
     @property
     def hp(self) -> IPPOHyperparameters:

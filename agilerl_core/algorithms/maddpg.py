@@ -86,6 +86,10 @@ class MADDPG(RLAlgorithm):
         self.action_dim = sum(s.dim for s in actions.values())
         self.action_spec = None  # one per agent: action_specs
 
+    @property
+    def env_spec(self) -> MultiAgentSpec:
+        return self.ma
+
     def action_meta(self) -> Any:
         return {a: s.to_dict() for a, s in self.action_specs.items()}
 

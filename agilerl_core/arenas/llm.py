@@ -19,7 +19,7 @@ from agilerl_core.arenas.base import checked_space, torch_device
 from agilerl_core.arenas.experience import OwnExperience
 from agilerl_core.data.fetch import check_pin
 from agilerl_core.data.prompts import TextRecords, load_text_records, split_indices
-from agilerl_core.errors import DatasetError
+from agilerl_core.errors import CheckpointError, ConfigError, DatasetError
 from agilerl_core.hpo.evolution import TrainResult
 from agilerl_core.io.storage import s3_options
 from agilerl_core.llm.base_model import SharedBase
@@ -36,6 +36,13 @@ def load_llm_member(path: str, device: str = "cpu") -> tuple[LLMAlgorithm, dict[
     from agilerl_core.io.checkpoint import load_member
 
     def rebuild(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> LLMAlgorithm:
+        try:
+            return _rebuild(tensors, meta)
+        except ConfigError as err:  # the recorded base is data: files read, nothing imported or run
+            raise CheckpointError(f"{path}/member.json: field agent.base does not name a loadable base ({err})") \
+                from None
+
+    def _rebuild(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> LLMAlgorithm:
         rec = meta["base"]
         fields = {k: rec.get(k) for k in ("path", "gguf_file", "config", "tokenizer_chars", "eos_token", "pad_token")}
         spec = LLMModelConfig(**{k: v for k, v in fields.items() if v is not None}, sha256=rec["sha256"],

@@ -47,7 +47,15 @@ def collect_episodes(env_id: str, policy: str, episodes: int, seed: int = 0, num
         if not Path(policy).is_dir():
             raise ConfigError(f"--policy {policy!r}: neither 'random' nor a saved member directory (the elite/ "
                               f"directory a run writes, e.g. runs/NAME-seed0/elite)")
-        member, recorded = load_member(policy)
+        from agilerl_core.envs.spaces import ObsSpec
+        from agilerl_core.io.checkpoint import member_spec, same_spec
+
+        spec = ObsSpec(env.single_observation_space)  # from --env (the caller's), never from the checkpoint
+        recorded_spec = member_spec(policy)
+        if recorded_spec is not None and not same_spec(recorded_spec, spec):
+            raise ConfigError(f"--policy {policy!r}: the member was trained on other observation spaces than "
+                              f"{env_id}'s")
+        member, recorded = load_member(policy, spec)
         if recorded.get("env_id") != env_id:
             raise ConfigError(f"--policy {policy!r}: the member was trained on {recorded.get('env_id')}, not {env_id}")
         agent = member.agent

@@ -87,23 +87,3 @@ def make_vector_env(env_id: str, num_envs: int, env_kwargs: dict[str, Any] | Non
     kwargs = dict(env_kwargs or {})
     return SyncVectorEnv([lambda: gym.make(name, **kwargs) for _ in range(num_envs)],
                          autoreset_mode=AutoresetMode.SAME_STEP)
-
-
-def spec_of_env(env_desc: dict[str, Any]):
-    """The observation spec of the env a checkpoint records (an ObsSpec, or a MultiAgentSpec for a
-    multi-agent env), probed from one freshly built env."""
-    from agilerl_core.envs.spaces import ObsSpec
-
-    if env_desc.get("kind") == "multi_agent":
-        from agilerl_core.envs.multi_agent import make_parallel_env
-        from agilerl_core.envs.spaces import MultiAgentSpec
-
-        env = make_parallel_env(env_desc["env_id"], env_desc.get("env_kwargs"))
-        try:
-            agents = list(env.possible_agents)
-            return MultiAgentSpec.from_spaces(agents, {a: env.observation_space(a) for a in agents},
-                                              {a: env.action_space(a) for a in agents})
-        finally:
-            env.close()
-    obs_space, _ = probe_spaces(env_desc["env_id"], env_desc.get("env_kwargs"), env_desc.get("env_entry_point"))
-    return ObsSpec(obs_space, env_desc.get("channels_last"))

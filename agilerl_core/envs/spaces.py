@@ -236,3 +236,84 @@ class MultiAgentSpec:
         """Per-agent raw observations (leading sub-env dim) -> stored-dtype tensors keyed by agent."""
         return {a: torch.as_tensor(np.asarray(obs[a]), device=device).to(self.obs[a].parts[0].dtype)
                 for a in self.agents}
+
+
+# ---- spaces as data (what a checkpoint records instead of naming code that would rebuild its env) ----------
+_SPACE_DTYPES = {"uint8", "int8", "int32", "int64", "float16", "float32", "float64", "bool"}
+
+
+def space_to_dict(space: spaces.Space) -> dict:
+    """A Box, Discrete or Dict of those as plain JSON data (bounds, shape, dtype, n)."""
+    if isinstance(space, spaces.Discrete):
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, spaces.Box):
+        def bound(x: np.ndarray) -> list:
+            return [None if not np.isfinite(v) else float(v) for v in np.asarray(x, np.float64).reshape(-1)]
+        return {"type": "Box", "shape": [int(s) for s in space.shape], "dtype": np.dtype(space.dtype).name,
+                "low": bound(space.low), "high": bound(space.high),
+                "low_inf": [bool(np.isneginf(v)) for v in np.asarray(space.low, np.float64).reshape(-1)]}
+    if isinstance(space, spaces.Dict):
+        return {"type": "Dict", "spaces": {str(k): space_to_dict(s) for k, s in space.spaces.items()}}
+    raise ValueError(f"{type(space).__name__} spaces cannot be recorded; supported: Box, Discrete, Dict")
+
+
+def space_from_dict(d: object, where: str = "space") -> spaces.Space:
+    """Inverse of :func:`space_to_dict`. Only plain data is read: nothing named in `d` is imported or called;
+    anything unexpected raises a ValueError naming `where`."""
+    if not isinstance(d, dict):
+        raise ValueError(f"{where}: expected an object, found {type(d).__name__}")
+    kind = d.get("type")
+    try:
+        if kind == "Discrete":
+            return spaces.Discrete(int(d["n"]), start=int(d.get("start", 0)))
+        if kind == "Box":
+            dtype = str(d["dtype"])
+            if dtype not in _SPACE_DTYPES:
+                raise ValueError(f"dtype {dtype!r} is not one of {sorted(_SPACE_DTYPES)}")
+            shape = tuple(int(s) for s in d["shape"])
+            size = int(np.prod(shape)) if shape else 1
+            low_inf = list(d.get("low_inf") or [False] * size)
+            if len(d["low"]) != size or len(d["high"]) != size or len(low_inf) != size:
+                raise ValueError(f"bounds do not have {size} entries")
+            low = np.array([(-np.inf if neg else np.inf) if v is None else float(v)
+                            for v, neg in zip(d["low"], low_inf, strict=True)], np.float64)
+            high = np.array([np.inf if v is None else float(v) for v in d["high"]], np.float64)
+            dt = np.dtype(dtype)
+            return spaces.Box(low.reshape(shape).astype(dt), high.reshape(shape).astype(dt), shape, dtype=dt)
+        if kind == "Dict":
+            return spaces.Dict({str(k): space_from_dict(v, f"{where}.{k}") for k, v in dict(d["spaces"]).items()})
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"{where}: malformed {kind} space ({err!r})") from None
+    raise ValueError(f"{where}: unknown space type {kind!r} (expected Box, Discrete or Dict)")
+
+
+def obs_spec_to_dict(spec: ObsSpec | MultiAgentSpec) -> dict:
+    """What rebuilding a member needs to know about its env, as data: the observation space(s), per agent
+    with their action spaces for a team."""
+    if isinstance(spec, MultiAgentSpec):
+        return {"kind": "multi_agent", "agents": list(spec.agents),
+                "observation_spaces": {a: space_to_dict(spec.obs[a].space) for a in spec.agents},
+                "actions": {a: spec.actions[a].to_dict() for a in spec.agents}}
+    return {"kind": "single", "observation_space": space_to_dict(spec.space),
+            "channels_last": spec.parts[0].channels_last if spec.image_parts and not spec.is_dict else None}
+
+
+def obs_spec_from_dict(d: object, where: str = "spec") -> ObsSpec | MultiAgentSpec:
+    """Inverse of :func:`obs_spec_to_dict`, from data alone (a ValueError naming `where` when malformed)."""
+    if not isinstance(d, dict):
+        raise ValueError(f"{where}: expected an object, found {type(d).__name__}")
+    try:
+        if d.get("kind") == "multi_agent":
+            agents = [str(a) for a in d["agents"]]
+            obs = {a: ObsSpec(space_from_dict(d["observation_spaces"][a], f"{where}.observation_spaces.{a}"))
+                   for a in agents}
+            actions = {a: ActionSpec.from_dict(d["actions"][a]) for a in agents}
+            joint = ObsSpec(spaces.Dict({a: obs[a].space for a in agents}))
+            return MultiAgentSpec(tuple(agents), obs, actions, joint)
+        if d.get("kind") == "single":
+            cl = d.get("channels_last")
+            return ObsSpec(space_from_dict(d["observation_space"], f"{where}.observation_space"),
+                           None if cl is None else bool(cl))
+    except (KeyError, TypeError, ConfigError) as err:
+        raise ValueError(f"{where}: malformed ({err})") from None
+    raise ValueError(f"{where}: unknown kind {d.get('kind')!r} (expected single or multi_agent)")

