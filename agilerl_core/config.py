@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union
@@ -775,3 +776,48 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Ex
     for key, value in (overrides or {}).items():
         _set_dotted(data, key, value)
     return validate_config(data, source=str(path))
+
+
+# ---- config fields that name code ---------------------------------------------------------------------------
+TRUSTED_MODULES_ENV = "AGILERL_TRUSTED_MODULES"  # comma-separated modules a worker also allows in parameters
+
+
+def code_references(cfg: ExperimentConfig) -> dict[str, str]:
+    """The config fields that make the pipeline import code, as {field: module}: an env id's module
+    (``module:EnvId``, a multi-agent ``module:env``), ``env_entry_point`` and python rewards. Code by design:
+    trusted in the user's own files, checked against an allowlist when a config arrives as a flow-run
+    parameter (:func:`check_code_allowed`)."""
+    refs: dict[str, str] = {}
+    env_id = getattr(cfg, "env_id", None)
+    if env_id and ":" in env_id:
+        refs["env_id"] = env_id.partition(":")[0]
+    entry = getattr(cfg, "env_entry_point", None)
+    if entry:
+        refs["env_entry_point"] = entry.partition(":")[0]
+    for i, reward in enumerate(getattr(cfg, "rewards", None) or []):
+        if reward.kind == "python" and reward.function:
+            refs[f"rewards[{i}].function"] = reward.function.partition(":")[0]
+    return refs
+
+
+def module_allowed(module: str, allowed: set[str]) -> bool:
+    """Whether `module` is in `allowed` or inside an allowed package (``a.b`` is inside ``a``)."""
+    parts = module.split(".")
+    return any(".".join(parts[:i]) in allowed for i in range(1, len(parts) + 1))
+
+
+def trusted_modules_from_env() -> set[str]:
+    """The modules ``$AGILERL_TRUSTED_MODULES`` allows (comma-separated)."""
+    return {m.strip() for m in os.environ.get(TRUSTED_MODULES_ENV, "").split(",") if m.strip()}
+
+
+def check_code_allowed(cfg: ExperimentConfig, allowed: set[str], source: str = "the flow run's config") -> None:
+    """A ConfigError naming the first field of `cfg` that names a module outside `allowed`."""
+    for field, module in code_references(cfg).items():
+        if not module_allowed(module, allowed):
+            raise ConfigError(
+                f"{field}: {source} names module {module!r}, which is not allowed in a parameter: a flow run's "
+                f"parameters come from anyone who can reach the Prefect API, so only modules the deployed config "
+                f"itself names, or those in ${TRUSTED_MODULES_ENV} on the worker, may be imported (allowed: "
+                f"{', '.join(sorted(allowed)) or 'none'}). Name it in the deployment's config, or add it to "
+                f"{TRUSTED_MODULES_ENV} in the worker's environment")

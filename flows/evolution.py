@@ -56,6 +56,7 @@ from tasks.generation import (
     train_group_task,
 )
 from tasks.reports import elite_path, render_lineage
+from tasks.trust import check_flow_run_code
 from tasks.tracking import (
     SECRET_FIELDS,
     Tracker,
@@ -222,6 +223,7 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
     """The body of every evolution flow (called inside a flow run): the prepared run (or prepare it now),
     one DAG per generation, the elite, tracking."""
     logger = get_run_logger()
+    check_flow_run_code(cfg)  # a deployment's parameters may not name code its own config does not
     prepared = PREPARED_RUNS.take(cfg, run_id) or prepare_run(cfg, run_id)
     cfg, run_id, evo, store = prepared.cfg, prepared.run_id, prepared.evo, prepared.store
     if prepared.dropped:

@@ -233,9 +233,11 @@ def train_stored_group(run_id: str, storage_uri: str, generation: int, steps: in
     group's training and evaluation, everything written back to storage."""
     from agilerl_core.config import validate_config
     from agilerl_core.io.storage import open_storage
+    from tasks.trust import check_stored_run_code
 
     store = RunStore(open_storage(storage_uri), run_id)
     cfg = validate_config(store.run_info()["config"])
+    check_stored_run_code(cfg)  # the storage URI is a parameter: the config it points at is not trusted
     job = GenerationJob(run_id, cfg, storage_uri, generation, steps, "process")
     run = worker_run(job)
     members = [MemberState(*store.get_member_state(generation, slot, "in")[:2]) for slot in slots]

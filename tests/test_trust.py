@@ -177,3 +177,55 @@ def test_an_llm_base_recorded_in_a_checkpoint_never_runs_code(tmp_path, marker):
         with pytest.raises(CheckpointError, match=r"member\.json: field agent\.base"):
             load_llm_member(str(elite))
         assert not marker.path.exists(), f"loading ran code for base {base}"
+
+
+# ---- code named by a deployment run's parameters ---------------------------------------------------------------
+def test_code_references_and_the_allowlist():
+    from agilerl_core.config import check_code_allowed, code_references, module_allowed
+    from agilerl_core.errors import ConfigError
+
+    cfg = tiny_config(env_id="pkg.envs:Line-v0", env_entry_point="other.mod:Line")
+    assert code_references(cfg) == {"env_id": "pkg.envs", "env_entry_point": "other.mod"}
+    assert module_allowed("pkg.envs.sub", {"pkg"}) and not module_allowed("pkgx", {"pkg"})
+    check_code_allowed(cfg, {"pkg", "other.mod"})
+    with pytest.raises(ConfigError, match=r"^env_entry_point: .*'other\.mod'.*AGILERL_TRUSTED_MODULES"):
+        check_code_allowed(cfg, {"pkg.envs"})
+    assert code_references(tiny_config()) == {}
+
+
+@pytest.mark.integration
+def test_a_deployment_run_refuses_parameters_naming_code_its_config_does_not(servers, tmp_path):
+    """Deployed with a config naming tests.conftest's env: a run whose `config` parameter names another module
+    fails before anything is imported, naming the field; the deployed config itself still runs."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from tests.conftest import ROOT_DIR, cli_env, flow_cli
+
+    marker = Path(tempfile.gettempdir()) / "agilerl-evil-module-imported"
+    marker.unlink(missing_ok=True)
+    servers.start_worker()
+    env = {**cli_env(tmp_path), **servers.client_env()}
+    config = {"name": "trust-test", "env_id": "Line-v0", "env_entry_point": "tests.conftest:MaskedLineEnv",
+              "num_envs": 2, "population_size": 2, "evo_steps": 100, "eval_episodes": 1, "max_env_steps": 200,
+              "seed": 0, "hyperparameters": {"batch_size": 32, "learning_delay": 32, "buffer_size": 1000},
+              "network": {"hidden_sizes": [16], "min_nodes": 8}, "tracking": {"enabled": False},
+              "storage": {"uri": str(tmp_path / "runs")}}
+    deploy = (f"from prefect import flow\n"
+              f"flow.from_source(source={str(ROOT_DIR)!r}, entrypoint='flows/online.py:online_evolution').deploy("
+              f"name='trust-test', work_pool_name='agilerl-process', parameters={{'config': {config!r}}}, "
+              f"print_next_steps=False)\n")
+    p = subprocess.run([sys.executable, "-c", deploy], cwd=ROOT_DIR, env=env, capture_output=True, text=True,
+                       timeout=120, check=False)
+    assert p.returncode == 0, p.stderr[-2000:]
+    refused = flow_cli("trigger", "online-evolution/trust-test", "--param",
+                       "config.env_entry_point=tests.evil_module:Env", "--wait", "--timeout", "240",
+                       cwd=ROOT_DIR, env=env, timeout=300)
+    assert refused.returncode != 0
+    out = refused.stdout + refused.stderr
+    assert "env_entry_point" in out and "tests.evil_module" in out and "not allowed in a parameter" in out, out[-3000:]
+    assert not marker.exists(), "the refused parameter's module was imported"
+    ran = flow_cli("trigger", "online-evolution/trust-test", "--param", "config.seed=1", "--wait", "--timeout", "240",
+                   cwd=ROOT_DIR, env=env, timeout=300)
+    assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
