@@ -56,7 +56,6 @@ from tasks.generation import (
     train_group_task,
 )
 from tasks.reports import elite_path, render_lineage
-from tasks.trust import check_flow_run_code
 from tasks.tracking import (
     SECRET_FIELDS,
     Tracker,
@@ -68,6 +67,7 @@ from tasks.tracking import (
     run_description,
     tracking_uri,
 )
+from tasks.trust import check_flow_run_code
 
 SUMMARY_ARTIFACT = "evolution-summary"
 
