@@ -229,3 +229,74 @@ def test_a_deployment_run_refuses_parameters_naming_code_its_config_does_not(ser
     ran = flow_cli("trigger", "online-evolution/trust-test", "--param", "config.seed=1", "--wait", "--timeout", "240",
                    cwd=ROOT_DIR, env=env, timeout=300)
     assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
+
+
+# ---- no path from a key, id or URI escapes its root ----------------------------------------------------------
+def _s3_opts(s3):
+    from agilerl_core.io.storage import S3Options
+
+    c = s3.credentials()
+    return S3Options(s3.s3_url, None, c["access_key_id"], c["secret_access_key"])
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("bad", ["../../escape.txt", "/etc/escape.txt", "a/./b.txt", "a/../../escape.txt"])
+def test_dataset_keys_that_would_leave_the_cache_are_refused_before_any_write(s3, tmp_path, monkeypatch, bad):
+    """SeaweedFS itself refuses '..' keys and folds '//', but other S3 stores hold them: the listing of a real
+    bucket is given one such key, and nothing is written or deleted anywhere."""
+    from agilerl_core.data.fetch import resolve_dataset
+    from agilerl_core.errors import DatasetError
+    from agilerl_core.io.storage import S3Storage
+
+    opts = _s3_opts(s3)
+    store = S3Storage("s3://agilerl", opts)
+    prefix = f"trust/ds-{tmp_path.name}"
+    store.put_bytes(f"{prefix}/ok.txt", b"fine")
+    real_list = S3Storage.list
+    monkeypatch.setattr(S3Storage, "list", lambda self, p: [*real_list(self, p), f"{prefix}/{bad}"])
+    cache = tmp_path / "cache"
+    with pytest.raises(DatasetError, match=r"would leave its directory.*refusing it before anything is written"):
+        resolve_dataset(f"s3://agilerl/{prefix}", opts, str(cache))
+    assert not list(cache.rglob("*.txt")) and not (tmp_path / "escape.txt").exists()
+    with pytest.raises(Exception, match="would leave its directory"):
+        store.download_dir(prefix, tmp_path / "mirror" / "deep")
+    assert not (tmp_path / "mirror").exists()
+
+
+@pytest.mark.integration
+def test_a_symlink_planted_in_the_cache_is_not_written_through(s3, tmp_path):
+    from agilerl_core.data.fetch import resolve_dataset
+    from agilerl_core.errors import StorageError
+    from agilerl_core.io.storage import S3Storage
+
+    opts = _s3_opts(s3)
+    store = S3Storage("s3://agilerl", opts)
+    prefix = f"trust/link-{tmp_path.name}"
+    store.put_bytes(f"{prefix}/sub/data.txt", b"v1")
+    cache = tmp_path / "cache"
+    first = resolve_dataset(f"s3://agilerl/{prefix}", opts, str(cache))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    sub = first.path / "sub"
+    (sub / "data.txt").unlink()
+    sub.rmdir()
+    sub.symlink_to(outside)  # the cache's sub/ now leads out of it
+    store.put_bytes(f"{prefix}/sub/data.txt", b"v2")  # changed: it would be fetched again into sub/
+    with pytest.raises(StorageError, match="outside"):
+        resolve_dataset(f"s3://agilerl/{prefix}", opts, str(cache))
+    assert not any(outside.iterdir())
+
+
+def test_names_in_checkpoints_and_dataset_ids_stay_below_their_roots(tmp_path, monkeypatch):
+    from agilerl_core.data.fetch import resolve_dataset
+    from agilerl_core.errors import DatasetError
+
+    evo = build_evolution(tiny_config(population_size=2))
+    pop = evo.save(tmp_path / "pop")
+    _edit(pop / "population.json", lambda d: d.__setitem__("members", ["0", "../../elsewhere"]))
+    with pytest.raises(CheckpointError, match=r"population\.json: field members lists '\.\./\.\./elsewhere'"):
+        load_population(pop)
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    for bad in ("minari:../../etc", "minari:/etc/passwd", "minari:a/../../b"):
+        with pytest.raises(DatasetError, match="would leave its directory"):
+            resolve_dataset(bad)

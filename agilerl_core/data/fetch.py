@@ -25,7 +25,7 @@ from pathlib import Path
 from agilerl_core.data.minari_format import datasets_root
 from agilerl_core.errors import DatasetError, StorageError
 from agilerl_core.io.digest import sha256_file, tree_digest
-from agilerl_core.io.storage import S3Options, S3Storage
+from agilerl_core.io.storage import S3Options, S3Storage, contained, safe_relpath
 
 _MD5 = re.compile(r"^[0-9a-f]{32}$")
 _CHUNK = 8 << 20
@@ -71,7 +71,11 @@ def resolve_dataset(uri: str, s3: S3Options | None = None, cache_dir: str | None
     if uri.startswith("s3://"):
         return _fetch_s3(uri, s3, cache_root(cache_dir))
     if uri.startswith("minari:"):
-        path = datasets_root() / uri[len("minari:"):]
+        name = uri[len("minari:"):]
+        try:
+            path = contained(datasets_root(), safe_relpath(name, f"dataset.uri {uri!r}"), f"dataset.uri {uri!r}")
+        except StorageError as err:
+            raise DatasetError(str(err)) from None
         if not path.is_dir():
             raise DatasetError(f"dataset.uri {uri!r}: no Minari dataset at {path} (MINARI_DATASETS_PATH); record "
                                f"one with `agilerl-flow dataset collect --out {uri}` or `minari download ID`")
@@ -121,6 +125,8 @@ def _fetch_s3(uri: str, s3: S3Options | None, root: Path) -> LocalDataset:
             single = False
         if not objects:
             raise DatasetError(f"dataset.uri {uri!r}: nothing stored there; upload the dataset or fix the key")
+        for rel, k in objects.items():  # every key checked before anything is written or deleted
+            safe_relpath(rel, f"dataset.uri {uri!r}: object {k!r}")
         remote = {rel: store.head(k) for rel, k in objects.items()}
     except StorageError as err:
         raise DatasetError(f"dataset.uri {uri!r}: {err}") from None
@@ -133,8 +139,9 @@ def _fetch_s3(uri: str, s3: S3Options | None, root: Path) -> LocalDataset:
         except (json.JSONDecodeError, KeyError, TypeError):
             cached = {}  # a damaged manifest: everything is checked and fetched again
         manifest, downloaded = {}, False
+        cached = {rel: m for rel, m in cached.items() if _is_safe(rel)} if isinstance(cached, dict) else {}
         for rel, (etag, size) in sorted(remote.items()):
-            dest = content / rel
+            dest = contained(content, rel, f"dataset.uri {uri!r}: object {objects[rel]!r}")
             known = cached.get(rel)
             if known and known.get("etag") == etag and known.get("size") == size and dest.is_file() \
                     and dest.stat().st_size == size and sha256_file(dest) == known.get("sha256"):
@@ -144,7 +151,8 @@ def _fetch_s3(uri: str, s3: S3Options | None, root: Path) -> LocalDataset:
                                                                              uri)}
             downloaded = True
         for stale in set(cached) - set(manifest):
-            (content / stale).unlink(missing_ok=True)
+            with contextlib.suppress(StorageError):
+                contained(content, stale, "cache").unlink(missing_ok=True)
         tmp = entry / ".manifest.json.tmp"
         tmp.write_text(json.dumps({"uri": uri, "objects": manifest}, indent=1))
         tmp.replace(manifest_file)
@@ -152,6 +160,14 @@ def _fetch_s3(uri: str, s3: S3Options | None, root: Path) -> LocalDataset:
     digest = manifest[next(iter(objects))]["sha256"] if single else \
         tree_digest({rel: m["sha256"] for rel, m in manifest.items()})
     return LocalDataset(uri, path, digest, downloaded)
+
+
+def _is_safe(rel: object) -> bool:
+    """Whether a cache manifest's entry is a path below the cache (a damaged or edited manifest is not obeyed)."""
+    try:
+        return isinstance(rel, str) and bool(safe_relpath(rel, "cache manifest"))
+    except StorageError:
+        return False
 
 
 def _download(store: S3Storage, key: str, dest: Path, etag: str, size: int, uri: str) -> str:

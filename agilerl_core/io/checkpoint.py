@@ -222,6 +222,8 @@ def load_population(path: str | Path, obs_spec: ObsSpec | None = None, buffer: R
     meta = _read_json(path / "population.json", POPULATION_FORMAT)
     members = []
     for name in meta.get("members", []):
+        if not (isinstance(name, str) and name.isdigit()):  # a slot number, never a path
+            raise CheckpointError(f"{path / 'population.json'}: field members lists {name!r}, not a slot number")
         member, _ = load_member(path / "members" / name, obs_spec, device, rebuild)
         if obs_spec is None and rebuild is None:
             obs_spec = member.agent.env_spec

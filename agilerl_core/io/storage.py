@@ -79,14 +79,37 @@ class Storage(ABC):
         keys = self.list(prefix + "/")
         if not keys:
             raise StorageError(f"{self.url(prefix)}: nothing stored there")
-        for key in keys:
-            dest = local / key[len(prefix) + 1:]
+        rels = [safe_relpath(key[len(prefix) + 1:], self.url(key)) for key in keys]  # all checked first
+        for key, rel in zip(keys, rels, strict=True):
+            dest = contained(local, rel, self.url(key))  # no symbolic link leads it out of `local`
             dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.unlink(missing_ok=True)  # replace a link itself, never write through it
             dest.write_bytes(self.get_bytes(key))
         return local
 
     def delete_prefix(self, prefix: str) -> None:
         self.delete(self.list(prefix.rstrip("/") + "/"))
+
+
+def safe_relpath(rel: str, where: str) -> str:
+    """`rel` (a key's remainder below a prefix, a name from a listing) as a relative POSIX path that stays
+    below its root: no absolute path, no ``..`` or ``.`` part, no empty part (``prefix//etc``), no NUL or
+    backslash. A StorageError naming `where` otherwise."""
+    parts = rel.split("/")
+    if not rel or rel.startswith("/") or "\0" in rel or "\\" in rel or any(p in ("", ".", "..") for p in parts):
+        raise StorageError(f"{where}: the key's path {rel!r} would leave its directory (absolute, empty, '.' or "
+                           f"'..' parts); refusing it before anything is written. Remove or rename that object")
+    return rel
+
+
+def contained(root: Path, rel: str, where: str) -> Path:
+    """``root / rel`` after checking that, symlinks resolved, it stays inside `root`."""
+    root_real = Path(root).resolve()
+    dest = Path(root) / rel
+    real = dest.resolve()
+    if real != root_real and root_real not in real.parents:
+        raise StorageError(f"{where}: {rel!r} resolves to {real}, outside {root_real} (a symbolic link?); refusing it")
+    return dest
 
 
 class LocalStorage(Storage):
