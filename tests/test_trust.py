@@ -300,3 +300,61 @@ def test_names_in_checkpoints_and_dataset_ids_stay_below_their_roots(tmp_path, m
     for bad in ("minari:../../etc", "minari:/etc/passwd", "minari:a/../../b"):
         with pytest.raises(DatasetError, match="would leave its directory"):
             resolve_dataset(bad)
+
+
+# ---- every child draws its own randomness ---------------------------------------------------------------------
+def _clones_of_the_best(seed: int, algorithm: str = "dqn", **extra):
+    """A population of 3 evolved once with tournaments of the whole population and no mutation: every new
+    member (the elite too) is a clone of the one best member."""
+    cfg = tiny_config(seed=seed, algorithm=algorithm, **{"tournament.size": 3, "mutation.no_mutation": 1.0,
+                                                         "mutation.architecture": 0.0, "mutation.parameters": 0.0,
+                                                         "mutation.rl_hp": 0.0}, **extra)
+    evo = build_evolution(cfg)
+    evo.population.record_fitness([0.0, 5.0, 1.0])
+    evo.evolve()
+    assert [m.parent_id for m in evo.population.members] == [1, 1, 1]
+    return evo
+
+
+def _draws(agent) -> tuple:
+    return (tuple(agent.np_rng.integers(0, 10**9, 4)), tuple(torch.randint(0, 10**9, (4,), generator=agent.torch_gen)
+                                                             .tolist()))
+
+
+def test_clones_of_one_parent_draw_differently_and_the_same_seed_repeats():
+    evo = _clones_of_the_best(0)
+    draws = [_draws(m.agent) for m in evo.population.members]
+    assert len({d[0] for d in draws}) == 3 and len({d[1] for d in draws}) == 3  # numpy and torch, every member
+    again = _clones_of_the_best(0)
+    assert [_draws(m.agent) for m in again.population.members] == draws  # deterministic
+    other = _clones_of_the_best(1)
+    assert [_draws(m.agent) for m in other.population.members] != draws
+
+
+def test_clones_explore_and_sample_minibatches_differently():
+    cfg = tiny_config(seed=0, **{"tournament.size": 3, "mutation.no_mutation": 1.0, "mutation.architecture": 0.0,
+                                 "mutation.parameters": 0.0, "mutation.rl_hp": 0.0})
+    evo = build_evolution(cfg)
+    evo.run_generation()  # fills the shared replay buffer
+    for m, f in zip(evo.population.members, [0.0, 5.0, 1.0], strict=True):
+        m.fitness_history[-1] = f
+    evo.evolve()
+    members = [m.agent for m in evo.population.members]
+    obs = {"obs": torch.zeros(64, 4)}
+    assert len({tuple(a.act(obs, 0.5).tolist()) for a in members}) == 3  # epsilon coin flips of their own
+    batches = [a.sample(evo.arena.buffer, None) for a in members]
+    assert len({tuple(b.reward.tolist()) + tuple(b.obs["obs"].sum(1).tolist()) for b in batches}) == 3
+
+
+def test_ippo_team_clones_reseed_every_policy_unit():
+    from tests.test_multi_agent import ma_config
+
+    cfg = ma_config(algorithm="ippo", population_size=3, **{"tournament.size": 3, "mutation.no_mutation": 1.0,
+                                                            "mutation.architecture": 0.0, "mutation.parameters": 0.0,
+                                                            "mutation.rl_hp": 0.0}, hyperparameters={})
+    evo = build_evolution(cfg)
+    evo.population.record_fitness([0.0, 5.0, 1.0])
+    evo.evolve()
+    for unit in evo.population.members[0].agent.learners:
+        draws = {_draws(m.agent.learners[unit]) for m in evo.population.members}
+        assert len(draws) == 3

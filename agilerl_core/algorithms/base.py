@@ -344,6 +344,11 @@ class RLAlgorithm(ABC):
             agent.obs_norm.load_tensors({k[9:]: v for k, v in tensors.items() if k.startswith("obs_norm/")})
         return agent
 
+    def reseed(self, seed: int) -> None:
+        """Fresh numpy and torch generators from `seed` (exploration, noise, minibatch and shuffle draws)."""
+        self.np_rng = np.random.default_rng(seed)
+        self.torch_gen.manual_seed(int(seed))
+
     def clone(self) -> RLAlgorithm:
         """An independent copy (same weights, optimiser state, hyperparameters and RNG)."""
         tensors, meta = self.state()

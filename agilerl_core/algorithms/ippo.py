@@ -121,6 +121,12 @@ class IPPO:
     def param_count(self) -> int:
         return sum(learner.param_count() for learner in self.learners.values())
 
+    def reseed(self, seed: int) -> None:
+        """Each policy unit's learner gets generators of its own from `seed`."""
+        seeds = np.random.SeedSequence(int(seed)).generate_state(len(self.learners))
+        for learner, s in zip(self.learners.values(), seeds, strict=True):
+            learner.reseed(int(s) & 0x7FFFFFFF)
+
     def clone(self) -> IPPO:
         tensors, meta = self.state()
         return type(self).from_state(self.ma, tensors, meta, self.device)

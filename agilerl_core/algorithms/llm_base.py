@@ -146,6 +146,11 @@ class LLMAlgorithm:
     def param_count(self) -> int:
         return self.adapter.numel()
 
+    def reseed(self, seed: int) -> None:
+        """Nothing to do: an LLM member keeps no generator; every phase draws from the (run seed, generation,
+        slot) seed it is given."""
+        return None
+
     def clone(self) -> LLMAlgorithm:
         new = type(self)(self.base, self.adapter.clone(), self.hp.model_copy())
         step, moments = self._adam_state()

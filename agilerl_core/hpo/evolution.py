@@ -63,7 +63,7 @@ def groups_of(keys: Sequence[object | None], cap: int | None) -> list[tuple[int,
 
 
 # what each seed is for: derive_seed(master, PURPOSE, ...)
-MEMBER_SEED, TRAIN_SEED, EVAL_SEED = 1, 2, 3
+MEMBER_SEED, TRAIN_SEED, EVAL_SEED, CHILD_SEED = 1, 2, 3, 4
 
 
 @dataclass
@@ -303,7 +303,9 @@ class Evolution:
 
     def evolve(self) -> None:
         """Tournament selection with elitism, then one mutation per non-elite child: the next generation."""
-        self.population.evolve(self.settings.tournament, self.settings.mutations)
+        seed = self.settings.seed
+        self.population.evolve(self.settings.tournament, self.settings.mutations,
+                               lambda generation, slot: derive_seed(seed, CHILD_SEED, generation, slot))
 
     def best_fitness(self) -> float:
         """The best evaluation of any generation so far."""

@@ -52,5 +52,9 @@ class Evolvable(Protocol):
     def clone(self) -> Evolvable:
         """An independent copy: same weights, optimiser state, hyperparameters and RNG."""
 
+    def reseed(self, seed: int) -> None:
+        """Give it generators of its own drawn from `seed` (a new member after selection: never its parent's or
+        a sibling's draws)."""
+
     def state(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """(tensors, JSON-able metadata) that fully determine it; its arena rebuilds it from them."""

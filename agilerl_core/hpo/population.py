@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -82,14 +83,19 @@ class Population:
         return self.members[elite_index([m.fitness if m.fitness is not None else float("nan")
                                          for m in self.members])]
 
-    def evolve(self, tournament: TournamentSelection, mutations: Mutations) -> None:
-        """Select parents by tournament, clone and mutate them: the next generation (in place)."""
+    def evolve(self, tournament: TournamentSelection, mutations: Mutations,
+               seed_of: Callable[[int, int], int] | None = None) -> None:
+        """Select parents by tournament, clone and mutate them: the next generation (in place). `seed_of(generation,
+        slot)` seeds each new member's own generators (clones of one parent, the elite included, then draw
+        differently from it and from each other)."""
         fitnesses = [m.fitness if m.fitness is not None else float("nan") for m in self.members]
         parents = tournament.select(fitnesses, self.rng)
         new_members = []
         for slot, p in enumerate(parents):
             parent = self.members[p]
             agent = parent.agent.clone()
+            if seed_of is not None:
+                agent.reseed(seed_of(self.generation + 1, slot))
             if slot == 0 and tournament.elitism:
                 mutation = "elite"
             else:
