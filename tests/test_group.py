@@ -309,6 +309,10 @@ def team_buffer(spec, slots: int) -> ReplayBuffer:
                 data[name] = torch.randint(0, spec.actions[agent].dim, (n,), generator=g)
             elif kind in ("terminated", "acted"):
                 data[name] = (torch.rand(n, generator=g) < (0.2 if kind == "terminated" else 0.85)).float()
+            elif kind in ("mask", "next_mask"):  # action masks: some actions barred, one always allowed
+                m = torch.rand((n, *f.shape), generator=g) < 0.6
+                m[torch.arange(n), torch.randint(0, f.shape[0], (n,), generator=g)] = True
+                data[name] = m
             else:
                 data[name] = (torch.rand((n, *f.shape), generator=g) * 2 - 1).to(f.dtype)
         return data
@@ -325,8 +329,8 @@ def team_buffer(spec, slots: int) -> ReplayBuffer:
 def test_team_group_update_equals_each_members_own(algo, mixed):
     """MADDPG/MATD3 teams with their own learning rates, gamma, tau, batch size, policy_freq, smoothing
     noise and Gumbel temperature, other widths (zero-padded), per-critic gradient clipping, agents out of
-    their episodes and a member sitting a step out: the batched critic, actor (tanh and straight-through
-    Gumbel-softmax) and target updates equal each team's own."""
+    their episodes, action masks and a member sitting a step out: the batched critic, actor (tanh and
+    straight-through Gumbel-softmax among allowed actions) and target updates equal each team's own."""
     from tests.test_multi_agent import MIXED, SPEAKER_LISTENER
 
     spec = MIXED if mixed else SPEAKER_LISTENER

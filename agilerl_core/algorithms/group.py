@@ -132,13 +132,20 @@ class StackedAdam:
         self.grad.zero_()
 
     @torch.no_grad()
-    def clip_grad_norm(self, max_norm: float) -> None:
+    def clip_grad_norm(self, max_norm: float, extra: torch.Tensor | None = None) -> None:
         """Scale each member's (network's) gradient to a norm of at most `max_norm` (as FlatAdam.clip_grad_norm
-        on its own)."""
+        on its own). `extra` [K, ...]: each member's gradients of parameters outside the stack (PPO's log_std),
+        counted in its norm and scaled with it (one network per member only)."""
         owner = self._clip_owner
         sq = torch.zeros(self.k * self.networks, device=self.grad.device).index_add_(0, owner, self.grad * self.grad)
+        if extra is not None:
+            if self.networks != 1:
+                raise ValueError("extra gradients are clipped with a stack of one network per member")
+            sq = sq + extra.reshape(self.k, -1).pow(2).sum(1)
         scale = torch.clamp(max_norm / (sq.sqrt() + 1e-6), max=1.0)
         self.grad.mul_(scale[owner])
+        if extra is not None:
+            extra.mul_(scale.view(self.k, *([1] * (extra.dim() - 1))))
 
     @torch.no_grad()
     def step(self, active: torch.Tensor | None = None) -> None:

@@ -115,16 +115,17 @@ class GRPO(LLMAlgorithm):
             fmask = cmask.float()
             ntok = fmask.sum().clamp(min=1)
             ref = old = None
+            temp = hp.temperature  # the sampling policy's: ratio, KL and gradient all belong to it
             with torch.no_grad():
                 if hp.beta > 0 or kl_metric:
                     with base.reference():
-                        ref = torch.cat([completion_logprobs(model, ids[s], mask[s], comp[s], cmask[s]) for s in parts])
+                        ref = torch.cat([completion_logprobs(model, ids[s], mask[s], comp[s], cmask[s], temp) for s in parts])
                 if hp.update_epochs > 1:
-                    old = torch.cat([completion_logprobs(model, ids[s], mask[s], comp[s], cmask[s]) for s in parts])
+                    old = torch.cat([completion_logprobs(model, ids[s], mask[s], comp[s], cmask[s], temp) for s in parts])
             loss_sum, kl_sum, norm = 0.0, 0.0, 0.0
             for epoch in range(hp.update_epochs):
                 for s in self.my_parts(parts):
-                    logp = completion_logprobs(model, ids[s], mask[s], comp[s], cmask[s])
+                    logp = completion_logprobs(model, ids[s], mask[s], comp[s], cmask[s], temp)
                     ref_s = None if ref is None else ref[s]
                     tok = grpo_token_loss(logp, logp.detach() if old is None else old[s], ref_s, adv[s], hp.clip,
                                           hp.beta)

@@ -122,10 +122,11 @@ class IPPO:
         return sum(learner.param_count() for learner in self.learners.values())
 
     def reseed(self, seed: int) -> None:
-        """Each policy unit's learner gets generators of its own from `seed`."""
-        seeds = np.random.SeedSequence(int(seed)).generate_state(len(self.learners))
-        for learner, s in zip(self.learners.values(), seeds, strict=True):
-            learner.reseed(int(s) & 0x7FFFFFFF)
+        """Each policy unit's learner gets generators of its own from `seed` (the first takes `seed` itself, so a
+        one-agent team draws as a PPO member would)."""
+        for i, learner in enumerate(self.learners.values()):
+            learner.reseed(int(seed) if i == 0 else
+                           int(np.random.SeedSequence([int(seed), i]).generate_state(1)[0]) & 0x7FFFFFFF)
 
     def clone(self) -> IPPO:
         tensors, meta = self.state()

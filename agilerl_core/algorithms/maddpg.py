@@ -205,14 +205,17 @@ class MADDPG(RLAlgorithm):
         return self.networks[name](obs, joint_action).squeeze(1)
 
     @torch.no_grad()
-    def target_actions(self, next_obs: Obs, smoothing_noise: AgentTensors | None = None) -> AgentTensors:
+    def target_actions(self, next_obs: Obs, smoothing_noise: AgentTensors | None = None,
+                       next_masks: AgentTensors | None = None) -> AgentTensors:
         """Every agent's target-actor action on the next observations: Box ones with MATD3's clipped
-        smoothing noise (drawn from the agent's generator unless given), Discrete ones one-hot greedy."""
+        smoothing noise (drawn from the agent's generator unless given), Discrete ones one-hot greedy among
+        the actions their next mask allows."""
         hp = self.hp
         out = {}
         for a in self.agents:
             y = self._actor_out(a, next_obs[a], target=True)
             if self.action_specs[a].discrete:
+                y = masked_logits(y, None if next_masks is None else next_masks.get(a))
                 out[a] = F.one_hot(y.argmax(-1), y.shape[-1]).to(torch.float32)
                 continue
             x = torch.tanh(y)
@@ -228,7 +231,8 @@ class MADDPG(RLAlgorithm):
         """y_i for every agent i, stacked [agents, batch] (see the module doc): every target critic in one
         batched pass, the minimum over each agent's critics."""
         next_vec, _ = self.ma.joint.preprocess(batch.next_obs)
-        x = torch.cat([next_vec, self.joint_action(self.target_actions(batch.next_obs, smoothing_noise))], dim=1)
+        x = torch.cat([next_vec, self.joint_action(self.target_actions(batch.next_obs, smoothing_noise,
+                                                                       batch.next_mask))], dim=1)
         q_next = stacked_forward(self.critic_target_layers, x, self.arch.activation)
         q_next = q_next.view(len(self.critic_names), len(self.agents), -1).min(0).values
         reward = torch.stack([batch.reward[a] for a in self.agents])
@@ -274,8 +278,8 @@ class MADDPG(RLAlgorithm):
         for a in self.agents:
             self.optimizers[f"actor.{a}"].zero_grad()
             y = self._actor_out(a, batch.obs[a])
-            mine[a] = gumbel_softmax(y, self.hp.gumbel_temperature, self.torch_gen) \
-                if self.action_specs[a].discrete else torch.tanh(y)
+            mine[a] = gumbel_softmax(masked_logits(y, batch.agent_mask(a)), self.hp.gumbel_temperature,
+                                     self.torch_gen) if self.action_specs[a].discrete else torch.tanh(y)
         xs = torch.stack([torch.cat([obs_vec, self.joint_action({b: mine[a] if b == a else batch.action[b]
                                                                  for b in self.agents})], dim=1)
                           for a in self.agents])

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from agilerl_core.algorithms.fused_mlp import stacked_backward, stacked_forward_cached
 from agilerl_core.algorithms.group import ReplayGroup, StackedRows, actor_turns, clipped_step, param_shapes
+from agilerl_core.algorithms.maddpg import masked_logits
 from agilerl_core.buffers.replay import MultiAgentBatch
 from agilerl_core.networks.stacked import Layers, stacked_forward
 
@@ -88,6 +89,12 @@ class MADDPGGroup(ReplayGroup):
         vec, _ = self.ma.joint.preprocess(obs)
         return torch.cat([vec, self.agents[0].joint_action(actions)], dim=1).view(k, b, -1)
 
+    @staticmethod
+    def _mask(batch: MultiAgentBatch, agent: str, k: int, b: int, following: bool = False) -> torch.Tensor | None:
+        """Agent `agent`'s action masks [K, B, A] (on next_obs when `following`), None when it has none."""
+        m = batch.agent_mask(agent, following)
+        return None if m is None else m.view(k, b, -1)
+
     def _per_agent(self, batch_field, k: int, b: int) -> torch.Tensor:
         return torch.stack([batch_field[x].view(k, b) for x in self.names], dim=1)  # [K, N, B]
 
@@ -101,6 +108,7 @@ class MADDPGGroup(ReplayGroup):
             y = stacked_forward(self.target_layers[f"actor.{x}.target"],
                                 self._actor_input(x, batch.next_obs[x]).view(k, b, -1), self.activation)
             if self.specs[x].discrete:
+                y = masked_logits(y, self._mask(batch, x, k, b, following=True))
                 nxt[x] = F.one_hot(y.argmax(-1), y.shape[-1]).to(torch.float32).view(k * b, -1)
                 continue
             t = torch.tanh(y)
@@ -152,7 +160,8 @@ class MADDPGGroup(ReplayGroup):
         for j, x in enumerate(self.names):
             pre, inputs = stacked_forward_cached(self.adams[f"actor.{x}"].layers,
                                                  self._actor_input(x, batch.obs[x]).view(k, b, -1), self.activation)
-            if self.specs[x].discrete:
+            if self.specs[x].discrete:  # masked actions get no probability, so no gradient either
+                pre = masked_logits(pre, self._mask(batch, x, k, b))
                 soft = F.softmax((pre + self._gumbel(rows, turns, pre.shape[-1])) / self.temperature, dim=-1)
                 mine = F.one_hot(soft.argmax(-1), pre.shape[-1]).to(soft.dtype) + soft - soft
             else:

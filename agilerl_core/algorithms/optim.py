@@ -13,6 +13,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from agilerl_core.networks.transfer import overlap_slices
+
 
 def flatten_parameters(module: nn.Module, with_grad: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Move `module`'s parameters into one flat buffer (and grads into another); return both."""
@@ -97,18 +99,28 @@ class FlatAdam:
         self.grad.zero_()
 
     @torch.no_grad()
-    def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
+    def clip_grad_norm(self, max_norm: float, extra: torch.Tensor | None = None) -> torch.Tensor:
         """Scale each module's gradient to a global norm of at most `max_norm` (as
-        torch.nn.utils.clip_grad_norm_ on that module alone)."""
+        torch.nn.utils.clip_grad_norm_ on that module alone). `extra`: gradients of parameters kept outside
+        the module (PPO's log_std; [K, ...] when stacked) counted in the norm and scaled with it."""
         if not self.blocks:
-            norm = torch.linalg.vector_norm(self.grad)
-            self.grad.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+            sq = self.grad.pow(2).sum() + (0.0 if extra is None else extra.pow(2).sum())
+            norm = sq.sqrt()
+            scale = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+            self.grad.mul_(scale)
+            if extra is not None:
+                extra.mul_(scale)
             return norm
         k = len(self.modules)
-        norm = torch.stack([g.reshape(k, -1).pow(2).sum(1) for _, g in self.blocks]).sum(0).sqrt()
+        sq = torch.stack([g.reshape(k, -1).pow(2).sum(1) for _, g in self.blocks]).sum(0)
+        if extra is not None:
+            sq = sq + extra.reshape(k, -1).pow(2).sum(1)
+        norm = sq.sqrt()
         scale = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
         for _, g in self.blocks:
             g.mul_(scale.view(k, *([1] * (g.dim() - 1))))
+        if extra is not None:
+            extra.mul_(scale.view(k, *([1] * (extra.dim() - 1))))
         return norm
 
     @torch.no_grad()
@@ -132,14 +144,23 @@ class FlatAdam:
 
     def load_state_tensors(self, state: dict[str, torch.Tensor], strict: bool = True,
                            module: nn.Module | None = None) -> list[str]:
-        """Load per-parameter state of `module` (default: the only one); with strict=False, parameters whose
-        shape changed (or that are new) keep a fresh state. Returns the names whose state was kept."""
+        """Load per-parameter state of `module` (default: the only one). With strict=False a parameter whose
+        width changed (a mutation) keeps the state of the entries it shares with the old one, as its weights
+        do (start-aligned; conv kernels centred), and its new entries start fresh (zero moments, their own
+        bias correction); a new parameter starts fresh. Returns the names whose state was kept, wholly or
+        over the overlap."""
         kept = []
         for name, p in (module or self._only()).named_parameters():
             src = {k: state.get(f"{k}/{name}") for k in ("m", "v", "beta1_pow", "beta2_pow")}
             if all(t is not None and tuple(t.shape) == tuple(p.shape) for t in src.values()):
                 for k, t in src.items():
                     _state_view(getattr(self, k), self.flat, p).copy_(t)
+                kept.append(name)
+            elif not strict and all(t is not None and t.ndim == p.ndim for t in src.values()):
+                centered = (2, 3) if p.ndim == 4 else ()
+                for k, t in src.items():
+                    s_new, s_old = overlap_slices(p.shape, t.shape, centered)
+                    _state_view(getattr(self, k), self.flat, p)[s_new] = t[s_old].to(p.device)
                 kept.append(name)
             elif strict:
                 raise ValueError(f"optimiser state for {name!r} is missing or has the wrong shape")

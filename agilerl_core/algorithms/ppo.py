@@ -40,6 +40,19 @@ def value_loss(values: torch.Tensor, returns: torch.Tensor, old_values: torch.Te
     return 0.5 * torch.max(unclipped, clipped).mean()
 
 
+def minibatch_bounds(n: int, num_minibatches: int) -> list[tuple[int, int]]:
+    """(start, end) of `num_minibatches` minibatches covering `n` shuffled rows, sizes differing by at most one
+    (never a tail of a few rows that would weigh as much as a whole minibatch); fewer when n is smaller."""
+    m = max(1, min(num_minibatches, n))
+    size, extra = divmod(n, m)
+    out, start = [], 0
+    for i in range(m):
+        end = start + size + (1 if i < extra else 0)
+        out.append((start, end))
+        start = end
+    return out
+
+
 class PPO(RLAlgorithm):
     """Proximal policy optimisation with an actor and a critic network."""
 
@@ -163,13 +176,13 @@ class PPO(RLAlgorithm):
         hp = self.hp
         data, adv_all, ret_all = self.rollout_rows(rollout, steps, advantages, returns, valid)
         n = adv_all.shape[0]
-        mb = max(1, n // hp.num_minibatches)
+        bounds = minibatch_bounds(n, hp.num_minibatches)
         stats = {"loss": 0.0, "approx_kl": 0.0, "updates": 0}
         for _ in range(hp.update_epochs):
             perm = torch.randperm(n, generator=self.torch_gen)
             stop = False
-            for start in range(0, n, mb):
-                idx = perm[start: start + mb]
+            for start, end in bounds:
+                idx = perm[start: end]
                 obs = {k: v.index_select(0, idx) for k, v in data["obs"].items()}
                 mask = data["masks"].index_select(0, idx) if "masks" in data else None
                 log_std = self.log_std.clone().requires_grad_(self.continuous)
@@ -186,9 +199,10 @@ class PPO(RLAlgorithm):
                 for opt in self.optimizers.values():
                     opt.zero_grad()
                 loss.backward()
-                for opt in self.optimizers.values():
-                    if hp.max_grad_norm is not None:
-                        opt.clip_grad_norm(hp.max_grad_norm)
+                for name, opt in self.optimizers.items():
+                    if hp.max_grad_norm is not None:  # log_std is an actor parameter: clipped with it
+                        opt.clip_grad_norm(hp.max_grad_norm, log_std.grad if name == "actor" and self.continuous
+                                           else None)
                     opt.step()
                 if self.continuous:  # Adam with the actor's learning rate
                     adam_update_(self.log_std, log_std.grad, self.log_std_adam, hp.lr)

@@ -14,32 +14,33 @@ import torch
 
 from agilerl_core.algorithms.group import MemberGroup, stacked_blocks
 from agilerl_core.algorithms.optim import adam_update_
+from agilerl_core.algorithms.ppo import minibatch_bounds
 from agilerl_core.networks.stacked import Layers, stacked_forward
 
 
 class _Schedule:
     """One member's minibatches of a rollout update, drawn as its own learn_rollout draws them: a fresh
-    permutation at each epoch's start, `n // num_minibatches` rows each, until its epochs end or its
+    permutation at each epoch's start, split into `num_minibatches` near-equal minibatches, until its epochs end or its
     approximate KL passes target_kl."""
 
     def __init__(self, agent, n: int) -> None:
         self.agent, self.n = agent, n
-        self.mb = max(1, n // agent.hp.num_minibatches)
-        self.epoch, self.pos, self.perm, self.stopped = 0, n, None, False
+        self.bounds = minibatch_bounds(n, agent.hp.num_minibatches)
+        self.epoch, self.pos, self.perm, self.stopped = 0, len(self.bounds), None, False
 
     def next(self) -> torch.Tensor | None:
         if self.stopped:
             return None
-        if self.pos >= self.n:
+        if self.pos >= len(self.bounds):
             if self.perm is not None:
                 self.epoch += 1
             if self.epoch >= self.agent.hp.update_epochs:
                 self.stopped = True
                 return None
             self.perm, self.pos = torch.randperm(self.n, generator=self.agent.torch_gen), 0
-        idx = self.perm[self.pos: self.pos + self.mb]
-        self.pos += self.mb
-        return idx
+        start, end = self.bounds[self.pos]
+        self.pos += 1
+        return self.perm[start: end]
 
 
 class PPOGroup(MemberGroup):
@@ -159,8 +160,8 @@ class PPOGroup(MemberGroup):
         step_active = None if bool(active.all()) else active
         for n, adam in (("actor", self.actor), ("critic", self.critic)):
             adam.grad.copy_(leaves[n].grad)
-            if self.max_grad_norm is not None:
-                adam.clip_grad_norm(self.max_grad_norm)
+            if self.max_grad_norm is not None:  # log_std is clipped with its actor, as in the member's own update
+                adam.clip_grad_norm(self.max_grad_norm, ls_leaf.grad if n == "actor" and self.continuous else None)
             adam.step(step_active)
         for i, a in enumerate(self.agents):
             if idxs[i] is None:

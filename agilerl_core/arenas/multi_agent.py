@@ -78,6 +78,11 @@ class TeamReturns:
         return {a: returns.mean() for a, returns in self.per_agent.items()}
 
 
+def _mask_rows(mask: np.ndarray | None, n: int, dim: int) -> torch.Tensor:
+    """An agent's masks of `n` env copies as stored (all allowed where the env gives none)."""
+    return torch.ones((n, dim), dtype=torch.bool) if mask is None else torch.as_tensor(np.asarray(mask, dtype=bool))
+
+
 class _TeamCollector:
     """One team's side of an off-policy training phase: its envs, staging slot, returns and the gradient steps
     its collection earns."""
@@ -111,6 +116,9 @@ class _TeamCollector:
             data[f"reward.{a}"] = torch.as_tensor(rewards[a], dtype=torch.float32)
             data[f"terminated.{a}"] = torch.as_tensor(terminated[a], dtype=torch.float32)
             data[f"acted.{a}"] = torch.as_tensor(info["acted"][a], dtype=torch.float32)
+            if spec.actions[a].discrete:  # what the actor (and, next, the target actor) could choose among
+                data[f"mask.{a}"] = _mask_rows(self.mask.get(a), n, spec.actions[a].dim)
+                data[f"next_mask.{a}"] = _mask_rows(info["final_action_mask"].get(a), n, spec.actions[a].dim)
         self.buffer.add(self.slot, data)
         agent.env_steps += n
         agent.episodes_done(done)

@@ -68,7 +68,9 @@ def transition_fields(obs_spec: ObsSpec, action_mask_dim: int | None = None, act
 
 
 def multi_agent_fields(spec: MultiAgentSpec) -> dict[str, FieldSpec]:
-    """Stored fields of a multi-agent transition: per agent obs, next_obs, action, reward, terminated, acted."""
+    """Stored fields of a multi-agent transition: per agent obs, next_obs, action, reward, terminated, acted,
+    and for a Discrete agent its action masks on obs and next_obs (what the actor and the target actor may
+    choose among)."""
     fields = {}
     for a in spec.agents:
         part = spec.obs[a].parts[0]
@@ -78,6 +80,9 @@ def multi_agent_fields(spec: MultiAgentSpec) -> dict[str, FieldSpec]:
         fields[f"action.{a}"] = FieldSpec((), torch.int64) if act.discrete else FieldSpec((act.dim,), torch.float32)
         for name in ("reward", "terminated", "acted"):
             fields[f"{name}.{a}"] = FieldSpec((), torch.float32)
+        if act.discrete:
+            fields[f"mask.{a}"] = FieldSpec((act.dim,), torch.bool)
+            fields[f"next_mask.{a}"] = FieldSpec((act.dim,), torch.bool)
     return fields
 
 
@@ -94,13 +99,24 @@ class MultiAgentBatch(NamedTuple):
     next_obs: AgentTensors
     terminated: AgentTensors
     acted: AgentTensors
+    mask: AgentTensors | None = None  # Discrete agents' action masks on obs (None or a missing agent: all allowed)
+    next_mask: AgentTensors | None = None  # ... and on next_obs
 
     @classmethod
     def from_fields(cls, fields: dict[str, torch.Tensor], agents: tuple[str, ...]) -> MultiAgentBatch:
         """Gathered buffer fields (``obs.<agent>``, ...) regrouped by field."""
         def pick(prefix: str) -> AgentTensors:
             return {a: fields[f"{prefix}.{a}"] for a in agents}
-        return cls(pick("obs"), pick("action"), pick("reward"), pick("next_obs"), pick("terminated"), pick("acted"))
+
+        def masks(prefix: str) -> AgentTensors:
+            return {a: fields[f"{prefix}.{a}"] for a in agents if f"{prefix}.{a}" in fields}
+        return cls(pick("obs"), pick("action"), pick("reward"), pick("next_obs"), pick("terminated"), pick("acted"),
+                   masks("mask"), masks("next_mask"))
+
+    def agent_mask(self, agent: str, following: bool = False) -> torch.Tensor | None:
+        """Agent `agent`'s action mask on obs (on next_obs when `following`), None when it has none."""
+        masks = self.next_mask if following else self.mask
+        return None if masks is None else masks.get(agent)
 
 
 class ReplayBuffer:

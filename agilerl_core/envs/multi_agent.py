@@ -133,7 +133,8 @@ class ParallelVectorEnv:
 
         Returns (obs, rewards, terminated, truncated, info). `info` holds ``acted`` (which agents acted in
         this step), ``alive`` (which act next), ``action_mask``, ``env_done`` (copies whose episode ended
-        and were reset) and ``final_obs`` (their last observations; the rows of other copies repeat obs)."""
+        and were reset), ``final_obs`` (their last observations; the rows of other copies repeat obs) and
+        ``final_action_mask`` (the masks that went with them)."""
         per_copy = [{a: actions[a][i] for a in self.agents} for i in range(self.num_envs)]
         self._send_steps(per_copy)  # worker processes: every block steps at once
         return self._finish_step(self._recv_steps(per_copy))
@@ -159,6 +160,7 @@ class ParallelVectorEnv:
                 env_done[i] = True
                 reset_rows.append(i)
         final_obs = {a: v.copy() for a, v in obs.items()} if reset_rows else obs
+        final_masks = {a: None if m is None else m.copy() for a, m in masks.items()} if reset_rows else masks
         if reset_rows:
             for i, (o, infos) in zip(reset_rows, self._reset_copies([None] * len(reset_rows), reset_rows),
                                      strict=True):
@@ -168,7 +170,7 @@ class ParallelVectorEnv:
                         masks[a][i] = True
                 self._write_obs(i, o, infos, obs, masks)
         info = {"acted": acted, "alive": {a: v.copy() for a, v in self._alive.items()}, "action_mask": masks,
-                "env_done": env_done, "final_obs": final_obs}
+                "env_done": env_done, "final_obs": final_obs, "final_action_mask": final_masks}
         return obs, rewards, terminated, truncated, info
 
     def close(self) -> None:

@@ -72,12 +72,16 @@ def sample(model, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int, te
 
 
 def completion_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, comp_ids: torch.Tensor,
-                        comp_mask: torch.Tensor) -> torch.Tensor:
-    """Log-probability of every completion token under `model` ([batch, T]; padding positions hold garbage,
-    weigh them with `comp_mask`). Only the completion's logits are computed (``logits_to_keep``)."""
+                        comp_mask: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Log-probability of every completion token under `model` at `temperature` ([batch, T]; padding positions
+    hold garbage, weigh them with `comp_mask`). Only the completion's logits are computed (``logits_to_keep``).
+    Score at the temperature the completions were sampled at: that is the policy whose ratio, KL and gradient
+    GRPO takes (0, greedy, scores at 1)."""
     ids = torch.cat([prompt_ids, comp_ids], dim=1)
     mask = torch.cat([prompt_mask, comp_mask], dim=1)
     width = comp_ids.shape[1]
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=False,
                    logits_to_keep=width + 1).logits[:, :-1].float()
+    if temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
     return torch.gather(logits, -1, comp_ids[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
