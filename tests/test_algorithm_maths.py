@@ -17,7 +17,7 @@ from agilerl_core.algorithms.td3 import DDPG, TD3
 from agilerl_core.algorithms.td3_hp import DDPGHyperparameters, TD3Hyperparameters
 from agilerl_core.buffers.nstep import NStepCollector
 from agilerl_core.buffers.prioritized import MemberPriorities, SumTree
-from agilerl_core.buffers.replay import ReplayBuffer, Transition, transition_fields
+from agilerl_core.buffers.replay import ReplayBuffer, Transition, n_step_return, transition_fields
 from agilerl_core.config import NetworkConfig
 from agilerl_core.envs.spaces import ActionSpec, ObsSpec, action_spec
 from agilerl_core.networks import initial_arch
@@ -38,12 +38,19 @@ def _constant(agent, net, values):
         agent.networks[net].mlp.out.bias.copy_(torch.as_tensor(values, dtype=torch.float32))
 
 
-def _batch(reward, terminated, action, discount=None):
+def _batch(reward, terminated, action):
     n = len(reward)
     obs = {"obs": torch.zeros(n, 3)}
     return Transition(obs, torch.as_tensor(action), torch.tensor(reward, dtype=torch.float32), obs,
-                      torch.tensor(terminated, dtype=torch.float32), None,
-                      None if discount is None else torch.tensor(discount, dtype=torch.float32))
+                      torch.tensor(terminated, dtype=torch.float32))
+
+
+def _returns(out, gamma):
+    """(R, gamma^L) of the n-step rows `out` at a learner's `gamma`."""
+    batch = Transition({}, out["action"], out["reward"], {}, out["terminated"], None, out["step_rewards"],
+                       out["length"])
+    r, d = n_step_return(batch, gamma)
+    return r.tolist(), d.tolist()
 
 
 # ---- n-step returns ----------------------------------------------------------------------------------
@@ -55,32 +62,36 @@ def _step(t, reward, envs=2):
 
 def test_nstep_returns_combine_within_episodes_and_per_env():
     g = 0.5
-    c = NStepCollector(num_envs=2, n=3, gamma=g)
+    c = NStepCollector(num_envs=2, n=3)
     assert c.push(_step(0, [1, 10]), np.array([False, False])) is None
     assert c.push(_step(1, [2, 20]), np.array([False, False])) is None
     out = c.push(_step(2, [4, 40]), np.array([False, True]))  # env 1's episode ends (truncated) at t=2
     # full window for both envs (env 0 by length, env 1 by its end), then env 1's shorter tails
     assert out["obs.obs"][:, 0].tolist() == [0, 0, 1, 2]
-    assert out["reward"].tolist() == pytest.approx([1 + g * 2 + g * g * 4, 10 + g * 20 + g * g * 40,
-                                                    20 + g * 40, 40])
-    assert out["discount"].tolist() == pytest.approx([g ** 3, g ** 3, g ** 2, g])
+    returns, discounts = _returns(out, g)
+    assert returns == pytest.approx([1 + g * 2 + g * g * 4, 10 + g * 20 + g * g * 40, 20 + g * 40, 40])
+    assert discounts == pytest.approx([g ** 3, g ** 3, g ** 2, g])
+    # another member's gamma on the very same stored rows: its own returns and discounts
+    assert _returns(out, 0.9)[0] == pytest.approx([1 + 0.9 * 2 + 0.81 * 4, 10 + 0.9 * 20 + 0.81 * 40,
+                                                   20 + 0.9 * 40, 40])
+    assert _returns(out, 0.9)[1] == pytest.approx([0.9 ** 3, 0.9 ** 3, 0.81, 0.9])
     assert out["next_obs.obs"][:, 0].tolist() == [3, 3, 3, 3]  # every window bootstraps from s_3
     out = c.push(_step(3, [8, 80]), np.array([False, False]))  # env 0: window 1..3; env 1: only 1 pending
-    assert out["obs.obs"][:, 0].tolist() == [1] and out["reward"].tolist() == pytest.approx([2 + g * 4 + g * g * 8])
+    assert out["obs.obs"][:, 0].tolist() == [1] and _returns(out, g)[0] == pytest.approx([2 + g * 4 + g * g * 8])
     tail = c.flush()  # env 0: t=2,3 pending; env 1: t=3
-    pairs = sorted(zip(tail["obs.obs"][:, 0].tolist(), tail["reward"].tolist(), strict=True))
+    pairs = sorted(zip(tail["obs.obs"][:, 0].tolist(), _returns(tail, g)[0], strict=True))
     assert [o for o, _ in pairs] == [2, 3, 3]
     assert [r for _, r in pairs] == pytest.approx([4 + g * 8, 8, 80])
     assert c.flush() is None  # nothing pending twice
 
 
 def test_nstep_terminal_transition_stops_the_return():
-    c = NStepCollector(num_envs=1, n=3, gamma=0.9)
+    c = NStepCollector(num_envs=1, n=3)
     c.push(_step(0, [1], envs=1), np.array([False]))
     step = _step(1, [5], envs=1)
     step["terminated"] = torch.ones(1)
     out = c.push(step, np.array([True]))
-    assert out["reward"].tolist() == pytest.approx([1 + 0.9 * 5, 5])
+    assert _returns(out, 0.9)[0] == pytest.approx([1 + 0.9 * 5, 5])
     assert out["terminated"].tolist() == [1, 1]
 
 

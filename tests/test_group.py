@@ -10,6 +10,7 @@ from gymnasium import spaces
 from agilerl_core.algorithms.dqn import DQN
 from agilerl_core.algorithms.dqn_hp import DQNHyperparameters
 from agilerl_core.buffers import ReplayBuffer, transition_fields
+from agilerl_core.buffers.replay import n_step_return
 from agilerl_core.config import NetworkConfig
 from agilerl_core.envs.spaces import ObsSpec
 from agilerl_core.hpo.evolution import groups_of
@@ -23,10 +24,11 @@ def dqn(seed, hidden=(16, 16), **hp):
     return DQN(SPEC, 2, arch, DQNHyperparameters(**hp), seed)
 
 
-def filled_buffer(slots: int, mask: bool = False) -> ReplayBuffer:
-    """Committed transitions plus fresh ones in every slot, all random (a fixed generator)."""
+def filled_buffer(slots: int, mask: bool = False, n_step: int = 1) -> ReplayBuffer:
+    """Committed transitions plus fresh ones in every slot, all random (a fixed generator); with `n_step`,
+    n-step rows of random horizons."""
     g = torch.Generator().manual_seed(7)
-    buf = ReplayBuffer(transition_fields(SPEC, 2 if mask else None), 500)
+    buf = ReplayBuffer(transition_fields(SPEC, 2 if mask else None, n_step=n_step), 500)
 
     def rows(n):
         data = {"obs.obs": torch.rand(n, 3, generator=g) * 2 - 1, "next_obs.obs": torch.rand(n, 3, generator=g) * 2 - 1,
@@ -35,6 +37,10 @@ def filled_buffer(slots: int, mask: bool = False) -> ReplayBuffer:
         if mask:
             m = torch.rand(n, 2, generator=g) < 0.7
             data["next_action_mask"] = m
+        if n_step > 1:
+            length = torch.randint(1, n_step + 1, (n,), generator=g)
+            steps = torch.randn(n, n_step, generator=g) * (torch.arange(n_step) < length.unsqueeze(1))
+            data.update(step_rewards=steps, length=length.float(), reward=steps[:, 0].clone())
         return data
 
     buf.commit([rows(300)])
@@ -93,6 +99,23 @@ def test_dqn_group_update_equals_each_members_own(options, mask):
     assert_same_members(solo, batched)
     assert all(loss.shape == (3,) for loss in losses)
     assert losses[2][1] == 0.0 and losses[2][0] > 0.0
+
+
+def test_n_step_rows_are_discounted_at_each_members_own_gamma_alone_and_batched():
+    """Members with gammas 0.99, 0.9 and 0.95 learn from one buffer of 3-step rows: each forms its returns
+    and bootstrap discounts with its own gamma, batched exactly as alone."""
+    hps = [{"lr": 1e-3, "gamma": 0.99, "batch_size": 32}, {"lr": 3e-3, "gamma": 0.9, "batch_size": 48},
+           {"lr": 5e-4, "gamma": 0.95, "batch_size": 16}]
+    solo = [dqn(20 + i, **hp) for i, hp in enumerate(hps)]
+    buf = filled_buffer(3, n_step=3)
+    batch = solo[1].sample(buf, 1)
+    want = sum(0.9 ** k * batch.step_rewards[:, k] for k in range(3))
+    got, discount = n_step_return(batch, 0.9)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(discount, 0.9 ** batch.length)
+    plan = [[True, True, True], [True, False, True], [True, True, True]]
+    batched, _ = learn_alone_and_together(solo, buf, plan)
+    assert_same_members(solo, batched)
 
 
 def test_members_of_other_widths_learn_zero_padded_as_alone():

@@ -22,7 +22,7 @@ from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.dqn_hp import DQNHyperparameters, RainbowHyperparameters
 from agilerl_core.algorithms.fused_mlp import backward_into, forward_cached
 from agilerl_core.buffers.prioritized import MemberPriorities
-from agilerl_core.buffers.replay import Transition, bootstrap_discount
+from agilerl_core.buffers.replay import Transition, n_step_return
 from agilerl_core.envs.spaces import Obs
 from agilerl_core.networks.evolvable import ArchSpec
 
@@ -199,7 +199,8 @@ class DQN(RLAlgorithm):
         else:
             best = _mask_invalid(next_q_target, batch.next_action_mask).argmax(dim=1, keepdim=True)
         next_q = next_q_target.gather(1, best).squeeze(1)
-        return batch.reward + bootstrap_discount(batch, hp.gamma) * (1.0 - batch.terminated) * next_q
+        reward, discount = n_step_return(batch, hp.gamma)
+        return reward + discount * (1.0 - batch.terminated) * next_q
 
     def td_loss(self, q_taken: torch.Tensor, td_target: torch.Tensor) -> torch.Tensor:
         if self.hp.loss == "huber":
@@ -215,10 +216,9 @@ class DQN(RLAlgorithm):
         q_next = self.q_values(batch.next_obs) if self.hp.double else (probs * self.support).sum(dim=2)
         best = _mask_invalid(q_next, batch.next_action_mask).argmax(dim=1)
         next_probs = probs[torch.arange(probs.shape[0], device=probs.device), best]
-        discount = bootstrap_discount(batch, self.hp.gamma) * (1.0 - batch.terminated)
-        if not torch.is_tensor(discount):
-            discount = torch.full_like(batch.reward, float(discount))
-        return categorical_projection(next_probs, batch.reward, discount, self.support)
+        reward, discount = n_step_return(batch, self.hp.gamma)
+        discount = discount * (1.0 - batch.terminated)
+        return categorical_projection(next_probs, reward, discount, self.support)
 
     def sample_losses(self, batch: Transition) -> tuple[torch.Tensor, torch.Tensor]:
         """(per-sample loss [B] (differentiable), per-sample priority signal [B]): the TD error for Q

@@ -49,8 +49,8 @@ class DQNGroup(ReplayGroup):
         chooser = next_target if next_online is None else next_online
         best = _mask_invalid(chooser.reshape(k * b, -1), mask).argmax(dim=1).view(k, b, 1)
         next_q = next_target.gather(2, best).squeeze(2)
-        discount = self.gamma.unsqueeze(1) if batch.discount is None else batch.discount.view(k, b)
-        target = batch.reward.view(k, b) + discount * (1.0 - batch.terminated.view(k, b)) * next_q
+        reward, discount = self.returns(batch, k)
+        target = reward + discount * (1.0 - batch.terminated.view(k, b)) * next_q
         action = batch.action.view(k, b, 1)
         diff = q.gather(2, action).squeeze(2) - target
         w = rows.weight

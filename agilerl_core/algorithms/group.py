@@ -23,6 +23,7 @@ from dataclasses import replace
 import torch
 
 from agilerl_core.algorithms.optim import FlatAdam
+from agilerl_core.buffers.replay import n_step_return
 from agilerl_core.networks.stacked import Layers
 
 _ADAM_STATE = ("flat", "m", "v", "beta1_pow", "beta2_pow")
@@ -246,6 +247,12 @@ class ReplayGroup(MemberGroup):
     """A group of off-policy members: each gradient step draws every member's own minibatch from the shared
     replay buffer."""
 
+    def returns(self, batch, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row's return [K, B] and bootstrap discount [K, B] (or [K, 1]) at its member's own gamma
+        (`self.gamma` [K], set by the subclass; see
+        :func:`~agilerl_core.buffers.replay.n_step_return`)."""
+        return n_step_return(batch, self.gamma.unsqueeze(1), k)
+
     def learn_step(self, buffer, slots: Sequence[int], active: Sequence[bool]) -> torch.Tensor:
         """One gradient step of every active member on its own minibatch (drawn with its own generator
         from the committed buffer plus its slot's fresh data, as when it learns alone); returns each
@@ -295,10 +302,6 @@ class ActorCriticGroup(ReplayGroup):
         self.gamma, self.tau = self.hp_tensor("gamma"), self.hp_tensor("tau")
         self.max_grad_norm = first.hp.max_grad_norm
         self.dim = first.action_dim
-
-    def discount(self, batch, k: int, b: int) -> torch.Tensor:
-        """Each row's bootstrap discount [K, B] (or [K, 1]): gamma, or gamma^L stored with an n-step row."""
-        return self.gamma.unsqueeze(1) if batch.discount is None else batch.discount.view(k, b)
 
     def step_adam(self, adam: StackedAdam, active: torch.Tensor | None) -> None:
         """Clip (max_grad_norm) and step one network's stacked Adam."""

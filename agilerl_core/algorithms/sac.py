@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from agilerl_core.algorithms.actor_critic import ContinuousActorCritic
 from agilerl_core.algorithms.optim import adam_update_
 from agilerl_core.algorithms.sac_hp import SACHyperparameters
-from agilerl_core.buffers.replay import Transition, bootstrap_discount
+from agilerl_core.buffers.replay import Transition, n_step_return
 from agilerl_core.envs.spaces import Obs
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
@@ -98,7 +98,8 @@ class SAC(ContinuousActorCritic):
         q_next = torch.min(self.q("critic_1_target", batch.next_obs, next_a),
                            self.q("critic_2_target", batch.next_obs, next_a))
         soft = q_next - self.alpha * next_logp
-        return batch.reward + bootstrap_discount(batch, self.hp.gamma) * (1.0 - batch.terminated) * soft
+        reward, discount = n_step_return(batch, self.hp.gamma)
+        return reward + discount * (1.0 - batch.terminated) * soft
 
     def actor_loss(self, batch: Transition, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(E[alpha log pi - min Q], log pi of the sampled actions)."""

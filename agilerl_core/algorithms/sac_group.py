@@ -62,7 +62,8 @@ class SACGroup(ActorCriticGroup):
             next_a, next_logp = torch.tanh(u), squashed_log_prob(u, mean, log_std)
             q_next = torch.min(*(self._q(c, xn, next_a, self.target_layers[f"{c}_target"]) for c in self.critics))
             soft = q_next - alpha * next_logp
-            y = batch.reward.view(k, b) + self.discount(batch, k, b) * (1.0 - batch.terminated.view(k, b)) * soft
+            reward, discount = self.returns(batch, k)
+            y = reward + discount * (1.0 - batch.terminated.view(k, b)) * soft
         active = None if rows.all_active else rows.active
         xa = batch.action.view(k, b, self.dim)
         total = torch.zeros(k, device=self.device)

@@ -21,7 +21,7 @@ import torch
 
 from agilerl_core.algorithms.actor_critic import ContinuousActorCritic, GaussianNoise, OUNoise
 from agilerl_core.algorithms.td3_hp import DDPGHyperparameters, TD3Hyperparameters
-from agilerl_core.buffers.replay import Transition, bootstrap_discount
+from agilerl_core.buffers.replay import Transition, n_step_return
 from agilerl_core.envs.spaces import Obs
 
 
@@ -103,7 +103,8 @@ class TD3(ContinuousActorCritic):
             eps = (smoothing_noise * hp.target_noise).clamp(-hp.target_noise_clip, hp.target_noise_clip)
             next_a = (next_a + eps).clamp(-1.0, 1.0)
         q_next = torch.stack([self.q(f"{c}_target", batch.next_obs, next_a) for c in self.critics]).min(0).values
-        return batch.reward + bootstrap_discount(batch, hp.gamma) * (1.0 - batch.terminated) * q_next
+        reward, discount = n_step_return(batch, hp.gamma)
+        return reward + discount * (1.0 - batch.terminated) * q_next
 
     def actor_loss(self, batch: Transition) -> torch.Tensor:
         """-Q_1(s, mu(s)), averaged (the deterministic policy gradient)."""

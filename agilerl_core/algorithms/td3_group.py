@@ -43,7 +43,8 @@ class TD3Group(ActorCriticGroup):
         xa = torch.cat([xn, next_a], dim=2)
         q_next = torch.stack([stacked_forward(self.target_layers[f"{c}_target"], xa, self.activation).squeeze(2)
                               for c in self.critics]).min(0).values
-        return batch.reward.view(k, b) + self.discount(batch, k, b) * (1.0 - batch.terminated.view(k, b)) * q_next
+        reward, discount = self.returns(batch, k)
+        return reward + discount * (1.0 - batch.terminated.view(k, b)) * q_next
 
     @torch.no_grad()
     def learn(self, batch: Transition, rows: StackedRows) -> torch.Tensor:

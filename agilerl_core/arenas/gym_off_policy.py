@@ -39,7 +39,7 @@ class _Collector:
         self.has_mask = self.mask is not None
         self.episodes = EpisodeReturns(self.num_envs)
         n_step = getattr(agent.hp, "n_step", 1)
-        self.nstep = NStepCollector(self.num_envs, n_step, agent.hp.gamma) if n_step > 1 else None
+        self.nstep = NStepCollector(self.num_envs, n_step) if n_step > 1 else None
         self.learning = ReplayLearning(agent, buffer, slot)
         self.obs_t = None
 
@@ -119,7 +119,7 @@ class OffPolicyArena(SharedReplay, GymArena):
         self.envs = [make_vector_env(cfg.env_id, cfg.num_envs, cfg.env_kwargs, cfg.env_entry_point)
                      for _ in range(cfg.population_size)]  # one per slot
         mask_dim = probe_action_mask(self.envs[0])
-        n_step = getattr(cfg.hyperparameters, "n_step", 1) > 1
+        n_step = getattr(cfg.hyperparameters, "n_step", 1)
         self.buffer = ReplayBuffer(transition_fields(self.obs_spec, mask_dim, self.action_spec, n_step),
                                    cfg.hyperparameters.buffer_size, self.device)
         self.slot_capacity = math.ceil(cfg.evo_steps / cfg.num_envs) * cfg.num_envs

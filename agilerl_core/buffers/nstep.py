@@ -3,13 +3,17 @@
 Every env step yields one single-step transition per sub-env. :class:`NStepCollector` holds the last
 ``n`` of them and emits, per sub-env, the transition that starts ``n`` steps back::
 
-    (s_t, a_t, R = sum_{k<L} gamma^k r_{t+k}, s_{t+L}, terminated_{t+L-1}, discount = gamma^L)
+    (s_t, a_t, r_t, s_{t+L}, terminated_{t+L-1}, step_rewards = (r_t .. r_{t+L-1}, 0 ..), length = L)
 
-with ``L = n``. When a sub-env's episode ends (terminated or truncated) every pending transition of
-that sub-env is emitted at once with the horizon that is left (``L < n``), so no return ever reaches
-across an episode boundary; a truncated episode bootstraps from its final observation as usual
-(terminated = 0). :meth:`flush` does the same for every sub-env at the end of a training phase.
-Each single-step transition starts exactly one n-step transition, so the count is unchanged.
+with ``L = n``. The return ``sum_{k<L} gamma^k r_{t+k}`` and the bootstrap discount ``gamma^L`` are formed by
+each learner at its own gamma (:func:`agilerl_core.buffers.replay.n_step_return`): members share the buffer
+while their gamma evolves apart, so no collector's gamma is baked into what is stored.
+
+When a sub-env's episode ends (terminated or truncated) every pending transition of that sub-env is emitted
+at once with the horizon that is left (``L < n``), so no return ever reaches across an episode boundary; a
+truncated episode bootstraps from its final observation as usual (terminated = 0). :meth:`flush` does the
+same for every sub-env at the end of a training phase. Each single-step transition starts exactly one n-step
+transition, so the count is unchanged.
 
 Output order is deterministic: longest horizon first, then sub-env index.
 """
@@ -32,10 +36,10 @@ def _is_start(key: str) -> bool:
 class NStepCollector:
     """Turns per-step batched transitions (leading dim = num_envs) into n-step transitions."""
 
-    def __init__(self, num_envs: int, n: int, gamma: float) -> None:
+    def __init__(self, num_envs: int, n: int) -> None:
         if n < 1:
             raise ValueError("n must be >= 1")
-        self.num_envs, self.n, self.gamma = num_envs, n, float(gamma)
+        self.num_envs, self.n = num_envs, n
         self.history: deque[dict[str, torch.Tensor]] = deque(maxlen=n)
         self.age = np.zeros(num_envs, dtype=np.int64)  # pending single-step transitions per sub-env
 
@@ -44,11 +48,12 @@ class NStepCollector:
         idx = torch.as_tensor(envs, dtype=torch.int64)
         first, last = self.history[-length], self.history[-1]
         out = {k: (first[k] if _is_start(k) else last[k]).index_select(0, idx) for k in last if k != "reward"}
-        reward = torch.zeros(len(envs), dtype=torch.float32)
+        steps = torch.zeros((len(envs), self.n), dtype=torch.float32)
         for k in range(length):
-            reward += (self.gamma ** k) * self.history[-length + k]["reward"].index_select(0, idx)
-        out["reward"] = reward
-        out["discount"] = torch.full((len(envs),), self.gamma ** length, dtype=torch.float32)
+            steps[:, k] = self.history[-length + k]["reward"].index_select(0, idx)
+        out["reward"] = steps[:, 0].clone()
+        out["step_rewards"] = steps
+        out["length"] = torch.full((len(envs),), float(length), dtype=torch.float32)
         return out
 
     def _emit(self, plan: list[tuple[int, np.ndarray]]) -> dict[str, torch.Tensor] | None:

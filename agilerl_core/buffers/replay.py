@@ -25,14 +25,26 @@ class Transition(NamedTuple):
     next_obs: Obs
     terminated: torch.Tensor
     next_action_mask: torch.Tensor | None = None
-    discount: torch.Tensor | None = None  # n-step transitions: gamma^L of each (None: one step, gamma)
+    step_rewards: torch.Tensor | None = None  # n-step transitions: r_t .. r_{t+n-1}, zero past L ([B, n])
+    length: torch.Tensor | None = None  # n-step transitions: their horizon L ([B]; None: one step)
     index: torch.Tensor | None = None  # storage rows sampled
     weight: torch.Tensor | None = None  # prioritised replay: importance-sampling weights
 
 
-def bootstrap_discount(batch: Transition, gamma: float) -> torch.Tensor | float:
-    """Per-transition bootstrap discount: gamma, or gamma^L stored with an n-step transition."""
-    return gamma if batch.discount is None else batch.discount
+def n_step_return(batch: Transition, gamma: float | torch.Tensor, k: int | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor | float]:
+    """(return, bootstrap discount) of each row at the learner's own `gamma`: (r, gamma) for one-step rows,
+    (sum_{i<L} gamma^i r_{t+i}, gamma^L) for n-step rows, from their stored per-step rewards, so members
+    whose gamma evolved apart still learn from one shared buffer. With `k` (a stacked group: gamma [K, 1],
+    rows K x B) both come back as [K, B]."""
+    if batch.step_rewards is None:
+        return (batch.reward if k is None else batch.reward.view(k, -1)), gamma
+    rewards, length = batch.step_rewards, batch.length
+    if k is not None:
+        rewards, length = rewards.view(k, -1, rewards.shape[-1]), length.view(k, -1)
+    g = torch.as_tensor(gamma, dtype=torch.float32, device=rewards.device)
+    powers = g.unsqueeze(-1) ** torch.arange(rewards.shape[-1], device=rewards.device, dtype=torch.float32)
+    return (rewards * powers).sum(-1), g ** length
 
 
 @dataclass(frozen=True)
@@ -47,9 +59,10 @@ Shard = dict[str, torch.Tensor]
 
 
 def transition_fields(obs_spec: ObsSpec, action_mask_dim: int | None = None, action_spec: ActionSpec | None = None,
-                      n_step: bool = False) -> dict[str, FieldSpec]:
+                      n_step: int = 1) -> dict[str, FieldSpec]:
     """Stored fields of a transition over `obs_spec` (discrete actions unless `action_spec` is a Box;
-    `n_step` adds each transition's discount)."""
+    `n_step` > 1 adds each transition's per-step rewards and horizon: each learner discounts them with its
+    own gamma)."""
     fields = {}
     for prefix in ("obs", "next_obs"):
         for p in obs_spec.parts:
@@ -62,8 +75,9 @@ def transition_fields(obs_spec: ObsSpec, action_mask_dim: int | None = None, act
     fields["terminated"] = FieldSpec((), torch.float32)
     if action_mask_dim is not None:
         fields["next_action_mask"] = FieldSpec((action_mask_dim,), torch.bool)
-    if n_step:
-        fields["discount"] = FieldSpec((), torch.float32)
+    if n_step > 1:
+        fields["step_rewards"] = FieldSpec((n_step,), torch.float32)
+        fields["length"] = FieldSpec((), torch.float32)
     return fields
 
 
@@ -228,9 +242,10 @@ class ReplayBuffer:
         obs = {k: s[f"obs.{k}"].index_select(0, idx) for k in self._obs_keys}
         next_obs = {k: s[f"next_obs.{k}"].index_select(0, idx) for k in self._obs_keys}
         mask = s["next_action_mask"].index_select(0, idx) if "next_action_mask" in s else None
-        discount = s["discount"].index_select(0, idx) if "discount" in s else None
+        step_rewards = s["step_rewards"].index_select(0, idx) if "step_rewards" in s else None
+        length = s["length"].index_select(0, idx) if "length" in s else None
         return Transition(obs, s["action"].index_select(0, idx), s["reward"].index_select(0, idx), next_obs,
-                          s["terminated"].index_select(0, idx), mask, discount, idx)
+                          s["terminated"].index_select(0, idx), mask, step_rewards, length, idx)
 
     # ---- introspection / persistence -----------------------------------------------------------------
     @property
