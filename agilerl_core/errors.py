@@ -17,6 +17,10 @@ class StorageError(AgileRLError):
     """A storage URI, bucket or credential is wrong, or the store cannot be reached."""
 
 
+class LeaseError(AgileRLError):
+    """Another process holds the run's writer lease; names the owner and how to proceed."""
+
+
 class TrackingError(AgileRLError):
     """The experiment tracker (MLflow) cannot be reached or refused a request."""
 

@@ -148,7 +148,10 @@ def _flow(cfg, run_id: str | None, progress: bool) -> dict:
             warm_tracking_store(tracking_uri(prepared.cfg))  # while the server starts
         with server.serving() if server is not None else contextlib.nullcontext():
             PREPARED_RUNS.put(prepared)
-            summary = flow_for(cfg.kind)(config=prepared.cfg, run_id=prepared.run_id, progress=progress)
+            try:
+                summary = flow_for(cfg.kind)(config=prepared.cfg, run_id=prepared.run_id, progress=progress)
+            finally:
+                prepared.lease.stop()  # the flow gives it up itself; this covers a flow that never started
     finally:
         if server is not None:
             server.stop()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import logging as std_logging
 import sys
 import tempfile
 import threading
@@ -38,7 +39,7 @@ from agilerl_core.config import ExperimentConfig
 from agilerl_core.errors import CheckpointError
 from agilerl_core.experiment import build_evolution
 from agilerl_core.hpo.evolution import Evolution
-from agilerl_core.io.run_store import RunStore, check_run_id
+from agilerl_core.io.run_store import LeaseKeeper, RunStore, check_run_id
 from agilerl_core.io.storage import storage_from_config
 from flows.runners import check_deployment, check_runner, dask_cluster, placement, task_runner
 from tasks.artifacts import RunView, generation_rows, lineage_markdown
@@ -96,6 +97,7 @@ class PreparedRun:
     store: RunStore
     latest: int | None  # the last committed generation, None for a new run
     dropped: list[int]  # uncommitted generation folders a crash left behind (deleted)
+    lease: LeaseKeeper  # this process is the run's one writer until the run ends
 
 
 def prepare_run(cfg: ExperimentConfig, run_id: str | None) -> PreparedRun:
@@ -119,12 +121,22 @@ def prepare_run(cfg: ExperimentConfig, run_id: str | None) -> PreparedRun:
     if cfg.tracking.enabled:
         check_tracking_server(tracking_uri(cfg))
     store = RunStore(storage, run_id)
-    store.init_run(stored_config(cfg))
-    latest = store.latest_generation()
-    dropped = store.discard_uncommitted()
-    if latest is not None:
-        evo.resume(store, latest)
-    return PreparedRun(cfg, run_id, evo, store, latest, dropped)
+    store.init_run(stored_config(cfg), evo.grouping())
+    pinned = store.pinned_grouping()
+    if pinned is not None and evo.pin_grouping(pinned):
+        std_logging.getLogger(__name__).warning(
+            "run %s: grouping members as the run was started (%s), not as this runner would; groups decide results",
+            run_id, pinned)
+    lease = LeaseKeeper(store).start()  # before anything is deleted: a live writer's work is never discarded
+    try:
+        latest = store.latest_generation()
+        dropped = store.discard_uncommitted()
+        if latest is not None:
+            evo.resume(store, latest)
+    except BaseException:
+        lease.stop()
+        raise
+    return PreparedRun(cfg, run_id, evo, store, latest, dropped, lease)
 
 
 class PreparedRuns:
@@ -257,6 +269,7 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
             bar = tqdm(total=cfg.max_env_steps, initial=evo.global_steps, unit="step", file=sys.stderr,
                        disable=not progress, dynamic_ncols=True, desc=f"evolution {run_id}")
             while not evo.finished():
+                prepared.lease.check()  # taken over by another writer (after a long stall): stop, commit nothing
                 g = evo.population.generation + (1 if evo.history else 0)
                 job = GenerationJob(run_id, cfg, store.storage.uri, g, evo.generation_steps(), mode)
                 stats = run_generation(job, evo, store, runner, tracker, logging)
@@ -294,6 +307,7 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
         status = "FINISHED"
         return summary
     finally:
+        prepared.lease.stop()
         WORKER_RUNS.drop(run_id)
         if tracker is not None:
             with contextlib.suppress(Exception):

@@ -259,22 +259,26 @@ def by_slot(groups: list[tuple[int, ...]], outputs: list[list[TrainOutput]], eva
     return ([outputs[pos[s][0]][pos[s][1]] for s, _ in rows], [evaluations[pos[s][0]][pos[s][1]] for s, _ in rows])
 
 
-@task(name="fold-generation", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2,
-      task_run_name="fold g{job.generation}")
+@task(name="fold-generation", cache_policy=NO_CACHE, task_run_name="fold g{job.generation}")
 def fold_generation_task(job: GenerationJob, evolution: Evolution, store: RunStore, outputs: list[TrainOutput],
                          evaluations: list[Evaluation]) -> list[ShardRef]:
     """Fold the trained members and their experience into the flow's Evolution; returns the shards' refs.
-    Storage is read or written before anything is folded in, so a retry after a storage hiccup starts over."""
+    Not retried by Prefect (folding changes the Evolution in place): storage calls carry their own client
+    retries, and a second call for a generation already folded changes nothing (idempotent)."""
     results = [o.result for o in outputs]
+    folded = bool(evolution.history) and evolution.history[-1].generation == job.generation
     if not evolution.arena.shares_experience:
         refs: list[ShardRef] = []
         shards = None
     elif job.mode == "threads":  # the staged shards are written before the in-memory commit empties them
         shards = [evolution.arena.shard(r.slot) for r in results]
-        refs = [store.put_shard(job.generation, r.slot, sh) for r, sh in zip(results, shards, strict=True)]
+        refs = [store.shard_ref(job.generation, r.slot) if folded else store.put_shard(job.generation, r.slot, sh)
+                for r, sh in zip(results, shards, strict=True)]
     else:
         refs = [o.shard for o in outputs]
-        shards = [store.get_shard(ref) for ref in refs]
+        shards = None if folded else [store.get_shard(ref) for ref in refs]
+    if folded:  # this generation is in the Evolution already: folding it twice would count it twice
+        return refs
     if job.mode == "process":  # the trained members come back as data, their evaluation's notes beside
         for slot, (o, e) in enumerate(zip(outputs, evaluations, strict=True)):
             evolution.load_member_state(slot, o.state.tensors, o.state.meta)

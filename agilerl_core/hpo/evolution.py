@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -226,6 +226,20 @@ class Evolution:
         seed = derive_seed(self.settings.seed, TRAIN_SEED, gen, slot)
         return self.arena.train(self.population.members[slot].agent, slot, seed,
                                 self.generation_steps() if steps is None else steps)
+
+    def grouping(self) -> dict[str, Any]:
+        """What decides the groups besides the population (pinned in the run's record)."""
+        return {"batch_members": self.settings.batch_members, "group_cap": self.settings.group_cap}
+
+    def pin_grouping(self, grouping: dict[str, Any]) -> bool:
+        """Group as a run's record says (a resumed run trains the groups the uninterrupted run would, whatever
+        runner resumes it); True when that changed the settings."""
+        pinned = {"batch_members": bool(grouping["batch_members"]),
+                  "group_cap": None if grouping["group_cap"] is None else int(grouping["group_cap"])}
+        if pinned == self.grouping():
+            return False
+        self.settings = replace(self.settings, **pinned)
+        return True
 
     def groups(self) -> list[tuple[int, ...]]:
         """The slots that train together (one task each): members with equal batch keys (the arena's, when

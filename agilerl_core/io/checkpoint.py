@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -89,6 +90,7 @@ def _atomic_dir(target: Path):
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
 
     def commit() -> None:
+        _fsync_tree(tmp)  # every file on disk before the directory is swapped in
         if target.exists():
             old = target.with_name(f".{target.name}.old")
             if old.exists():
@@ -98,8 +100,21 @@ def _atomic_dir(target: Path):
             shutil.rmtree(old)
         else:
             os.replace(tmp, target)
+        _fsync_tree(target.parent, files=False)
 
     return tmp, commit
+
+
+def _fsync_tree(root: Path, files: bool = True) -> None:
+    """fsync every file under `root` (with `files`) and the directories, so a commit survives power loss."""
+    paths = sorted(root.rglob("*")) if files else []
+    for p in [*paths, root]:
+        if p.is_dir() or files:
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
 
 # ---- members ---------------------------------------------------------------------------------------------
@@ -140,7 +155,8 @@ def load_member(path: str | Path, obs_spec: ObsSpec | MultiAgentSpec | None = No
         files = meta["files"]
     except KeyError as err:
         raise CheckpointError(f"{path / 'member.json'}: missing field {err}") from None
-    tensors = _load_tensors(path / "weights.safetensors", files.get("weights.safetensors"))
+    weights = _weights_name(path, files)
+    tensors = _load_tensors(path / weights, files.get(weights))
     if rebuild is None and obs_spec is None:
         obs_spec = recorded_spec(path, meta)
     try:
@@ -161,6 +177,20 @@ def load_member(path: str | Path, obs_spec: ObsSpec | MultiAgentSpec | None = No
     member = Member(int(record["member_id"]), agent, record["parent_id"], str(record["mutation"]),
                     int(record["born"]), [float(f) for f in record["fitness_history"]])
     return member, env
+
+
+_WEIGHTS = re.compile(r"^weights(-[0-9a-f]{16})?\.safetensors$")
+
+
+def _weights_name(path: Path, files: Any) -> str:
+    """The member's weights file as member.json names it: ``weights.safetensors``, or
+    ``weights-<sha256[:16]>.safetensors`` where a store writes new weights beside the old before the JSON
+    switches to them (an atomic swap on S3). Never a path."""
+    names = [n for n in files if isinstance(n, str) and _WEIGHTS.match(n)] if isinstance(files, dict) else []
+    if len(names) != 1:
+        raise CheckpointError(f"{path / 'member.json'}: field files must name one weights file "
+                              f"(weights.safetensors), found {sorted(files) if isinstance(files, dict) else files!r}")
+    return names[0]
 
 
 def recorded_spec(path: Path, meta: dict[str, Any]) -> ObsSpec | MultiAgentSpec:

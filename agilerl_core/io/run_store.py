@@ -3,6 +3,7 @@
 Layout under ``<storage uri>/<run id>/``::
 
     run.json                                  format tag, the config (secrets redacted), creation time
+    LEASE.json                                the writer's lease: owner (host, pid), heartbeat time, TTL
     generations/000007/population/...         every member as evaluated in generation 7, the evolution
                                               RNG, lineage, history (a population checkpoint)
     generations/000007/shards/<slot>.safetensors   each member's fresh transitions of generation 7
@@ -22,9 +23,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import re
+import socket
 import tempfile
+import threading
 import time
+import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -36,13 +41,14 @@ from safetensors.torch import save as save_tensors_bytes
 
 from agilerl_core.buffers.replay import ReplayBuffer, Shard
 from agilerl_core.envs.spaces import ObsSpec
-from agilerl_core.errors import CheckpointError, ConfigError
+from agilerl_core.errors import CheckpointError, ConfigError, LeaseError
 from agilerl_core.hpo.population import Member, Population
 from agilerl_core.io.checkpoint import POPULATION_FORMAT, Rebuild, load_member, load_population, save_member, save_population
 from agilerl_core.io.storage import Storage
 
 RUN_FORMAT = "agilerl-flow/run"
 MANIFEST_FORMAT = "agilerl-flow/generation"
+LEASE_FORMAT = "agilerl-flow/lease"
 VERSION = 1
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -72,6 +78,29 @@ def ring_after(size: int, pos: int, capacity: int, rows: int) -> tuple[int, int]
     return min(size + rows, capacity), (pos + rows) % capacity
 
 
+LEASE_TTL_S = 60.0  # a lease whose heartbeat is older than this is stale: another writer may take it over
+
+
+def new_lease_owner() -> str:
+    """This process's lease owner name: host, pid and a random tag (one per writer)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _owner_dead(owner: str) -> bool:
+    """Whether `owner` names a process on this host that no longer runs (its lease is stale at once)."""
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 class RunStore:
     """Read and write one run's generations."""
 
@@ -95,8 +124,9 @@ class RunStore:
     def exists(self) -> bool:
         return self.storage.exists(self.key("run.json"))
 
-    def init_run(self, config: dict[str, Any]) -> bool:
-        """Record the run's config; True for a new run. An existing run must have the same config."""
+    def init_run(self, config: dict[str, Any], grouping: dict[str, Any] | None = None) -> bool:
+        """Record the run's config and `grouping` (what decides which members train together: pinned, since
+        the runner may change on resume); True for a new run. An existing run must have the same config."""
         if self.exists():
             info = self.run_info()
             if _comparable(info["config"]) != _comparable(config):
@@ -107,11 +137,61 @@ class RunStore:
                                   f"{self.run_id}` or choose a new run id")
             return False
         self._put_json("run.json", {"format": RUN_FORMAT, "version": VERSION, "run_id": self.run_id,
-                                    "created": time.time(), "config": config})
+                                    "created": time.time(), "config": config,
+                                    **({"grouping": grouping} if grouping is not None else {})})
         return True
+
+    def pinned_grouping(self) -> dict[str, Any] | None:
+        """The grouping the run was started with (None for a run recorded before grouping was pinned)."""
+        grouping = self.run_info().get("grouping")
+        return grouping if isinstance(grouping, dict) else None
 
     def run_info(self) -> dict[str, Any]:
         return self._get_json("run.json", RUN_FORMAT)
+
+    # ---- the writer's lease ----------------------------------------------------------------------------
+    def lease(self) -> dict[str, Any] | None:
+        """The lease as stored (None when the run has none)."""
+        if not self.storage.exists(self.key("LEASE.json")):
+            return None
+        return self._get_json("LEASE.json", LEASE_FORMAT)
+
+    def acquire_lease(self, owner: str, ttl_s: float = LEASE_TTL_S) -> None:
+        """Become the run's one writer: refuse, naming the owner, while another writer's lease is live (its
+        heartbeat younger than its TTL and its process, when on this host, alive); take over a stale one.
+        Object stores have no compare-and-swap here, so the lease is written, then read back after a pause:
+        of two writers racing for it, the one whose write landed last keeps it and the other is refused."""
+        held = self.lease()
+        now = time.time()
+        if held is not None and held.get("owner") != owner:
+            age = now - float(held.get("heartbeat", 0.0))
+            if age < float(held.get("ttl_s", ttl_s)) and not _owner_dead(str(held.get("owner"))):
+                raise LeaseError(
+                    f"run {self.run_id!r} at {self.uri} is being written by {held.get('owner')} (its last heartbeat "
+                    f"{age:.0f} s ago); a second writer would discard its uncommitted work. Wait for it to finish or "
+                    f"stop it; once its heartbeat is {held.get('ttl_s', ttl_s):.0f} s old, `agilerl-flow resume "
+                    f"{self.run_id}` takes the run over")
+        self._put_json("LEASE.json", {"format": LEASE_FORMAT, "version": VERSION, "owner": owner,
+                                      "acquired": now, "heartbeat": now, "ttl_s": float(ttl_s)})
+        time.sleep(0.2)
+        mine = self.lease()
+        if mine is None or mine.get("owner") != owner:
+            raise LeaseError(f"run {self.run_id!r} at {self.uri}: {None if mine is None else mine.get('owner')} took "
+                             f"the writer's lease at the same moment; only one writer may run it")
+
+    def heartbeat(self, owner: str) -> None:
+        """Refresh the lease; a LeaseError when another writer has taken it over (this one must stop)."""
+        held = self.lease()
+        if held is None or held.get("owner") != owner:
+            raise LeaseError(f"run {self.run_id!r} at {self.uri}: the writer's lease was taken over by "
+                             f"{None if held is None else held.get('owner')}; this writer stops")
+        self._put_json("LEASE.json", {**held, "heartbeat": time.time()})
+
+    def release_lease(self, owner: str) -> None:
+        """Give the lease up (only if it is still this owner's)."""
+        held = self.lease()
+        if held is not None and held.get("owner") == owner:
+            self.storage.delete([self.key("LEASE.json")])
 
     # ---- shards ----------------------------------------------------------------------------------------
     def put_shard(self, generation: int, slot: int, shard: Shard) -> ShardRef:
@@ -121,6 +201,13 @@ class RunStore:
         self.storage.put_bytes(key, data)
         rows = int(next(iter(shard.values())).shape[0]) if shard else 0
         return ShardRef(key, _sha(data), rows)
+
+    def shard_ref(self, generation: int, slot: int) -> ShardRef:
+        """The ref of a shard already written (what :meth:`put_shard` returned for it)."""
+        key = self.key(self.gen_dir(generation), "shards", f"{slot}.safetensors")
+        data = self.storage.get_bytes(key)
+        shard = load_tensors_bytes(data)
+        return ShardRef(key, _sha(data), int(next(iter(shard.values())).shape[0]) if shard else 0)
 
     def get_shard(self, ref: ShardRef) -> Shard:
         data = self.storage.get_bytes(ref.key)
@@ -177,6 +264,7 @@ class RunStore:
                     "files": files, "shards": [asdict(s) for s in shards], "buffer": dict(buffer_state),
                     "elite_slot": int(elite_slot), "pruned": False}
         self._put_json(f"{gdir}/MANIFEST.json", manifest)
+        self.storage.delete_prefix(self.key(gdir, "dispatch"))  # members handed to workers: committed now
 
     def committed_generations(self) -> list[int]:
         gens = []
@@ -331,13 +419,21 @@ class RunStore:
         return pruned
 
     def save_elite(self, member: Member, env: dict[str, Any]) -> str:
-        """Store the final elite at ``<run>/elite/``; returns its URI."""
+        """Store the final elite at ``<run>/elite/``; returns its URI. Never torn: the new weights go beside the
+        old under a name of their own (``weights-<sha>.safetensors``), then member.json (one object, written
+        atomically) switches to them, and only then are the old weights deleted; a crash at any point leaves
+        a loadable elite, the old one or the new."""
+        prefix = self.key("elite")
         with tempfile.TemporaryDirectory(prefix="agilerl-elite-") as tmp:
             local = save_member(Path(tmp) / "elite", member, env)
-            prefix = self.key("elite")
+            meta = json.loads((local / "member.json").read_text())
+            sha = meta["files"].pop("weights.safetensors")
+            weights = f"weights-{sha[:16]}.safetensors"
+            meta["files"][weights] = sha
             old = set(self.storage.list(prefix + "/"))
-            written = set(self.storage.upload_dir(local, prefix))
-            self.storage.delete(sorted(old - written))
+            self.storage.put_bytes(f"{prefix}/{weights}", (local / "weights.safetensors").read_bytes())
+            self.storage.put_bytes(f"{prefix}/member.json", json.dumps(meta, indent=1, sort_keys=True).encode())
+        self.storage.delete(sorted(old - {f"{prefix}/{weights}", f"{prefix}/member.json"}))
         return self.storage.url(prefix)
 
     # ---- JSON helpers ----------------------------------------------------------------------------------
@@ -361,3 +457,51 @@ _VOLATILE = ("storage", "tracking", "runner")  # where a run is stored/tracked/e
 
 def _comparable(config: dict) -> dict:
     return {k: v for k, v in config.items() if k not in _VOLATILE}
+
+
+class LeaseKeeper:
+    """Holds a run's writer lease for as long as a writer works: takes it, refreshes its heartbeat from a
+    background thread every TTL/4, gives it up at the end (``with LeaseKeeper(store): ...``). A heartbeat
+    that finds the lease taken over is remembered; :meth:`check` raises it before the next commit."""
+
+    def __init__(self, store: RunStore, ttl_s: float = LEASE_TTL_S, owner: str | None = None) -> None:
+        self.store, self.ttl_s = store, float(ttl_s)
+        self.owner = owner or new_lease_owner()
+        self._stop = threading.Event()
+        self._lost: LeaseError | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> LeaseKeeper:
+        self.store.acquire_lease(self.owner, self.ttl_s)
+        self._thread = threading.Thread(target=self._beat, name=f"lease-{self.store.run_id}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.ttl_s / 4):
+            try:
+                self.store.heartbeat(self.owner)
+            except LeaseError as err:
+                self._lost = err
+                return
+            except Exception:  # a storage hiccup: the next beat tries again (the TTL leaves room for three)
+                continue
+
+    def check(self) -> None:
+        """Raise the LeaseError a heartbeat found (the lease was taken over: stop writing)."""
+        if self._lost is not None:
+            raise self._lost
+
+    def stop(self) -> None:
+        """Stop the heartbeat and give the lease up."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        with contextlib.suppress(Exception):
+            self.store.release_lease(self.owner)
+
+    def __enter__(self) -> LeaseKeeper:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -112,6 +112,15 @@ def contained(root: Path, rel: str, where: str) -> Path:
     return dest
 
 
+def _fsync_dir(path: Path) -> None:
+    """Flush a directory's entries (a rename or a new file in it) to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class LocalStorage(Storage):
     """A directory on local disk."""
 
@@ -137,10 +146,13 @@ class LocalStorage(Storage):
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
+                f.flush()
+                os.fsync(f.fileno())  # the bytes are on disk before the name points at them
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        _fsync_dir(path.parent)  # ... and the name itself survives a power loss
 
     def get_bytes(self, key: str) -> bytes:
         try:
