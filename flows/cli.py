@@ -101,6 +101,9 @@ def _parser() -> argparse.ArgumentParser:
     stack.add_argument("action", choices=["up", "down", "status"])
     stack.add_argument("--data-dir", default=None, help="where the stack keeps data, logs and pids "
                                                         "(default: $AGILERL_STACK_DIR, else .stack)")
+    stack.add_argument("--auth", action="store_true",
+                       help="turn on Prefect's and MLflow's own authentication (credentials generated into "
+                            "<data dir>/auth.json, exported by env.sh; kept on for this data dir)")
     stack.add_argument("--gpu-workers", type=int, default=0, metavar="N",
                        help="up: also start N workers of the agilerl-gpu pool, worker i seeing only GPU i "
                             "(CUDA_VISIBLE_DEVICES=i) and running one flow run at a time")
@@ -316,6 +319,7 @@ def _stack(args: argparse.Namespace) -> dict:
     from infra.stack import Stack
 
     stack = Stack.from_env(args.data_dir)
+    stack.auth = bool(getattr(args, "auth", False))
     if args.gpu_workers < 0:
         raise ConfigError("--gpu-workers: must be 0 or more (one worker per GPU)")
     if args.action == "up":

@@ -20,6 +20,7 @@ The test suite starts the same services through this module, on free ports.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -54,9 +55,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _http_ok(url: str, timeout: float = 2.0) -> bool:
+def _http_ok(url: str, timeout: float = 2.0, headers: dict[str, str] | None = None) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=timeout) as resp:
             return 200 <= resp.status < 300
     except (urllib.error.URLError, OSError, ValueError):
         return False
@@ -92,6 +93,8 @@ class Stack:
     host: str = "127.0.0.1"
     ports: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_PORTS))
 
+    auth: bool = False  # Prefect's and MLflow's own authentication on (also on once auth.json exists)
+
     @classmethod
     def from_env(cls, data_dir: str | os.PathLike | None = None) -> Stack:
         ports = {k: int(os.environ.get(f"AGILERL_STACK_{k.upper()}_PORT", v)) for k, v in DEFAULT_PORTS.items()}
@@ -125,6 +128,30 @@ class Stack:
                 json.dump(creds, f)
         return json.loads(path.read_text())
 
+    @property
+    def authenticated(self) -> bool:
+        """Whether the Prefect and MLflow servers ask for credentials (asked for once, kept in auth.json)."""
+        return self.auth or (self.data_dir / "auth.json").exists()
+
+    def auth_credentials(self) -> dict[str, str]:
+        """The Prefect API's basic-auth string and the MLflow admin's name and password, generated on first
+        use and kept in a 0600 file (never printed)."""
+        path = self.data_dir / "auth.json"
+        if not path.exists():
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            creds = {"prefect_auth_string": "agilerl:" + secrets.token_hex(16), "mlflow_username": "agilerl-admin",
+                     "mlflow_password": secrets.token_hex(16), "mlflow_flask_secret": secrets.token_hex(32)}
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump(creds, f)
+        return json.loads(path.read_text())
+
+    def _prefect_headers(self) -> dict[str, str]:
+        if not self.authenticated:
+            return {}
+        token = base64.b64encode(self.auth_credentials()["prefect_auth_string"].encode()).decode()
+        return {"Authorization": f"Basic {token}"}
+
     def client_env(self, services: tuple[str, ...] = ("s3", "mlflow", "prefect")) -> dict[str, str]:
         """Environment variables that point a client (or a flow run) at the stack."""
         env = {}
@@ -133,10 +160,16 @@ class Stack:
             env.update(AWS_ENDPOINT_URL=self.s3_url, AWS_ACCESS_KEY_ID=c["access_key_id"],
                        AWS_SECRET_ACCESS_KEY=c["secret_access_key"], AWS_REGION="us-east-1",
                        AGILERL_STORAGE_URI=f"s3://{STORAGE_BUCKET}/runs")
+        auth = self.auth_credentials() if self.authenticated else None
         if "mlflow" in services:
             env["MLFLOW_TRACKING_URI"] = self.mlflow_url
+            if auth:
+                env.update(MLFLOW_TRACKING_USERNAME=auth["mlflow_username"],
+                           MLFLOW_TRACKING_PASSWORD=auth["mlflow_password"])
         if "prefect" in services:
             env["PREFECT_API_URL"] = self.prefect_api
+            if auth:
+                env["PREFECT_API_AUTH_STRING"] = auth["prefect_auth_string"]
         return env
 
     # ---- state ------------------------------------------------------------------------------------------
@@ -240,6 +273,18 @@ class Stack:
         cmd = [_bin("mlflow"), "server", "--host", self.host, "--port", str(self.ports["mlflow"]),
                "--backend-store-uri", f"sqlite:///{db}", "--serve-artifacts",
                "--artifacts-destination", f"s3://{ARTIFACT_BUCKET}/artifacts", "--workers", "1"]
+        if self.authenticated:  # MLflow's basic-auth app: every request names a user; the admin is ours
+            a = self.auth_credentials()
+            ini = self.data_dir / "mlflow-auth.ini"
+            fd = os.open(ini, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(f"[mlflow]\ndefault_permission = NO_PERMISSIONS\n"
+                        f"database_uri = sqlite:///{self.data_dir / 'mlflow-auth.db'}\n"
+                        f"admin_username = {a['mlflow_username']}\nadmin_password = {a['mlflow_password']}\n"
+                        f"authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
+            env["MLFLOW_AUTH_CONFIG_PATH"] = str(ini)
+            env["MLFLOW_FLASK_SERVER_SECRET_KEY"] = a["mlflow_flask_secret"]  # the CSRF key basic-auth asks for
+            cmd += ["--app-name", "basic-auth"]
         self._spawn("mlflow", cmd, env)
         self._wait("mlflow", lambda: _http_ok(f"{self.mlflow_url}/health"), timeout)
 
@@ -249,9 +294,12 @@ class Stack:
         env = {"PREFECT_HOME": str(self.data_dir / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
                "PREFECT_API_URL": "", "PREFECT_UI_ENABLED": "true", "PREFECT_UI_API_URL": self.prefect_api,
                "PREFECT_LOGGING_LEVEL": "WARNING"}
+        if self.authenticated:  # Prefect's own basic auth: the API and the UI ask for the string
+            env["PREFECT_SERVER_API_AUTH_STRING"] = self.auth_credentials()["prefect_auth_string"]
         cmd = [_bin("prefect"), "server", "start", "--host", self.host, "--port", str(self.ports["prefect"])]
         self._spawn("prefect", cmd, env)
-        self._wait("prefect", lambda: _http_ok(f"{self.prefect_api}/health"), timeout)
+        self._wait("prefect", lambda: _http_ok(f"{self.prefect_api}/health", headers=self._prefect_headers()),
+                   timeout)
 
     def start_worker(self, cwd: str | os.PathLike | None = None, timeout: float = 90) -> None:
         """A process worker for WORK_POOL; its flow runs see the stack through client_env()."""
@@ -271,7 +319,7 @@ class Stack:
         every pool the deployments name, the GPU one included before any GPU worker is started)."""
         body = json.dumps({"name": pool, "type": "process"}).encode()
         req = urllib.request.Request(f"{self.prefect_api}/work_pools/", data=body, method="POST",
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", **self._prefect_headers()})
         try:
             urllib.request.urlopen(req, timeout=10).close()
         except urllib.error.HTTPError as err:
@@ -296,7 +344,8 @@ class Stack:
     def online_workers(self, pool: str) -> int:
         """How many workers of `pool` the server sees online (0 when it cannot be asked)."""
         req = urllib.request.Request(f"{self.prefect_api}/work_pools/{pool}/workers/filter", data=b"{}",
-                                     headers={"Content-Type": "application/json"}, method="POST")
+                                     headers={"Content-Type": "application/json", **self._prefect_headers()},
+                                     method="POST")
         try:
             with urllib.request.urlopen(req, timeout=2) as resp:
                 return sum(w.get("status") == "ONLINE" for w in json.loads(resp.read()))
@@ -356,7 +405,8 @@ class Stack:
 
     def status(self) -> dict:
         checks = {"s3": self._s3_ready, "mlflow": lambda: _http_ok(f"{self.mlflow_url}/health"),
-                  "prefect": lambda: _http_ok(f"{self.prefect_api}/health"), "worker": self._worker_ready}
+                  "prefect": lambda: _http_ok(f"{self.prefect_api}/health", headers=self._prefect_headers()),
+                  "worker": self._worker_ready}
         out = {"data_dir": str(self.data_dir)}
         for name, check in checks.items():
             running = self.running(name)

@@ -735,3 +735,54 @@ def test_a_resume_on_another_runner_trains_the_groups_the_run_was_started_with(t
     straight = cli_summary(flow_cli("run", str(path), "--run-id", "straight", *common, cwd=tmp_path, env=env))
     assert resumed["group_sizes"] == straight["group_sizes"] == [2, 2]
     assert committed_state(storage, "crashed") == committed_state(storage, "straight")
+
+
+# ---- the stack's own authentication -------------------------------------------------------------------------
+@pytest.mark.integration
+def test_stack_up_with_auth_turns_on_prefect_and_mlflow_authentication(tmp_path):
+    """`stack up --auth`: Prefect's API and MLflow refuse a client without credentials (401) and serve one with
+    the stack's env (what env.sh exports); the credentials stay in a 0600 file."""
+    import base64
+    import os
+    import stat
+    import subprocess
+    import sys
+    import urllib.error
+    import urllib.request
+
+    from infra.stack import Stack, free_port
+
+    stack = Stack(tmp_path / "stack", ports={k: free_port() for k in ("s3", "mlflow", "prefect")}, auth=True)
+    try:
+        stack.start_mlflow()
+        stack.start_prefect()
+        assert stat.S_IMODE(os.stat(tmp_path / "stack" / "auth.json").st_mode) == 0o600
+        env = stack.client_env(("mlflow", "prefect"))
+
+        def status(url, headers=None, data=None):
+            req = urllib.request.Request(url, headers={"Content-Type": "application/json", **(headers or {})},
+                                         data=data, method="POST" if data is not None else "GET")
+            try:
+                with urllib.request.urlopen(req, timeout=10) as resp:
+                    return resp.status
+            except urllib.error.HTTPError as err:
+                return err.code
+
+        flows = f"{stack.prefect_api}/flows/filter"
+        assert status(flows, data=b"{}") == 401
+        token = base64.b64encode(env["PREFECT_API_AUTH_STRING"].encode()).decode()
+        assert status(flows, {"Authorization": f"Basic {token}"}, b"{}") == 200
+        search = f"{stack.mlflow_url}/api/2.0/mlflow/experiments/search?max_results=1"
+        assert status(search) == 401
+        probe = ("import mlflow; c = mlflow.MlflowClient(); e = c.create_experiment('auth-probe'); "
+                 "print(c.get_experiment(e).name)")
+        out = subprocess.run([sys.executable, "-c", probe], env={**os.environ, **env}, capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0 and out.stdout.strip() == "auth-probe", out.stderr[-2000:]
+        denied = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                                env={**{k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_")},
+                                     "MLFLOW_TRACKING_URI": stack.mlflow_url})
+        assert denied.returncode != 0 and "401" in denied.stderr + denied.stdout
+        assert stack.status()["prefect"]["healthy"] and stack.status()["mlflow"]["healthy"]
+    finally:
+        stack.down()
