@@ -138,7 +138,8 @@ def test_default_run_is_the_flow_on_the_embedded_default(tmp_path):
                 "--set", "tracking.enabled=false", "--run-id", "pool", "--no-progress", cwd=tmp_path)
     assert pool.returncode == 0, pool.stderr[-3000:]
     assert json.loads(pool.stdout.strip().splitlines()[-1])["best_fitness"] == summary["best_fitness"]
-    elite = [tmp_path / "out" / run / "elite" / "weights.safetensors" for run in ("emb", "pool")]
+    # a run's elite names its weights by their hash (swapped in atomically); the local loop's is plain
+    elite = [next((tmp_path / "out" / run / "elite").glob("weights-*.safetensors")) for run in ("emb", "pool")]
     assert elite[0].read_bytes() == elite[1].read_bytes() == \
         (tmp_path / "loc" / "experiment-seed0" / "elite" / "weights.safetensors").read_bytes()
 

@@ -643,26 +643,14 @@ def test_a_second_writer_is_refused_naming_the_owner_and_a_stale_lease_is_taken_
 def test_resuming_a_run_while_its_writer_is_alive_is_refused_and_the_writer_goes_on(tmp_path):
     import os
     import signal
-    import subprocess
-    import sys
-
-    import yaml
 
     from agilerl_core.io.run_store import RunStore
     from agilerl_core.io.storage import open_storage
-    from tests.conftest import cli_env, flow_cli, wait_until
+    from tests.conftest import flow_cli, wait_until
 
-    cfg = {"name": "lease-test", "env_id": "CartPole-v1", "num_envs": 4, "population_size": 2, "evo_steps": 400,
-           "eval_episodes": 2, "max_env_steps": 10_000_000, "seed": 0, "tracking": {"enabled": False},
-           "hyperparameters": {"batch_size": 32, "learning_delay": 64, "buffer_size": 5000},
-           "network": {"hidden_sizes": [32, 32], "min_nodes": 8}}
-    path = tmp_path / "cfg.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    env = cli_env(tmp_path)
-    storage = str(tmp_path / "runs")
-    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "run", str(path), "--run-id", "busy", "--storage",
-                             storage, "--no-progress"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    path, env, storage = _cli_config(tmp_path, name="lease-test", population_size=2, evo_steps=400,
+                                     max_env_steps=10_000_000)
+    proc = _start_run(path, "busy", storage, env, tmp_path)
     try:
         store = RunStore(open_storage(storage), "busy")
         wait_until(lambda: store.lease() is not None and store.committed_generations(), 240, "the first commit")
@@ -705,28 +693,15 @@ def test_a_resume_on_another_runner_trains_the_groups_the_run_was_started_with(t
     keeps its pinned groups and ends exactly as the uninterrupted run."""
     import os
     import signal
-    import subprocess
-    import sys
-
-    import yaml
 
     from agilerl_core.io.run_store import RunStore
     from agilerl_core.io.storage import open_storage
-    from tests.conftest import cli_env, cli_summary, committed_state, flow_cli, wait_for_commit
+    from tests.conftest import cli_summary, committed_state, flow_cli, wait_for_commit
 
-    cfg = {"name": "pin-test", "env_id": "CartPole-v1", "num_envs": 4, "population_size": 4, "evo_steps": 200,
-           "eval_episodes": 2, "max_env_steps": 4000, "seed": 0, "tracking": {"enabled": False},
-           "runner": {"group_size": 2},
-           "hyperparameters": {"batch_size": 32, "learning_delay": 64, "buffer_size": 5000},
-           "network": {"hidden_sizes": [32, 32], "min_nodes": 8}}
-    path = tmp_path / "cfg.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    env = cli_env(tmp_path)
-    storage = str(tmp_path / "runs")
+    path, env, storage = _cli_config(tmp_path, name="pin-test", population_size=4, evo_steps=200,
+                                     max_env_steps=4000, runner={"group_size": 2})
     common = ["--storage", storage, "--no-progress"]
-    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "run", str(path), "--run-id", "crashed", *common],
-                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = _start_run(path, "crashed", storage, env, tmp_path)
     wait_for_commit(RunStore(open_storage(storage), "crashed"), 1, proc)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -786,3 +761,72 @@ def test_stack_up_with_auth_turns_on_prefect_and_mlflow_authentication(tmp_path)
         assert stack.status()["prefect"]["healthy"] and stack.status()["mlflow"]["healthy"]
     finally:
         stack.down()
+
+
+def _cli_config(tmp_path, **fields):
+    """A small CartPole config written as YAML for the CLI: (its path, the CLI's env, a storage dir)."""
+    import yaml
+
+    from tests.conftest import cli_env
+
+    cfg = {"env_id": "CartPole-v1", "num_envs": 4, "eval_episodes": 2, "seed": 0, "tracking": {"enabled": False},
+           "hyperparameters": {"batch_size": 32, "learning_delay": 64, "buffer_size": 5000},
+           "network": {"hidden_sizes": [32, 32], "min_nodes": 8}, **fields}
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path, cli_env(tmp_path), str(tmp_path / "runs")
+
+
+def _start_run(path, run_id: str, storage: str, env: dict, cwd):
+    """`agilerl-flow run` in the background, in a process group of its own (to be killed whole)."""
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-m", "flows.cli", "run", str(path), "--run-id", run_id, "--storage",
+                             storage, "--no-progress"], cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def test_a_resume_reads_a_tampered_generation_as_data(tmp_path, marker):
+    """Committed members whose member.json (and the manifest's checksums, rewritten to match) name code: the
+    resume rebuilds them from its own config and nothing runs."""
+    import hashlib
+
+    from agilerl_core.io.run_store import RunStore
+    from agilerl_core.io.storage import LocalStorage
+
+    evo = build_evolution(tiny_config(population_size=2))
+    store = RunStore(LocalStorage(tmp_path / "store"), "tampered")
+    store.init_run({"name": "x"})
+    evo.population.record_fitness([1.0, 2.0])
+    evo.commit(store, [])
+    manifest = store.manifest(0)
+    for key in list(manifest["files"]):
+        if key.endswith("member.json"):
+            doc = json.loads(store.storage.get_bytes(key))
+            doc["env"] = {"kind": "multi_agent", "env_id": f"{marker.module}:run", "env_kwargs": {}}
+            doc.pop("spec")
+            data = json.dumps(doc).encode()
+            store.storage.put_bytes(key, data)
+            manifest["files"][key] = hashlib.sha256(data).hexdigest()
+    store.storage.put_bytes(store.key("generations/000000/MANIFEST.json"), json.dumps(manifest).encode())
+    again = build_evolution(tiny_config(population_size=2))
+    again.resume(store, 0)
+    assert [m.member_id for m in again.population.members] == [0, 1]
+    assert not marker.path.exists()
+
+
+def test_experience_written_by_an_older_buffer_layout_is_refused_clearly(tmp_path):
+    from agilerl_core.io.run_store import RunStore
+    from agilerl_core.io.storage import LocalStorage
+
+    evo = build_evolution(tiny_config(population_size=2))
+    store = RunStore(LocalStorage(tmp_path / "store"), "old-layout")
+    shard = {k: torch.zeros((4, *f.shape), dtype=f.dtype) for k, f in evo.arena.buffer.fields.items()
+             if k != "terminated"}
+    ref = store.put_shard(0, 0, shard)
+    evo.population.record_fitness([1.0, 2.0])
+    store.commit_generation(evo.population, evo.arena.env_desc, [ref], evo.extra_state(),
+                            {"size": 4, "pos": 4, "capacity": evo.arena.buffer.capacity}, 0)
+    with pytest.raises(CheckpointError, match="lacks field.*terminated.*older version"):
+        store.rebuild_buffer(0, evo.arena.buffer)

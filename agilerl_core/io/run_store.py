@@ -377,6 +377,11 @@ class RunStore:
         if not parts:
             buffer.size, buffer.pos = 0, 0
             return
+        missing = sorted({k for p in parts for k in buffer.fields if k not in p})
+        if missing:
+            raise CheckpointError(f"{self.uri}: the stored experience lacks field(s) {', '.join(missing)} that this "
+                                  f"version's buffer keeps (written by an older version); start a new run (or "
+                                  f"resume it with the version that wrote it)")
         data = {k: torch.cat([p[k] for p in parts])[-size:] for k in buffer.fields}
         buffer.load_committed(data, int(state["pos"]))
 
