@@ -830,3 +830,20 @@ def test_experience_written_by_an_older_buffer_layout_is_refused_clearly(tmp_pat
                             {"size": 4, "pos": 4, "capacity": evo.arena.buffer.capacity}, 0)
     with pytest.raises(CheckpointError, match="lacks field.*terminated.*older version"):
         store.rebuild_buffer(0, evo.arena.buffer)
+
+
+def test_a_manifest_listing_a_path_outside_the_generation_is_refused(tmp_path):
+    from agilerl_core.errors import StorageError
+    from agilerl_core.io.run_store import RunStore
+    from agilerl_core.io.storage import LocalStorage
+
+    evo = build_evolution(tiny_config(population_size=2))
+    store = RunStore(LocalStorage(tmp_path / "store"), "bad-manifest")
+    evo.population.record_fitness([1.0, 2.0])
+    evo.commit(store, [])
+    manifest = store.manifest(0)
+    prefix = store.key("generations/000000/population")
+    manifest["files"][f"{prefix}/a//escape"] = "0" * 64
+    store.storage.put_bytes(store.key("generations/000000/MANIFEST.json"), json.dumps(manifest).encode())
+    with pytest.raises(StorageError, match="would leave its directory"):  # refused before anything is read
+        store.load_generation(0)

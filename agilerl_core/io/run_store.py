@@ -44,7 +44,7 @@ from agilerl_core.envs.spaces import ObsSpec
 from agilerl_core.errors import CheckpointError, ConfigError, LeaseError
 from agilerl_core.hpo.population import Member, Population
 from agilerl_core.io.checkpoint import POPULATION_FORMAT, Rebuild, load_member, load_population, save_member, save_population
-from agilerl_core.io.storage import Storage
+from agilerl_core.io.storage import Storage, contained, safe_relpath
 
 RUN_FORMAT = "agilerl-flow/run"
 MANIFEST_FORMAT = "agilerl-flow/generation"
@@ -327,12 +327,13 @@ class RunStore:
         keys = [k for k in manifest["files"] if k.startswith(prefix + "/")]
         if not keys:
             raise CheckpointError(f"{self.storage.url(prefix)}: the manifest lists no files there")
-        for key in keys:
+        rels = [safe_relpath(key[len(prefix) + 1:], self.storage.url(key)) for key in keys]  # all, before reading
+        for key, rel in zip(keys, rels, strict=True):
             data = self.storage.get_bytes(key)
             if _sha(data) != manifest["files"][key]:
                 raise CheckpointError(f"{self.storage.url(key)}: checksum mismatch with the generation manifest; "
                                       f"the file was truncated or modified after the commit")
-            dest = local / key[len(prefix) + 1:]
+            dest = contained(local, rel, self.storage.url(key))
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(data)
 
