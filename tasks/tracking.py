@@ -157,6 +157,7 @@ class Tracker:
                 self.experiment_id = exp.experiment_id
             self.parent_id = self._find_or_create_parent(storage_uri)
             self.child_ids = [self._find_or_create_child(slot) for slot in range(cfg.population_size)]
+            self._stamps: dict[int, int] = {}  # generation -> the timestamp its metrics are logged with
         except mlflow.exceptions.MlflowException as err:
             raise TrackingError(f"tracking server {self.uri}: {err.message}") from None
 
@@ -213,7 +214,9 @@ class Tracker:
     def log_generation(self, stats: dict[str, Any], members: list[dict[str, Any]]) -> None:
         """One batch per run: the parent's population metrics and each slot's member metrics."""
         g = int(stats["generation"])
-        now = int(time.time() * 1000)
+        # one timestamp per generation, kept for a retry: MLflow drops a metric identical in key, value, step
+        # and timestamp, so a retried batch (the task's retries) logs each value exactly once
+        now = self._stamps.setdefault(g, int(time.time() * 1000))
         parent = [Metric("best_fitness", float(stats["best_fitness"]), now, g),
                   Metric("mean_fitness", float(stats["mean_fitness"]), now, g),
                   Metric("global_env_steps", float(stats["global_steps"]), now, g),
@@ -376,7 +379,7 @@ def log_generation_task(tracker: Tracker, stats: dict[str, Any], members: list[d
     tracker.log_generation(stats, members)
 
 
-@task(name="log-run-end", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+@task(name="log-run-end", cache_policy=NO_CACHE)  # not retried: registering the champion twice makes two versions
 def log_run_end_task(tracker: Tracker, lineage: list[dict[str, Any]], hp_names: list[str], elite_dir: str,
                      summary: dict[str, Any], report_dir: str, signature: Any = None, input_example: Any = None
                      ) -> dict[str, Any]:

@@ -847,3 +847,24 @@ def test_a_manifest_listing_a_path_outside_the_generation_is_refused(tmp_path):
     store.storage.put_bytes(store.key("generations/000000/MANIFEST.json"), json.dumps(manifest).encode())
     with pytest.raises(StorageError, match="would leave its directory"):  # refused before anything is read
         store.load_generation(0)
+
+
+def test_a_retried_generation_log_records_each_metric_once(tmp_path, monkeypatch):
+    """The log task's retries are idempotent: a second batch for the same generation (what a retry sends after
+    a half-finished first try) adds nothing; the end-of-run task, which registers a model, is not retried."""
+    import mlflow
+
+    from tasks.tracking import Tracker, log_run_end_task
+
+    monkeypatch.setenv("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+    cfg = tiny_config(population_size=2, **{"tracking.uri": f"sqlite:///{tmp_path / 'm.db'}"})
+    tracker = Tracker(cfg, "retry-run", str(tmp_path / "runs"))
+    stats = {"generation": 0, "best_fitness": 2.0, "mean_fitness": 1.5, "global_steps": 400, "wall_s": 1.0}
+    members = [{"fitness": f, "param_count": 10, "train_return": 1.0, "member_id": i, "mutation": "none",
+                "architecture": "mlp", "hyperparameters": {"lr": 1e-3}} for i, f in enumerate((1.0, 2.0))]
+    tracker.log_generation(stats, members)
+    tracker.log_generation(stats, members)  # the retry
+    client = mlflow.MlflowClient(cfg.tracking.uri)
+    assert len(client.get_metric_history(tracker.parent_id, "best_fitness")) == 1
+    assert len(client.get_metric_history(tracker.child_ids[1], "hp.lr")) == 1
+    assert log_run_end_task.retries == 0
