@@ -17,10 +17,18 @@ def lineage_table(lineage: list[dict[str, Any]]) -> dict[str, list]:
 
 
 def _pyplot():
+    import importlib.util
+
     import matplotlib
 
     matplotlib.use("Agg")  # headless: flows run on servers and workers
     import matplotlib.pyplot as plt
+
+    if importlib.util.find_spec("IPython") is not None:
+        # A new canvas reads sys.modules["IPython"] without importing it; while another thread is importing
+        # IPython (MLflow does, logging the champion beside the pictures) it finds a half-initialised module
+        # and fails. Importing it here waits on that import's lock instead.
+        import IPython  # noqa: F401
 
     return plt
 
