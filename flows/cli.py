@@ -294,9 +294,9 @@ def _trigger(args: argparse.Namespace) -> dict:
     if args.min_fitness is not None and args.wait:
         best = summary.get("best_fitness")
         summary["min_fitness"] = args.min_fitness
-        if best is None or best < args.min_fitness:
-            print(json.dumps(summary), flush=True)
-            raise _Fail(f"the elite's fitness {best} is below --min-fitness {args.min_fitness}")
+        summary["passed"] = best is not None and best >= args.min_fitness
+        if not summary["passed"]:
+            raise _Fail(f"the elite's fitness {best} is below --min-fitness {args.min_fitness}", summary)
     return summary
 
 
@@ -357,7 +357,12 @@ def _dataset(args: argparse.Namespace) -> dict:
 
 
 class _Fail(AgileRLError):
-    """A command ran but its outcome is a failure (a failed flow run, a fitness below the bar)."""
+    """A command ran but its outcome is a failure (a failed flow run, a fitness below the bar); `summary` is
+    still the command's JSON summary (printed as stdout's last line, pass or fail)."""
+
+    def __init__(self, message: str, summary: dict | None = None) -> None:
+        super().__init__(message)
+        self.summary = summary
 
 
 COMMANDS = {"run": _run, "resume": _resume, "trigger": _trigger, "lineage": _lineage, "stack": _stack,
@@ -383,6 +388,9 @@ def main(argv: list[str] | None = None) -> int:
         kind = next((k for cls, k in kinds if isinstance(err, cls)), f"unexpected {type(err).__name__}")
         hint = "" if args.debug else " (run with --debug for the traceback)"
         print(f"agilerl-flow: {kind}: {err}{hint}", file=sys.stderr)
+        failed_summary = getattr(err, "summary", None)
+        if failed_summary is not None:  # stdout's last line is the JSON summary, pass or fail (CI reads it)
+            print(json.dumps(failed_summary), flush=True)
         return 2 if isinstance(err, ConfigError) else 1
     finally:
         # the interpreter's final garbage collection walks every object Prefect, MLflow and torch created:

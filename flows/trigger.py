@@ -12,7 +12,12 @@ from agilerl_core.errors import AgileRLError, ConfigError
 
 
 class TriggerError(AgileRLError):
-    """The deployment could not be run, or its run did not complete."""
+    """The deployment could not be run, or its run did not complete; `summary` (when the run started) is what
+    the CLI still prints as its JSON summary: deployment, flow run id and name, final state."""
+
+    def __init__(self, message: str, summary: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.summary = summary
 
 
 def trigger_deployment(name: str, params: list[str], wait: bool = True, timeout: float | None = None) -> dict[str, Any]:
@@ -46,9 +51,10 @@ def trigger_deployment(name: str, params: list[str], wait: bool = True, timeout:
     state = flow_run.state
     if state is None or not state.is_final():
         raise TriggerError(f"flow run {flow_run.name} ({flow_run.id}) did not finish within {timeout}s "
-                           f"(state {state.type.value if state else 'unknown'})")
+                           f"(state {state.type.value if state else 'unknown'})", {**out, "passed": False})
     if not state.is_completed():
-        raise TriggerError(f"flow run {flow_run.name} ({flow_run.id}) ended {state.type.value}: {state.message}")
+        raise TriggerError(f"flow run {flow_run.name} ({flow_run.id}) ended {state.type.value}: {state.message}",
+                           {**out, "passed": False, "message": state.message})
     out.update(_summary(flow_run.id))
     return out
 

@@ -247,6 +247,8 @@ def test_deployment_trigger_waits_and_gates_on_fitness(servers, tmp_path):
     p = _cli("trigger", "online-evolution/cartpole-dqn", *small, "--wait", "--min-fitness", "1e9", "--timeout", "300",
              env=env, cwd=tmp_path)
     assert p.returncode == 1 and "below --min-fitness" in p.stderr
+    failed = json.loads(p.stdout.strip().splitlines()[-1])  # what `... | tee summary.json` keeps when the gate fails
+    assert failed["passed"] is False and failed["min_fitness"] == 1e9 and failed["best_fitness"] < 1e9
     p = _cli("trigger", "online-evolution/nope", "--wait", env=env, cwd=tmp_path)
     assert p.returncode == 2 and "not found" in p.stderr
 
