@@ -240,6 +240,12 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
     cfg, run_id, evo, store = prepared.cfg, prepared.run_id, prepared.evo, prepared.store
     if prepared.dropped:
         logger.info("run %s: discarded uncommitted generation(s) %s left by a crash", run_id, prepared.dropped)
+    finished = _finished_summary(prepared)
+    if finished is not None:  # nothing to resume: never repeat the ending (a second model version, the alias)
+        prepared.lease.stop()
+        logger.info("run %s finished already (generation %s, best fitness %s); nothing to resume", run_id,
+                    finished.get("generations", 0) - 1, finished.get("best_fitness"))
+        return {**finished, "already_finished": True}
     tracker = Tracker(cfg, run_id, store.storage.uri) if cfg.tracking.enabled else None
     flow_run_url = _flow_run("ui_url")
     view = RunView(cfg, run_id, logger)
@@ -312,6 +318,15 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
         if tracker is not None:
             with contextlib.suppress(Exception):
                 tracker.end(status)
+
+
+def _finished_summary(prepared: PreparedRun) -> dict[str, Any] | None:
+    """The stored summary of a run whose last committed generation ended it (None when it has more to do)."""
+    store, evo = prepared.store, prepared.evo
+    if prepared.latest is None or not evo.finished() or not store.storage.exists(store.key("summary.json")):
+        return None
+    summary = json.loads(store.storage.get_bytes(store.key("summary.json")))
+    return summary if summary.get("generations") == len(evo.history) else None
 
 
 def _flow_run(field: str) -> str | None:
