@@ -123,14 +123,14 @@ def run_description(cfg: ExperimentConfig, run_id: str, storage_uri: str, summar
              f"Run `{run_id}`, storage `{storage_uri}`." + (f" Prefect flow run: {flow_run_url}" if flow_run_url else "")]
     if summary is None:
         lines += ["", "Running: the metrics `best_fitness` and `mean_fitness` grow a point per generation; each "
-                      "slot of the population is a child run (`" + run_id + "/slot-N`)."]
+                      "slot of the population is a child run (`slot-N · " + run_id + "`)."]
     else:  # the result first: the UI shows a description's first lines before "Show more"
         champion = summary.get("champion_uri") or summary.get("model_uri") or "not registered"
         lines = [f"Best fitness **{summary['best_fitness']:.2f}** over {summary['generations']} generations "
                  f"({summary['global_steps']:,} steps, {summary['wall_s']:.0f} s). Champion: `{champion}`.", "",
                  *lines, "", "Lineage: the artifacts `lineage/family_tree.png` (who descends from whom, edges coloured by "
                       "the mutation that made each child, the elite's line in red), `lineage/hp_schedules.png` and "
-                      "`lineage/lineage.json`. Compare the slots: the child runs `" + run_id + "/slot-N` "
+                      "`lineage/lineage.json`. Compare the slots: the child runs `slot-N · " + run_id + "` "
                       "(metrics `fitness`, `hp.*`)."]
     return "\n".join(lines)
 
@@ -173,7 +173,8 @@ class Tracker:
         run = self.client.create_run(self.experiment_id, run_name=self.run_id, tags={
             "agilerl.run_id": self.run_id, "agilerl.role": "parent", "agilerl.storage_uri": storage_uri,
             "agilerl.algorithm": self.cfg.algorithm, **_subject_tags(self.cfg)})
-        params = [Param(k, v) for k, v in flat_params(self.cfg).items()]
+        # storage.uri as resolved (the config's may be None: the embedded default or $AGILERL_STORAGE_URI)
+        params = [Param(k, v) for k, v in {**flat_params(self.cfg), "storage.uri": storage_uri}.items()]
         for i in range(0, len(params), 100):
             self.client.log_batch(run.info.run_id, params=params[i: i + 100], synchronous=True)
         return run.info.run_id
@@ -183,7 +184,7 @@ class Tracker:
         if found:
             self.client.update_run(found[0].info.run_id, status="RUNNING")
             return found[0].info.run_id
-        run = self.client.create_run(self.experiment_id, run_name=f"{self.run_id}/slot-{slot}", tags={
+        run = self.client.create_run(self.experiment_id, run_name=f"slot-{slot} · {self.run_id}", tags={
             "mlflow.parentRunId": self.parent_id, "agilerl.parent": self.parent_id, "agilerl.role": "member",
             "agilerl.slot": str(slot), "agilerl.run_id": self.run_id})
         return run.info.run_id

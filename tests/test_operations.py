@@ -30,3 +30,16 @@ def test_resuming_a_finished_run_does_nothing_and_says_so(tmp_path):
     assert json.loads((out / "done" / "summary.json").read_text()) == stored
     assert len(client.search_model_versions("name='done-test'")) == 1
     assert len(list((out / "done" / "generations").iterdir())) == first["generations"]  # none added
+
+
+def test_member_runs_lead_with_their_slot_and_the_resolved_storage_uri_is_logged(tmp_path, monkeypatch):
+    from tasks.tracking import Tracker
+    from tests.conftest import tiny_config
+
+    monkeypatch.setenv("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+    cfg = tiny_config(population_size=2, **{"tracking.uri": f"sqlite:///{tmp_path / 'm.db'}"})
+    assert cfg.storage.uri is None
+    tracker = Tracker(cfg, "names-run", str(tmp_path / "runs" / "names-run"))
+    client = mlflow.MlflowClient(cfg.tracking.uri)
+    assert [client.get_run(c).info.run_name for c in tracker.child_ids] == ["slot-0 · names-run", "slot-1 · names-run"]
+    assert client.get_run(tracker.parent_id).data.params["storage.uri"] == str(tmp_path / "runs" / "names-run")
