@@ -620,10 +620,9 @@ def test_a_second_writer_is_refused_naming_the_owner_and_a_stale_lease_is_taken_
     first.stop()
     assert store.lease() is None  # given up at the end
     # a stale heartbeat (another host's writer that stopped beating) is taken over
-    store.acquire_lease("elsewhere:1:abcdef01", ttl_s=0.5)
-    import time
-
-    time.sleep(0.6)
+    store.acquire_lease("elsewhere:1:abcdef01", ttl_s=60)
+    stale = {**store.lease(), "heartbeat": store.lease()["heartbeat"] - 61}  # its last beat, 61 s ago
+    store.storage.put_bytes(store.key("LEASE.json"), json.dumps(stale).encode())
     store.acquire_lease("me:2:abcdef02")
     assert store.lease()["owner"] == "me:2:abcdef02"
     # ... and the old writer, beating again, learns it lost the run

@@ -40,6 +40,7 @@ from agilerl_core.envs.spaces import MultiAgentSpec, ObsSpec, obs_spec_from_dict
 from agilerl_core.errors import CheckpointError
 from agilerl_core.hpo.population import LineageEvent, Member, Population
 from agilerl_core.io.digest import sha256_file
+from agilerl_core.io.storage import fsync_path
 
 Rebuild = Callable[[dict[str, torch.Tensor], dict[str, Any]], Any]  # (tensors, meta) -> member
 MEMBER_FORMAT = "agilerl-flow/member"
@@ -90,7 +91,8 @@ def _atomic_dir(target: Path):
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
 
     def commit() -> None:
-        _fsync_tree(tmp)  # every file on disk before the directory is swapped in
+        for p in [*tmp.rglob("*"), tmp]:  # every file and folder on disk before the directory is swapped in
+            fsync_path(p)
         if target.exists():
             old = target.with_name(f".{target.name}.old")
             if old.exists():
@@ -100,21 +102,10 @@ def _atomic_dir(target: Path):
             shutil.rmtree(old)
         else:
             os.replace(tmp, target)
-        _fsync_tree(target.parent, files=False)
+        fsync_path(target.parent)  # ... and the swap itself
 
     return tmp, commit
 
-
-def _fsync_tree(root: Path, files: bool = True) -> None:
-    """fsync every file under `root` (with `files`) and the directories, so a commit survives power loss."""
-    paths = sorted(root.rglob("*")) if files else []
-    for p in [*paths, root]:
-        if p.is_dir() or files:
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
 
 
 # ---- members ---------------------------------------------------------------------------------------------

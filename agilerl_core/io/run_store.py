@@ -467,7 +467,7 @@ def _comparable(config: dict) -> dict:
 
 class LeaseKeeper:
     """Holds a run's writer lease for as long as a writer works: takes it, refreshes its heartbeat from a
-    background thread every TTL/4, gives it up at the end (``with LeaseKeeper(store): ...``). A heartbeat
+    background thread every TTL/4, gives it up at the end (:meth:`start`, then :meth:`stop`). A heartbeat
     that finds the lease taken over is remembered; :meth:`check` raises it before the next commit."""
 
     def __init__(self, store: RunStore, ttl_s: float = LEASE_TTL_S, owner: str | None = None) -> None:
@@ -505,9 +505,3 @@ class LeaseKeeper:
             self._thread.join(timeout=10)
         with contextlib.suppress(Exception):
             self.store.release_lease(self.owner)
-
-    def __enter__(self) -> LeaseKeeper:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()

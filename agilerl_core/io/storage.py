@@ -112,8 +112,8 @@ def contained(root: Path, rel: str, where: str) -> Path:
     return dest
 
 
-def _fsync_dir(path: Path) -> None:
-    """Flush a directory's entries (a rename or a new file in it) to disk."""
+def fsync_path(path: Path) -> None:
+    """Flush a file's bytes, or a directory's entries (a rename or a new file in it), to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -152,7 +152,7 @@ class LocalStorage(Storage):
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        _fsync_dir(path.parent)  # ... and the name itself survives a power loss
+        fsync_path(path.parent)  # ... and the name itself survives a power loss
 
     def get_bytes(self, key: str) -> bytes:
         try:
