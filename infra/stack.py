@@ -347,7 +347,7 @@ class Stack:
                                      headers={"Content-Type": "application/json", **self._prefect_headers()},
                                      method="POST")
         try:
-            with urllib.request.urlopen(req, timeout=2) as resp:
+            with urllib.request.urlopen(req, timeout=10) as resp:
                 return sum(w.get("status") == "ONLINE" for w in json.loads(resp.read()))
         except (urllib.error.URLError, OSError, ValueError):
             return 0
