@@ -156,6 +156,18 @@ class TrackingConfig(_Strict):
     model_name: str | None = Field(None, description="Registered model name; None: the experiment name.")
 
 
+class ChampionConfig(_Strict):
+    """Which member a run registers, and when the registered model's ``champion`` alias moves to it."""
+
+    promote: Literal["if_better", "always", "never"] = Field(
+        "if_better", description="Move NAME@champion to this run's model: if_better (only when its fitness beats the "
+                                 "fitness recorded with the version the alias points at), always, or never.")
+    eval_episodes: int | None = Field(
+        None, ge=1, description="Fresh-seed episodes each champion candidate (the final elite and the best member "
+                                "the run ever evaluated) is re-scored on before one is registered (LLM: passes over "
+                                "the held-out prompts); None: one evaluation's worth (eval_episodes; LLM: 1).")
+
+
 _CRON_NICKNAMES = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@hourly")
 
 
@@ -316,6 +328,8 @@ class _ExperimentBase(_Strict):
     torch_threads: int = Field(1, ge=1, description="Torch intra-op threads (small nets run fastest on 1).")
     storage: StorageConfig = Field(default_factory=StorageConfig, description="Pipeline persistence.")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow tracking.")
+    champion: ChampionConfig = Field(default_factory=ChampionConfig, description="The registered champion: "
+                                                                                "candidates and promotion.")
     runner: RunnerConfig = Field(default_factory=RunnerConfig, description="Task runner of the pipeline.")
     schedule: ScheduleConfig | None = Field(None, description="When the deployment made from this config runs by "
                                                               "itself; none: only when triggered.")

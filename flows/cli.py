@@ -162,7 +162,7 @@ def _flow(cfg, run_id: str | None, progress: bool) -> dict:
         uri = tracking_uri(cfg)
         how = f"open {uri}" if uri.startswith("http") else f"run `mlflow ui --backend-store-uri {uri}` and open " \
                                                             f"http://127.0.0.1:5000"
-        print(f"MLflow: to compare runs, lineage and the champion ({summary.get('champion_uri', 'not registered')}), "
+        print(f"MLflow: to compare runs, lineage and the champion ({summary.get('champion_uri') or 'not registered'}), "
               f"{how}", file=sys.stderr)
     return summary
 

@@ -38,11 +38,13 @@ from tqdm import tqdm
 from agilerl_core.config import ExperimentConfig
 from agilerl_core.errors import CheckpointError
 from agilerl_core.experiment import build_evolution
+from agilerl_core.hpo.champion import choose_champion, eval_rounds
 from agilerl_core.hpo.evolution import Evolution
+from agilerl_core.io.checkpoint import save_member
 from agilerl_core.io.run_store import LeaseKeeper, RunStore, check_run_id
 from agilerl_core.io.storage import storage_from_config
 from flows.runners import check_deployment, check_runner, dask_cluster, placement, task_runner
-from tasks.artifacts import RunView, generation_rows, lineage_markdown
+from tasks.artifacts import RunView, artifact_key, generation_rows, lineage_markdown
 from tasks.generation import (
     WORKER_RUNS,
     GenerationJob,
@@ -70,7 +72,35 @@ from tasks.tracking import (
 )
 from tasks.trust import check_flow_run_code
 
-SUMMARY_ARTIFACT = "evolution-summary"
+SUMMARY_ARTIFACT = "summary"  # the run's JSON summary: artifact key RUN-summary (what `trigger` reads)
+
+
+def flow_run_name() -> str:
+    """An evolution flow run's name: its run id, so the Runs list tells runs of one config apart. A run started
+    without one (a deployment's) is named after its config until :func:`run_evolution` makes the id, then
+    renamed to it."""
+    from prefect.runtime import flow_run
+
+    params = flow_run.parameters or {}
+    if params.get("run_id"):
+        return str(params["run_id"])
+    config = params.get("config")
+    name = config.get("name") if isinstance(config, dict) else getattr(config, "name", None)
+    return str(name or "evolution")
+
+
+def _name_flow_run(run_id: str, logger) -> None:
+    """Rename this flow run to `run_id` (a convenience: a failure is a warning)."""
+    try:
+        from prefect.client.orchestration import get_client
+        from prefect.runtime import flow_run
+
+        if flow_run.id is None or flow_run.name == run_id:
+            return
+        with get_client(sync_client=True) as client:
+            client.update_flow_run(flow_run.id, name=run_id)
+    except Exception as err:
+        logger.warning("run %s: could not rename the flow run after it: %s", run_id, err)
 
 
 def new_run_id(cfg: ExperimentConfig) -> str:
@@ -238,6 +268,7 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
     check_flow_run_code(cfg)  # a deployment's parameters may not name code its own config does not
     prepared = PREPARED_RUNS.take(cfg, run_id) or prepare_run(cfg, run_id)
     cfg, run_id, evo, store = prepared.cfg, prepared.run_id, prepared.evo, prepared.store
+    _name_flow_run(run_id, logger)
     if prepared.dropped:
         logger.info("run %s: discarded uncommitted generation(s) %s left by a crash", run_id, prepared.dropped)
     finished = _finished_summary(prepared)
@@ -261,6 +292,7 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
     logging = _Logging()
     t0 = time.perf_counter()
     steps0 = evo.global_steps
+    gen_wall0 = sum(h.wall_s for h in evo.history)  # the committed generations' wall time before this attempt
     placements: list[dict] = []  # where the last generation's groups trained (process runners: host, GPUs)
     status = "FAILED"
     try:
@@ -286,16 +318,23 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
                                 mean=f"{stats['mean_fitness']:.1f}")
             bar.close()
             logging.wait()
+        choice = choose_champion(evo, store, eval_rounds(cfg))
+        logger.info("run %s: champion candidates on fresh seeds: %s; registering the %s", run_id, ", ".join(
+            f"{c.role.replace('_', ' ')} (member {c.member_id}, generation {c.generation}) {c.fresh_fitness:.2f} "
+            f"(scored {c.fitness:.2f} in its generation)" for c in choice.candidates),
+            choice.chosen.role.replace("_", " "))
+        elite_uri = store.save_elite(choice.member, evo.arena.env_desc)
         wall = time.perf_counter() - t0
-        elite_uri = store.save_elite(evo.elite(), evo.arena.env_desc)
         summary = {**evo.result(wall, evo.global_steps - steps0, elite_uri).summary(), "run_id": run_id,
+                   **_whole_run(evo, wall, evo.global_steps - steps0, prepared.latest, gen_wall0),
+                   "champion": choice.summary(),
                    "storage_uri": store.uri, "mlflow_run_id": tracker.parent_id if tracker else None,
                    "mlflow_run_url": tracker.run_url if tracker else None, "prefect_flow_run_id": _flow_run("id"),
                    "group_placements": placements}
         lineage = [e.to_dict() for e in evo.population.lineage]
         with tempfile.TemporaryDirectory(prefix="agilerl-end-") as tmp:
             if tracker is not None:  # the pictures are rendered into tmp beside the champion's logging
-                elite_dir = evo.save_elite(Path(tmp) / "member")
+                elite_dir = save_member(Path(tmp) / "member", choice.member, evo.arena.env_desc)
                 signature, example = champion_io(evo.arena)
                 summary.update(log_run_end_task(tracker, lineage, space_names, str(elite_dir), summary, tmp,
                                                 signature, example))
@@ -309,7 +348,8 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
                  if tracker else None, lineage_md)
         store.storage.put_bytes(store.key("summary.json"), json.dumps(summary, indent=1).encode())
         with contextlib.suppress(Exception):  # the summary artifact is a convenience for `agilerl-flow trigger`
-            create_table_artifact([summary], key=SUMMARY_ARTIFACT, description="evolution summary (JSON row)")
+            create_table_artifact([summary], key=artifact_key(run_id, SUMMARY_ARTIFACT),
+                                  description="evolution summary (JSON row)")
         status = "FINISHED"
         return summary
     finally:
@@ -318,6 +358,16 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
         if tracker is not None:
             with contextlib.suppress(Exception):
                 tracker.end(status)
+
+
+def _whole_run(evo: Evolution, wall: float, steps: int, resumed_after: int | None, gen_wall0: float) -> dict:
+    """The summary's timing over the whole run: a resumed run's wall_s adds the committed generations of its
+    earlier attempts to this attempt's wall time (work a crash discarded is not counted); this attempt alone is
+    attempt_wall_s / attempt_steps."""
+    if resumed_after is None:
+        return {"attempt_wall_s": round(wall, 3), "attempt_steps": steps}
+    return {"wall_s": round(gen_wall0 + wall, 3), "attempt_wall_s": round(wall, 3), "attempt_steps": steps,
+            "resumed_after_generation": resumed_after}
 
 
 def _finished_summary(prepared: PreparedRun) -> dict[str, Any] | None:

@@ -8,10 +8,10 @@ from typing import Any
 from prefect import flow
 
 from agilerl_core.config import MultiAgentExperimentConfig
-from flows.evolution import run_evolution
+from flows.evolution import flow_run_name, run_evolution
 
 
-@flow(name="multi-agent-evolution", flow_run_name="{config.name}", validate_parameters=True)
+@flow(name="multi-agent-evolution", flow_run_name=flow_run_name, validate_parameters=True)
 def multi_agent_evolution(config: MultiAgentExperimentConfig, run_id: str | None = None,
                           progress: bool = False) -> dict[str, Any]:
     """Evolve a population of teams in a PettingZoo parallel env until the target fitness or the budget.

@@ -13,10 +13,10 @@ from typing import Any
 from prefect import flow
 
 from agilerl_core.config import OfflineExperimentConfig
-from flows.evolution import run_evolution
+from flows.evolution import flow_run_name, run_evolution
 
 
-@flow(name="offline-evolution", flow_run_name="{config.name}", validate_parameters=True)
+@flow(name="offline-evolution", flow_run_name=flow_run_name, validate_parameters=True)
 def offline_evolution(config: OfflineExperimentConfig, run_id: str | None = None,
                       progress: bool = False) -> dict[str, Any]:
     """Evolve a population on a dataset (`config.dataset`) until the target fitness or the budget of

@@ -8,10 +8,10 @@ from typing import Any
 from prefect import flow
 
 from agilerl_core.config import GymExperimentConfig
-from flows.evolution import run_evolution
+from flows.evolution import flow_run_name, run_evolution
 
 
-@flow(name="online-evolution", flow_run_name="{config.name}", validate_parameters=True)
+@flow(name="online-evolution", flow_run_name=flow_run_name, validate_parameters=True)
 def online_evolution(config: GymExperimentConfig, run_id: str | None = None, progress: bool = False) -> dict[str, Any]:
     """Evolve a population on a Gymnasium env until the target fitness or the env-step budget.
 

@@ -70,7 +70,7 @@ def _summary(flow_run_id) -> dict[str, Any]:
         arts = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(
             any_=[flow_run_id])), flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
     for art in arts:
-        if art.key == SUMMARY_ARTIFACT:
+        if art.key and art.key.endswith(f"-{SUMMARY_ARTIFACT}"):
             data = json.loads(art.data) if isinstance(art.data, str) else art.data
             return dict(data[0])
-    raise TriggerError(f"flow run {flow_run_id} completed but left no {SUMMARY_ARTIFACT!r} artifact")
+    raise TriggerError(f"flow run {flow_run_id} completed but left no summary artifact (key RUN_ID-{SUMMARY_ARTIFACT})")

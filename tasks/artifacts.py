@@ -17,9 +17,10 @@ from typing import Any
 from agilerl_core.config import ExperimentConfig
 
 
-def artifact_key(name: str, what: str) -> str:
-    """A Prefect artifact key (lowercase letters, digits and dashes) for `what` of experiment `name`."""
-    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "run"
+def artifact_key(run_id: str, what: str) -> str:
+    """A Prefect artifact key (lowercase letters, digits and dashes) for `what` of run `run_id`: per run, so the
+    Artifacts page never mixes two runs of one config under one key."""
+    slug = re.sub(r"[^a-z0-9]+", "-", run_id.lower()).strip("-") or "run"
     return f"{slug}-{what}"
 
 
@@ -60,11 +61,28 @@ def start_line(cfg: ExperimentConfig, run_id: str, storage_uri: str, mlflow_wher
             f"budget {cfg.max_env_steps:,} steps, seed {cfg.seed}; storage {storage_uri}; MLflow run {where}{resumed}")
 
 
-def end_line(summary: dict[str, Any]) -> str:
-    champion = summary.get("champion_uri") or summary.get("model_uri") or "not registered"
-    return (f"run {summary['run_id']} finished: best fitness {summary['best_fitness']:.2f} over "
+def champion_words(summary: dict[str, Any]) -> str:
+    """Where the run's champion went, in words: registered or not, promoted or not, and why."""
+    chosen = summary.get("champion") or {}
+    which = (f"the {chosen['chosen'].replace('_', ' ')} (member {chosen['member_id']}, fresh-seed fitness "
+             f"{chosen['fitness']:.2f})" if chosen.get("fitness") is not None else "the elite")
+    if summary.get("version") is None:
+        where = summary.get("model_uri") or "not logged (tracking off or pending)"
+        return f"{which}: {where}"
+    name, version = summary["registered_model"], summary["version"]
+    if summary.get("promoted"):
+        return f"{which} registered as {name} version {version}, now {summary['champion_uri']} ({summary['promotion']})"
+    held = summary.get("champion_version")
+    stays = f"; {name}@champion stays version {held}" if held is not None else ""
+    return f"{which} registered as {name} version {version}, {summary.get('promotion', 'not promoted')}{stays}"
+
+
+def end_line(summary: dict[str, Any], target: float | None = None) -> str:
+    why = (f"reached its target fitness {target:g} after {summary['global_steps']:,} of {summary['max_env_steps']:,} "
+           f"budgeted steps" if summary.get("reached_target") and target is not None else "spent its step budget")
+    return (f"run {summary['run_id']} finished ({why}): best fitness {summary['best_fitness']:.2f} over "
             f"{summary['generations']} generations, {summary['global_steps']:,} steps in {summary['wall_s']:.1f} s; "
-            f"elite checkpoint {summary['elite_uri']}; champion {champion}")
+            f"champion checkpoint {summary['elite_uri']}; {champion_words(summary)}")
 
 
 def generation_rows(population, stats: dict[str, Any], space_names: list[str]) -> list[dict[str, Any]]:
@@ -130,11 +148,11 @@ class RunView:
         self.logger.info(start_line(self.cfg, self.run_id, storage_uri, mlflow_where, resumed_after))
         if mlflow_url is not None:
             self._publish("MLflow link", create_link_artifact, mlflow_url, link_text=f"MLflow run {self.run_id}",
-                          key=artifact_key(self.cfg.name, "mlflow-run"),
+                          key=artifact_key(self.run_id, "mlflow-run"),
                           description="The MLflow parent run: parameters, fitness curves, lineage pictures; "
                                       "its child runs are the population's slots")
         self._progress = self._publish("progress", create_progress_artifact,
-                                       self._percent(global_steps), key=artifact_key(self.cfg.name, "progress"),
+                                       self._percent(global_steps), key=artifact_key(self.run_id, "progress"),
                                        description=f"run {self.run_id}: global steps of the budget")
 
     def _percent(self, steps: int) -> float:
@@ -145,21 +163,25 @@ class RunView:
 
         self.logger.info(generation_line(stats))
         self._publish("generation table", create_table_artifact, rows,
-                      key=artifact_key(self.cfg.name, "generation"),
+                      key=artifact_key(self.run_id, "generation"),
                       description=f"run {self.run_id}, generation {stats['generation']}: each slot's member, parent, "
                                   f"mutation, fitness and evolved hyperparameters")
         if self._progress is not None:
             self._publish("progress", update_progress_artifact, self._progress, self._percent(stats["global_steps"]))
 
     def end(self, summary: dict[str, Any], champion_url: str | None, lineage_md: str | None) -> None:
-        from prefect.artifacts import create_link_artifact, create_markdown_artifact
+        from prefect.artifacts import create_link_artifact, create_markdown_artifact, update_progress_artifact
+
+        if self._progress is not None and summary.get("reached_target"):  # done: the target ends the run early
+            self._publish("progress", update_progress_artifact, self._progress, 100.0)
 
         if champion_url is not None:
             self._publish("champion link", create_link_artifact, champion_url,
-                          link_text=f"champion {summary.get('champion_uri')}",
-                          key=artifact_key(self.cfg.name, "champion"),
-                          description="The registered champion (the run's elite) in the MLflow model registry")
+                          link_text=f"{summary.get('registered_model')} version {summary.get('version')}"
+                                    f"{' (champion)' if summary.get('promoted') else ' (not promoted)'}",
+                          key=artifact_key(self.run_id, "model"),
+                          description=f"The model this run registered: {champion_words(summary)}")
         if lineage_md is not None:
-            self._publish("lineage", create_markdown_artifact, lineage_md, key=artifact_key(self.cfg.name, "lineage"),
+            self._publish("lineage", create_markdown_artifact, lineage_md, key=artifact_key(self.run_id, "lineage"),
                           description=f"run {self.run_id}: the population's family tree")
-        self.logger.info(end_line(summary))
+        self.logger.info(end_line(summary, self.cfg.target_fitness))

@@ -31,6 +31,7 @@ from tasks.reports import lineage_table, render_lineage
 
 SECRET_FIELDS = ("storage.access_key_id", "storage.secret_access_key")
 CHAMPION_ALIAS = "champion"
+ML_VIEW = "?workflowType=machine_learning"  # MLflow 3's UI opens the GenAI view without it, "Model training" with it
 
 
 def tracking_uri(cfg: ExperimentConfig) -> str:
@@ -109,6 +110,13 @@ def _subject_tags(cfg: ExperimentConfig) -> dict[str, str]:
     return {"agilerl.env_id": cfg.env_id}
 
 
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
 def _finite(x: float) -> bool:
     return x is not None and math.isfinite(float(x))
 
@@ -125,9 +133,11 @@ def run_description(cfg: ExperimentConfig, run_id: str, storage_uri: str, summar
         lines += ["", "Running: the metrics `best_fitness` and `mean_fitness` grow a point per generation; each "
                       "slot of the population is a child run (`slot-N · " + run_id + "`)."]
     else:  # the result first: the UI shows a description's first lines before "Show more"
-        champion = summary.get("champion_uri") or summary.get("model_uri") or "not registered"
+        from tasks.artifacts import champion_words
+
         lines = [f"Best fitness **{summary['best_fitness']:.2f}** over {summary['generations']} generations "
-                 f"({summary['global_steps']:,} steps, {summary['wall_s']:.0f} s). Champion: `{champion}`.", "",
+                 f"({summary['global_steps']:,} steps, {summary['wall_s']:.0f} s). Champion: "
+                 f"{champion_words(summary)}.", "",
                  *lines, "", "Lineage: the artifacts `lineage/family_tree.png` (who descends from whom, edges coloured by "
                       "the mutation that made each child, the elite's line in red), `lineage/hp_schedules.png` and "
                       "`lineage/lineage.json`. Compare the slots: the child runs `slot-N · " + run_id + "` "
@@ -255,7 +265,7 @@ class Tracker:
         """The parent run in the MLflow UI (None when tracking goes to a file store, not a server)."""
         if not self.uri.startswith(("http://", "https://")):
             return None
-        return f"{self.uri.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.parent_id}"
+        return f"{self.uri.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.parent_id}{ML_VIEW}"
 
     @property
     def where(self) -> str:
@@ -265,7 +275,7 @@ class Tracker:
     def model_url(self, name: str | None, version: str | None) -> str | None:
         if name is None or version is None or not self.uri.startswith(("http://", "https://")):
             return None
-        return f"{self.uri.rstrip('/')}/#/models/{name}/versions/{version}"
+        return f"{self.uri.rstrip('/')}/#/models/{name}/versions/{version}{ML_VIEW}"
 
     def describe(self, text: str) -> None:
         """The parent run's description (markdown, shown on its page in the MLflow UI)."""
@@ -273,12 +283,14 @@ class Tracker:
 
     def log_champion(self, member_dir: Path, summary: dict[str, Any], signature: Any = None,
                      input_example: Any = None) -> dict[str, Any]:
-        """Log the elite as a pyfunc model (code + safetensors checkpoint) with its typed `signature`
-        (:func:`champion_signature`) and an `input_example` (:func:`champion_example`), register it,
-        alias it champion."""
+        """Log the chosen champion (``summary["champion"]``) as a pyfunc model (code + safetensors checkpoint)
+        with its typed `signature` (:func:`champion_signature`) and an `input_example` (:func:`champion_example`),
+        register it with tags saying what it is, and move the ``champion`` alias to it as ``champion.promote``
+        says (:meth:`promote`)."""
         import torch
 
         name = self.cfg.tracking.model_name or self.cfg.name
+        fitness = (summary.get("champion") or {}).get("fitness", summary.get("best_fitness"))
         code = str(Path(__file__).with_name(CHAMPION_CODE.get(self.cfg.kind, "champion_model.py")))
         mlflow.set_tracking_uri(self.uri)
         with mlflow.start_run(run_id=self.parent_id):
@@ -288,13 +300,55 @@ class Tracker:
                 registered_model_name=name if self.cfg.tracking.register_model else None,
                 signature=signature, input_example=input_example,
                 step=int(summary.get("generations", 1)) - 1,  # links the final generation's metrics
-                metadata={"fitness": summary.get("best_fitness"), "run_id": self.run_id})
-        out = {"model_uri": info.model_uri}
+                metadata={"fitness": fitness, "run_id": self.run_id})
+        out: dict[str, Any] = {"model_uri": info.model_uri}
         if self.cfg.tracking.register_model:
             version = str(info.registered_model_version)
-            self.client.set_registered_model_alias(name, CHAMPION_ALIAS, version)
-            out.update(registered_model=name, version=version, champion_uri=f"models:/{name}@{CHAMPION_ALIAS}")
+            for key, value in self.version_tags(fitness).items():
+                self.client.set_model_version_tag(name, version, key, value)
+            out.update(registered_model=name, version=version, **self.promote(name, version, fitness))
         return out
+
+    def version_tags(self, fitness: float | None) -> dict[str, str]:
+        """What a registered version records about itself: the fitness promotion compares, the run, the
+        config's digest (secrets left out) and the seed."""
+        import hashlib
+
+        digest = hashlib.sha256(json.dumps(flat_params(self.cfg), sort_keys=True).encode()).hexdigest()
+        return {"agilerl.fitness": "nan" if fitness is None else repr(float(fitness)), "agilerl.run_id": self.run_id,
+                "agilerl.config_digest": digest, "agilerl.seed": str(self.cfg.seed)}
+
+    def promote(self, name: str, version: str, fitness: float | None) -> dict[str, Any]:
+        """Move ``NAME@champion`` to `version` as ``champion.promote`` says: ``always``; ``never``; ``if_better``
+        (the default): only when `fitness` beats the ``agilerl.fitness`` tag of the version the alias points at
+        (a version without one, or no alias yet, is beaten by any finite fitness). Returns what happened."""
+        policy = self.cfg.champion.promote
+        try:
+            current = self.client.get_model_version_by_alias(name, CHAMPION_ALIAS)
+        except mlflow.exceptions.MlflowException:
+            current = None
+        held = None if current is None else _float(current.tags.get("agilerl.fitness"))
+        if current is not None and current.version == version:
+            promoted, why = True, "it holds the alias already"
+        elif policy == "never":
+            promoted, why = False, "champion.promote is never"
+        elif policy == "always":
+            promoted, why = True, "champion.promote is always"
+        elif fitness is None or not math.isfinite(fitness):
+            promoted, why = False, "its fitness is not a number"
+        elif current is None or held is None or not math.isfinite(held):
+            promoted, why = True, "no champion with a recorded fitness yet"
+        elif fitness > held:
+            promoted, why = True, f"fitness {fitness:.2f} beats the champion's (version {current.version}) {held:.2f}"
+        else:
+            promoted, why = False, (f"fitness {fitness:.2f} does not beat the champion's (version {current.version}) "
+                                    f"{held:.2f}")
+        if promoted:
+            self.client.set_registered_model_alias(name, CHAMPION_ALIAS, version)
+        champion = version if promoted else (current.version if current is not None else None)
+        return {"promoted": promoted, "promotion": f"{'promoted' if promoted else 'not promoted'}: {why}",
+                "champion_version": champion,
+                "champion_uri": f"models:/{name}@{CHAMPION_ALIAS}" if champion is not None else None}
 
     def end(self, status: str = "FINISHED") -> None:
         for rid in [*self.child_ids, self.parent_id]:

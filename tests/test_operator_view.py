@@ -117,9 +117,20 @@ def test_log_lines_say_what_ran_each_generation_and_the_end():
                          "wall_s": 0.4, "mutations": ["elite", "hp:lr=0.002", "none"]})
     assert g == "generation 2: best 21.50, mean 10.00, 1,800 global steps, 0.4 s; mutations: 0 elite, " \
                 "1 hp:lr=0.002, 2 none"
-    end = end_line({"run_id": "r1", "best_fitness": 21.5, "generations": 3, "global_steps": 1800, "wall_s": 3.0,
-                    "elite_uri": "s3://x/elite", "champion_uri": "models:/ui-view@champion"})
-    assert "models:/ui-view@champion" in end and "s3://x/elite" in end
+    done = {"run_id": "r1", "best_fitness": 21.5, "generations": 3, "global_steps": 1800, "wall_s": 3.0,
+            "max_env_steps": 1800, "elite_uri": "s3://x/elite", "registered_model": "ui-view", "version": "4",
+            "champion": {"chosen": "best_ever", "member_id": 7, "generation": 1, "fitness": 20.0}}
+    end = end_line({**done, "promoted": True, "champion_version": "4", "champion_uri": "models:/ui-view@champion",
+                    "promotion": "promoted: no champion with a recorded fitness yet"})
+    assert "spent its step budget" in end and "s3://x/elite" in end
+    assert "best ever (member 7, fresh-seed fitness 20.00) registered as ui-view version 4, now " \
+           "models:/ui-view@champion" in end
+    kept = end_line({**done, "promoted": False, "champion_version": "2", "reached_target": True,
+                     "promotion": "not promoted: fitness 20.00 does not beat the champion's (version 2) 30.00"},
+                    target=20.0)
+    assert "reached its target fitness 20 after 1,800 of 1,800 budgeted steps" in kept
+    assert "not promoted: fitness 20.00 does not beat the champion's (version 2) 30.00; ui-view@champion stays " \
+           "version 2" in kept
 
 
 # ---- a run through the stack, as a person sees it -----------------------------------------------------------

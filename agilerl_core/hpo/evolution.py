@@ -63,7 +63,7 @@ def groups_of(keys: Sequence[object | None], cap: int | None) -> list[tuple[int,
 
 
 # what each seed is for: derive_seed(master, PURPOSE, ...)
-MEMBER_SEED, TRAIN_SEED, EVAL_SEED, CHILD_SEED = 1, 2, 3, 4
+MEMBER_SEED, TRAIN_SEED, EVAL_SEED, CHILD_SEED, CHAMPION_SEED = 1, 2, 3, 4, 5
 
 
 @dataclass
@@ -324,6 +324,20 @@ class Evolution:
     def best_fitness(self) -> float:
         """The best evaluation of any generation so far."""
         return max((h.best_fitness for h in self.history), default=float("nan"))
+
+    def best_generation(self) -> int | None:
+        """The generation whose elite scored the run's best evaluation (the earliest on a tie); None before any."""
+        if not self.history:
+            return None
+        best = self.best_fitness()
+        return next(h.generation for h in self.history if h.best_fitness == best or
+                    (np.isnan(best) and np.isnan(h.best_fitness)))
+
+    def fresh_fitness(self, agent: Evolvable, rounds: int) -> float:
+        """`agent`'s mean fitness over `rounds` evaluations on seeds no generation evaluated on (the champion's
+        re-scoring: a lucky evaluation during the run does not carry over)."""
+        scores = [self.arena.evaluate(agent, derive_seed(self.settings.seed, CHAMPION_SEED, r)) for r in range(rounds)]
+        return float(np.mean(scores))
 
     def finished(self) -> bool:
         target = self.settings.target_fitness
