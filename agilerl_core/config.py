@@ -142,6 +142,10 @@ class StorageConfig(_Strict):
     region: str | None = Field(None, description="S3 region; None: $AWS_REGION, else us-east-1.")
     access_key_id: SecretStr | None = Field(None, description="S3 access key; prefer $AWS_ACCESS_KEY_ID.")
     secret_access_key: SecretStr | None = Field(None, description="S3 secret; prefer $AWS_SECRET_ACCESS_KEY.")
+    max_attempts: int | None = Field(None, ge=1, description="Attempts per S3 request: transient errors (connection "
+                                                              "refused, throttling, 5xx) are retried with exponential "
+                                                              "backoff (botocore's standard mode, each wait up to 20 s); "
+                                                              "None: $AWS_MAX_ATTEMPTS, else 10 (about a minute).")
     keep_generations: int = Field(3, ge=1, description="Member checkpoints kept for the last K generations "
                                                        "(every generation's elite is always kept).")
 
@@ -154,6 +158,10 @@ class TrackingConfig(_Strict):
                                               "output_dir.")
     register_model: bool = Field(True, description="Register the final elite and alias it 'champion'.")
     model_name: str | None = Field(None, description="Registered model name; None: the experiment name.")
+    flush_timeout: float = Field(60.0, ge=0, description="Seconds a run waits at its end for the tracking server "
+                                                         "to take what is still queued (it queues while the server "
+                                                         "is down and training goes on); after that the run ends "
+                                                         "with the rest pending, delivered by `agilerl-flow resume`.")
 
 
 class ChampionConfig(_Strict):

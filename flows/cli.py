@@ -15,6 +15,7 @@ import atexit
 import contextlib
 import gc
 import json
+import logging
 import os
 import signal
 import socket
@@ -127,10 +128,43 @@ def _run(args: argparse.Namespace) -> dict:
 
         evolution = build_evolution(cfg)  # every check (env id, spaces, bounds, dataset) happens here
         return train_local(cfg, progress=not args.no_progress, run_dir=args.run_dir, evolution=evolution).summary()
-    return _flow(cfg, args.run_id, not args.no_progress)
+    return _flow(cfg, args.run_id, not args.no_progress, args.debug)
 
 
-def _flow(cfg, run_id: str | None, progress: bool) -> dict:
+class _OneLine(logging.Formatter):
+    """A console formatter without tracebacks: a failed task or flow run is one line there (the traceback
+    still reaches the Prefect UI through the API handler, and `--debug` keeps it on the console)."""
+
+    def __init__(self, inner: logging.Formatter | None) -> None:
+        super().__init__()
+        self.inner = inner or logging.Formatter()
+
+    def format(self, record: logging.LogRecord) -> str:
+        saved = record.exc_info, record.exc_text, record.stack_info
+        record.exc_info = record.exc_text = record.stack_info = None
+        try:
+            return self.inner.format(record).split("\nTraceback (most recent call last)")[0]
+        finally:
+            record.exc_info, record.exc_text, record.stack_info = saved
+
+
+def _console_without_tracebacks() -> None:
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    for h in logging.getLogger().handlers:
+        if isinstance(h, PrefectConsoleHandler) and not isinstance(h.formatter, _OneLine):
+            h.setFormatter(_OneLine(h.formatter))
+
+
+class _Stopped(Exception):
+    """A run that started and then failed: the cause's kind and message, then how to continue it."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def _flow(cfg, run_id: str | None, progress: bool, debug: bool = False) -> dict:
     """Prepare the run here (every check, the resume state loaded and verified), then start its kind's flow,
     which takes the prepared run instead of building it again. Without a Prefect server a local one
     starts first (:class:`_LocalPrefect`), so its start-up overlaps the imports and the preparation."""
@@ -149,10 +183,22 @@ def _flow(cfg, run_id: str | None, progress: bool) -> dict:
         prepared = prepare_run(cfg, run_id)
         if cfg.tracking.enabled:
             warm_tracking_store(tracking_uri(prepared.cfg))  # while the server starts
+        if not debug:
+            _console_without_tracebacks()
         with server.serving() if server is not None else contextlib.nullcontext():
             PREPARED_RUNS.put(prepared)
             try:
                 summary = flow_for(cfg.kind)(config=prepared.cfg, run_id=prepared.run_id, progress=progress)
+            except Exception as err:  # one paragraph: what failed, what is safe, the exact command that continues
+                if debug:
+                    raise
+                uri = prepared.store.storage.uri
+                last = prepared.committed
+                safe = (f"generations up to {last} are committed in {uri} and nothing committed is lost"
+                        if last is not None else f"no generation was committed yet in {uri}")
+                raise _Stopped(_kind(err), f"{str(err).rstrip('.')}. Run {prepared.run_id} stopped: {safe}. Once "
+                                           f"the cause is fixed, continue it with: agilerl-flow resume "
+                                           f"{prepared.run_id} --storage {uri}") from err
             finally:
                 prepared.lease.stop()  # the flow gives it up itself; this covers a flow that never started
     finally:
@@ -283,7 +329,7 @@ def _resume(args: argparse.Namespace) -> dict:
     data.setdefault("storage", {})["uri"] = uri
     data.setdefault("kind", "offline" if data.get("dataset") else "gym")  # records written before kinds existed
     cfg = validate_config(data, source=store.storage.url(store.key("run.json")))
-    return _flow(cfg, args.run_id, not args.no_progress)
+    return _flow(cfg, args.run_id, not args.no_progress, args.debug)
 
 
 def _trigger(args: argparse.Namespace) -> dict:
@@ -369,6 +415,16 @@ COMMANDS = {"run": _run, "resume": _resume, "trigger": _trigger, "lineage": _lin
             "dataset": _dataset}
 
 
+def _kind(err: BaseException) -> str:
+    """What kind of failure `err` is, in the words the console line starts with."""
+    if isinstance(err, _Stopped):
+        return err.kind
+    kinds = [(ConfigError, "configuration error"), (CheckpointError, "checkpoint error"),
+             (StorageError, "storage error"), (TrackingError, "tracking error"), (_Fail, "failed"),
+             (AgileRLError, "error")]
+    return next((k for cls, k in kinds if isinstance(err, cls)), f"unexpected {type(err).__name__}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -382,10 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:
         if args.debug:
             traceback.print_exc()
-        kinds = [(ConfigError, "configuration error"), (CheckpointError, "checkpoint error"),
-                 (StorageError, "storage error"), (TrackingError, "tracking error"), (_Fail, "failed"),
-                 (AgileRLError, "error")]
-        kind = next((k for cls, k in kinds if isinstance(err, cls)), f"unexpected {type(err).__name__}")
+        kind = _kind(err)
         hint = "" if args.debug else " (run with --debug for the traceback)"
         print(f"agilerl-flow: {kind}: {err}{hint}", file=sys.stderr)
         failed_summary = getattr(err, "summary", None)

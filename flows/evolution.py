@@ -36,7 +36,7 @@ from prefect.artifacts import create_table_artifact
 from tqdm import tqdm
 
 from agilerl_core.config import ExperimentConfig
-from agilerl_core.errors import CheckpointError
+from agilerl_core.errors import CheckpointError, TrackingError
 from agilerl_core.experiment import build_evolution
 from agilerl_core.hpo.champion import choose_champion, eval_rounds
 from agilerl_core.hpo.evolution import Evolution
@@ -62,9 +62,9 @@ from tasks.reports import elite_path, render_lineage
 from tasks.tracking import (
     SECRET_FIELDS,
     Tracker,
+    TrackingQueue,
     champion_io,
     check_tracking_server,
-    log_generation_task,
     log_run_end_task,
     member_rows,
     run_description,
@@ -128,6 +128,11 @@ class PreparedRun:
     latest: int | None  # the last committed generation, None for a new run
     dropped: list[int]  # uncommitted generation folders a crash left behind (deleted)
     lease: LeaseKeeper  # this process is the run's one writer until the run ends
+    committed: int | None = None  # the last generation committed (kept up to date by the flow)
+
+    def __post_init__(self) -> None:
+        if self.committed is None:
+            self.committed = self.latest
 
 
 def prepare_run(cfg: ExperimentConfig, run_id: str | None) -> PreparedRun:
@@ -190,21 +195,8 @@ class PreparedRuns:
 PREPARED_RUNS = PreparedRuns()
 
 
-class _Logging:
-    """At most one generation's tracking in flight beside the next generation's training, logged in order."""
-
-    def __init__(self) -> None:
-        self.future = None
-
-    def wait(self) -> None:
-        """Wait for the generation being logged (raising its error, after its retries)."""
-        if self.future is not None:
-            future, self.future = self.future, None
-            future.result()
-
-
-def run_generation(job: GenerationJob, evo: Evolution, store: RunStore, runner, tracker: Tracker | None,
-                   logging: _Logging) -> dict[str, Any]:
+def run_generation(job: GenerationJob, evo: Evolution, store: RunStore, runner, tracking: TrackingQueue | None
+                   ) -> dict[str, Any]:
     """One generation's DAG in the flow run (select+mutate from the previous one first).
 
     The tasks are submitted to `runner`, a started task runner of the configured kind, so that one flow
@@ -248,16 +240,8 @@ def run_generation(job: GenerationJob, evo: Evolution, store: RunStore, runner, 
     commit_generation_task(job, evo, store, shards)
     last = evo.history[-1]
     stats = {**asdict(last), "placements": placements}
-    if tracker is not None:
-        params = {"tracker": tracker, "stats": stats,
-                  "members": member_rows(evo.population, last.train_returns, sorted(evo.arena.space),
-                                         last.train_metrics)}
-        logging.wait()
-        if inline:  # the pool's thread is idle while members train in this one: log there, beside the next
-            # generation (a crash before it lands is covered: resume logs committed, unlogged generations)
-            logging.future = runner.submit(log_generation_task, params)
-        else:
-            log_generation_task(**params)
+    if tracking is not None:  # logged by the queue's thread: training never waits on the tracking server
+        tracking.put(stats, member_rows(evo.population, last.train_returns, sorted(evo.arena.space), last.train_metrics))
     return stats
 
 
@@ -273,7 +257,11 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
         logger.info("run %s: discarded uncommitted generation(s) %s left by a crash", run_id, prepared.dropped)
     finished = _finished_summary(prepared)
     if finished is not None:  # nothing to resume: never repeat the ending (a second model version, the alias)
-        prepared.lease.stop()
+        try:
+            if finished.get("tracking_pending") and cfg.tracking.enabled:
+                return _deliver_pending(prepared, finished, logger)
+        finally:
+            prepared.lease.stop()
         logger.info("run %s finished already (generation %s, best fitness %s); nothing to resume", run_id,
                     finished.get("generations", 0) - 1, finished.get("best_fitness"))
         return {**finished, "already_finished": True}
@@ -289,7 +277,10 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
         tracker.log_dataset(dataset.describe())
     space_names = sorted(evo.arena.space)
     mode = "threads" if cfg.runner.kind == "threads" else "process"
-    logging = _Logging()
+    tracking = TrackingQueue(tracker, logger, spill=lambda st, m: _spill(store, st, m),
+                             unspill=lambda g: store.storage.delete([_spill_key(store, g)])) if tracker else None
+    pending: list[int] = []  # generations the tracking server had not taken when the run ended
+    end_pending = False  # the run's ending (lineage, champion) not in MLflow: `resume` delivers it
     t0 = time.perf_counter()
     steps0 = evo.global_steps
     gen_wall0 = sum(h.wall_s for h in evo.history)  # the committed generations' wall time before this attempt
@@ -297,11 +288,7 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
     status = "FAILED"
     try:
         if tracker is not None and evo.history:  # generations committed before a crash but never logged
-            logged = tracker.logged_generations()
-            for h in evo.history:
-                if h.generation not in logged:
-                    logger.info("run %s: logging generation %d, committed before the crash", run_id, h.generation)
-                    _log_from_store(tracker, store, h.generation, asdict(h), evo, space_names)
+            _log_unlogged(tracker, store, evo, space_names, logger)
         check_deployment(cfg.runner)
         with dask_cluster(cfg.runner) as address, task_runner(cfg, address) as runner:
             bar = tqdm(total=cfg.max_env_steps, initial=evo.global_steps, unit="step", file=sys.stderr,
@@ -310,14 +297,16 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
                 prepared.lease.check()  # taken over by another writer (after a long stall): stop, commit nothing
                 g = evo.population.generation + (1 if evo.history else 0)
                 job = GenerationJob(run_id, cfg, store.storage.uri, g, evo.generation_steps(), mode)
-                stats = run_generation(job, evo, store, runner, tracker, logging)
+                stats = run_generation(job, evo, store, runner, tracking)
+                prepared.committed = stats["generation"]
                 placements = stats["placements"]
                 view.generation(stats, generation_rows(evo.population, stats, space_names))
                 bar.update(stats["global_steps"] - bar.n)
                 bar.set_postfix(gen=stats["generation"], best=f"{stats['best_fitness']:.1f}",
                                 mean=f"{stats['mean_fitness']:.1f}")
             bar.close()
-            logging.wait()
+        if tracking is not None:
+            pending = tracking.close(cfg.tracking.flush_timeout)
         choice = choose_champion(evo, store, eval_rounds(cfg))
         logger.info("run %s: champion candidates on fresh seeds: %s; registering the %s", run_id, ", ".join(
             f"{c.role.replace('_', ' ')} (member {c.member_id}, generation {c.generation}) {c.fresh_fitness:.2f} "
@@ -333,16 +322,19 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
                    "group_placements": placements}
         lineage = [e.to_dict() for e in evo.population.lineage]
         with tempfile.TemporaryDirectory(prefix="agilerl-end-") as tmp:
-            if tracker is not None:  # the pictures are rendered into tmp beside the champion's logging
+            tracked = False
+            if tracker is not None and not pending:  # the pictures are rendered into tmp beside the champion's logging
                 elite_dir = save_member(Path(tmp) / "member", choice.member, evo.arena.env_desc)
-                signature, example = champion_io(evo.arena)
-                summary.update(log_run_end_task(tracker, lineage, space_names, str(elite_dir), summary, tmp,
-                                                signature, example))
-                tree = Path(tmp) / "family_tree.png"
-            else:
+                tracked = _track_end(tracker, evo, lineage, space_names, elite_dir, summary, tmp, logger)
+            if tracker is not None and not tracked:
+                end_pending = True
+                summary["tracking_pending"] = {"generations": pending, "end": True}
+                logger.warning(_pending_message(tracker, run_id, store.storage.uri, pending))
+            tree = Path(tmp) / "family_tree.png"
+            if not tree.exists():
                 tree, _ = render_lineage(lineage, space_names, tmp, cfg.name)
             lineage_md = lineage_markdown(tree, elite_path(lineage), lineage)
-        if tracker is not None:
+        if tracker is not None and tracked:
             _describe(tracker, run_description(cfg, run_id, store.uri, summary, flow_run_url), logger)
         view.end(summary, tracker.model_url(summary.get("registered_model"), summary.get("version"))
                  if tracker else None, lineage_md)
@@ -355,9 +347,94 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
     finally:
         prepared.lease.stop()
         WORKER_RUNS.drop(run_id)
-        if tracker is not None:
+        if tracking is not None:
+            pending = pending or tracking.close(0)  # a failed run: resume logs its committed generations
+        if tracker is not None and not pending and not end_pending:
             with contextlib.suppress(Exception):
                 tracker.end(status)
+
+
+def _track_end(tracker: Tracker, evo: Evolution, lineage: list[dict], space_names: list[str], elite_dir: Path,
+               summary: dict[str, Any], tmp: str, logger) -> bool:
+    """The run's ending in MLflow: lineage table and pictures, the champion logged, registered and (by policy)
+    promoted; `summary` updated. False when the tracking server failed (the summary then marks it pending)."""
+    signature, example = champion_io(evo.arena)
+    try:
+        summary.update(log_run_end_task(tracker, lineage, space_names, str(elite_dir), summary, tmp, signature,
+                                        example))
+    except Exception as err:
+        logger.warning("run %s: logging the run's end to %s failed: %s", tracker.run_id, tracker.uri, err)
+        return False
+    return True
+
+
+def _pending_message(tracker: Tracker, run_id: str, storage_uri: str, pending: list[int]) -> str:
+    gens = f"generation(s) {', '.join(map(str, pending))}, " if pending else ""
+    return (f"run {run_id} finished, but the tracking server {tracker.uri} did not take everything: {gens}the "
+            f"lineage and the champion model are not logged yet (nothing is lost: they are in storage). Once the "
+            f"server is back, `agilerl-flow resume {run_id} --storage {storage_uri}` delivers them, each exactly once")
+
+
+def _spill_key(store: RunStore, generation: int) -> str:
+    return store.key("tracking", f"generation-{generation:06d}.json")
+
+
+def _spill(store: RunStore, stats: dict[str, Any], members: list[dict[str, Any]]) -> None:
+    """Keep a generation's tracking rows in storage while the tracking server cannot take them: what `resume`
+    logs (a pruned generation's members are gone from its checkpoints, their rows are not)."""
+    data = json.dumps({"stats": {k: v for k, v in stats.items() if k != "placements"}, "members": members})
+    store.storage.put_bytes(_spill_key(store, int(stats["generation"])), data.encode())
+
+
+def _log_unlogged(tracker: Tracker, store: RunStore, evo: Evolution, space_names: list[str], logger) -> list[int]:
+    """Log the committed generations MLflow does not have completely (a crash, or a tracking server that was
+    down), each run's metrics exactly once: from the rows the run kept in storage for it, else rebuilt from
+    the committed generation; returns them."""
+    logged = tracker.logged_generations()
+    missing = [h for h in evo.history if h.generation not in logged]
+    for h in missing:
+        logger.info("run %s: logging generation %d, committed while it could not be logged", tracker.run_id,
+                    h.generation)
+        key = _spill_key(store, h.generation)
+        if store.storage.exists(key):
+            kept = json.loads(store.storage.get_bytes(key))
+            tracker.log_generation(kept["stats"], kept["members"], only_missing=True)
+        else:
+            _log_from_store(tracker, store, h.generation, asdict(h), evo, space_names)
+    spilled = store.storage.list(store.key("tracking") + "/")
+    if spilled:
+        store.storage.delete(spilled)
+    return [h.generation for h in missing]
+
+
+def _deliver_pending(prepared: PreparedRun, summary: dict[str, Any], logger) -> dict[str, Any]:
+    """A finished run whose tracking server was down at its end: log its missing generations and its ending
+    (lineage, the champion from ``<run>/elite/``) now, exactly once, and store the completed summary."""
+    cfg, run_id, evo, store = prepared.cfg, prepared.run_id, prepared.evo, prepared.store
+    tracker = Tracker(cfg, run_id, store.storage.uri)
+    space_names = sorted(evo.arena.space)
+    delivered = _log_unlogged(tracker, store, evo, space_names, logger)
+    summary = {k: v for k, v in summary.items() if k != "tracking_pending"}
+    summary.update(mlflow_run_id=tracker.parent_id, mlflow_run_url=tracker.run_url)
+    lineage = [e.to_dict() for e in evo.population.lineage]
+    with tempfile.TemporaryDirectory(prefix="agilerl-end-") as tmp:
+        elite_dir = store.storage.download_dir(store.key("elite"), Path(tmp) / "member")
+        registered = tracker.registered_version()
+        if registered is not None:  # the registration landed before the server went away: not a second version
+            summary.update(model_uri=f"models:/{registered.name}/{registered.version}",
+                           registered_model=registered.name, version=str(registered.version),
+                           **tracker.promote(registered.name, str(registered.version),
+                                             (summary.get("champion") or {}).get("fitness")))
+            tracker.log_lineage(lineage, space_names, tmp)
+        elif not _track_end(tracker, evo, lineage, space_names, elite_dir, summary, tmp, logger):
+            raise TrackingError(f"run {run_id}: the tracking server {tracker.uri} failed while the run's end was "
+                                f"delivered; run `agilerl-flow resume {run_id} --storage {store.storage.uri}` again")
+    _describe(tracker, run_description(cfg, run_id, store.uri, summary, _flow_run("ui_url")), logger)
+    tracker.end("FINISHED")
+    store.storage.put_bytes(store.key("summary.json"), json.dumps(summary, indent=1).encode())
+    logger.info("run %s finished already; delivered to %s what its tracking server missed: generation(s) %s, the "
+                "lineage and the champion (%s)", run_id, tracker.where, delivered or "none", summary.get("promotion"))
+    return {**summary, "already_finished": True, "tracking_delivered": delivered}
 
 
 def _whole_run(evo: Evolution, wall: float, steps: int, resumed_after: int | None, gen_wall0: float) -> dict:
@@ -403,6 +480,7 @@ def _log_from_store(tracker: Tracker, store: RunStore, generation: int, stats: d
         pop = evo.population if generation == evo.population.generation else \
             store.load_generation(generation, rebuild=evo.arena.member_from_state)[0]
     except CheckpointError:  # pruned by retention: its members are gone, the population metrics remain
-        tracker.log_generation(stats, [])
+        tracker.log_generation(stats, [], only_missing=True)
         return
-    tracker.log_generation(stats, member_rows(pop, stats["train_returns"], space_names, stats.get("train_metrics")))
+    tracker.log_generation(stats, member_rows(pop, stats["train_returns"], space_names, stats.get("train_metrics")),
+                           only_missing=True)

@@ -9,9 +9,12 @@ secret fields are dropped before logging.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import json
 import math
 import os
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -151,6 +154,10 @@ class Tracker:
     def __init__(self, cfg: ExperimentConfig, run_id: str, storage_uri: str) -> None:
         # MLflow prints "View run ... at URL" for every run it ends: the flow logs the parent run's URL once
         os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+        # MLflow's client retries a refused request 7 times over minutes; TrackingQueue retries generations itself,
+        # so a request gives up after ~6 s and the queue's thread notices a returning server within its backoff
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
         self.cfg = cfg
         self.uri = tracking_uri(cfg)
         check_tracking_server(self.uri)
@@ -199,6 +206,18 @@ class Tracker:
             "agilerl.slot": str(slot), "agilerl.run_id": self.run_id})
         return run.info.run_id
 
+    def registered_version(self):
+        """The model version this run registered already (None if none): a delivery after a failed ending must not
+        register a second one."""
+        if not self.cfg.tracking.register_model:
+            return None
+        name = self.cfg.tracking.model_name or self.cfg.name
+        try:
+            found = self.client.search_model_versions(f"name='{name}' and run_id='{self.parent_id}'")
+        except mlflow.exceptions.MlflowException:
+            return None
+        return found[0] if found else None
+
     def log_dataset(self, info: dict[str, Any]) -> None:
         """The offline dataset as the parent run's input (name, content hash, source, profile) and its size
         and return statistics as params. Idempotent: a resumed run logs the same values again."""
@@ -219,21 +238,25 @@ class Tracker:
             raise TrackingError(f"tracking server {self.uri}: logging the dataset failed: {err.message}") from None
 
     def logged_generations(self) -> set[int]:
+        """The generations logged completely (the parent's metrics go last: they mark a generation done)."""
         return {m.step for m in self.client.get_metric_history(self.parent_id, "best_fitness")}
 
+    def _logged_steps(self, run_id: str, key: str) -> set[int]:
+        return {m.step for m in self.client.get_metric_history(run_id, key)}
+
     # ---- per generation --------------------------------------------------------------------------------
-    def log_generation(self, stats: dict[str, Any], members: list[dict[str, Any]]) -> None:
-        """One batch per run: the parent's population metrics and each slot's member metrics."""
+    def log_generation(self, stats: dict[str, Any], members: list[dict[str, Any]], only_missing: bool = False) -> None:
+        """One batch per run: each slot's member metrics, then the parent's population metrics (last, so that
+        :meth:`logged_generations` only counts a generation every run has).
+
+        Exactly once: a retry in this process reuses the generation's timestamp (MLflow drops a metric identical
+        in key, value, step and timestamp); `only_missing` (a later process delivering what an earlier one could
+        not) first asks each run whether it has the generation and skips those that do."""
         g = int(stats["generation"])
-        # one timestamp per generation, kept for a retry: MLflow drops a metric identical in key, value, step
-        # and timestamp, so a retried batch (the task's retries) logs each value exactly once
         now = self._stamps.setdefault(g, int(time.time() * 1000))
-        parent = [Metric("best_fitness", float(stats["best_fitness"]), now, g),
-                  Metric("mean_fitness", float(stats["mean_fitness"]), now, g),
-                  Metric("global_env_steps", float(stats["global_steps"]), now, g),
-                  Metric("generation_wall_s", float(stats["wall_s"]), now, g)]
-        self.client.log_batch(self.parent_id, metrics=parent, synchronous=True)
         for slot, m in enumerate(members):
+            if only_missing and g in self._logged_steps(self.child_ids[slot], "fitness"):
+                continue
             metrics = [Metric("fitness", float(m["fitness"]), now, g),
                        Metric("param_count", float(m["param_count"]), now, g)]
             if _finite(m.get("train_return")):
@@ -248,9 +271,16 @@ class Tracker:
             self.client.log_batch(self.child_ids[slot], metrics=metrics, tags=tags, synchronous=True)
         samples = [{"generation": g, "slot": slot, "member_id": m["member_id"], **row}
                    for slot, m in enumerate(members) for row in m.get("samples", [])]
-        if samples:  # LLM members: what they answered on held-out prompts (a table per generation)
+        if samples:  # LLM members: what they answered on held-out prompts (a table per generation; rewritten whole)
             self.client.log_table(self.parent_id, {k: [r.get(k) for r in samples] for k in samples[0]},
                                   f"samples/generation_{g:04d}.json")
+        if only_missing and g in self.logged_generations():
+            return
+        parent = [Metric("best_fitness", float(stats["best_fitness"]), now, g),
+                  Metric("mean_fitness", float(stats["mean_fitness"]), now, g),
+                  Metric("global_env_steps", float(stats["global_steps"]), now, g),
+                  Metric("generation_wall_s", float(stats["wall_s"]), now, g)]
+        self.client.log_batch(self.parent_id, metrics=parent, synchronous=True)
 
     # ---- the end of the run ----------------------------------------------------------------------------
     def log_lineage(self, lineage: list[dict[str, Any]], hp_names: list[str], out_dir: str | Path) -> None:
@@ -427,11 +457,108 @@ def member_rows(population, train_returns: list[float], space_names: list[str],
     return rows
 
 
-@task(name="log-generation", cache_policy=NO_CACHE, retries=3, retry_delay_seconds=2,
-      task_run_name="log g{stats[generation]}")
-def log_generation_task(tracker: Tracker, stats: dict[str, Any], members: list[dict[str, Any]]) -> None:
-    """Population metrics on the parent run, member metrics and hyperparameters on each slot's run."""
-    tracker.log_generation(stats, members)
+class TrackingQueue:
+    """Generations waiting to be logged, delivered in order by one background thread, so that training never
+    waits on the tracking server: while it is down the queue grows, a failed delivery is tried again (the same
+    generation, the same timestamps: exactly once) after a backoff of 1 s doubling to `max_backoff`, and once it
+    is back the queue drains in order."""
+
+    def __init__(self, tracker: Tracker, logger, max_backoff: float = 30.0, spill=None, unspill=None) -> None:
+        """`spill(stats, members)`: keep an undelivered generation's rows somewhere durable (called once per
+        generation, when a delivery first fails: what a later process delivers if this one cannot);
+        `unspill(generation)`: forget them once delivered."""
+        self.tracker, self.logger, self.max_backoff = tracker, logger, max_backoff
+        self.spill, self.unspill = spill, unspill
+        self._spilled: set[int] = set()
+        self._items: collections.deque = collections.deque()
+        self._cv = threading.Condition()
+        self._closing = False
+        self._abandon = False
+        self._down_since: float | None = None
+        self._thread = threading.Thread(target=self._deliver, name="agilerl-tracking", daemon=True)
+        self._thread.start()
+
+    def put(self, stats: dict[str, Any], members: list[dict[str, Any]]) -> None:
+        with self._cv:
+            self._items.append((stats, members))
+            self._cv.notify_all()
+
+    def pending(self) -> list[int]:
+        with self._cv:
+            return [int(stats["generation"]) for stats, _ in self._items]
+
+    def _deliver(self) -> None:
+        delay = 1.0
+        while True:
+            with self._cv:
+                while not self._items and not self._closing:
+                    self._cv.wait()
+                if not self._items or self._abandon:
+                    return
+                stats, members = self._items[0]
+            try:
+                self.tracker.log_generation(stats, members)
+            except Exception as err:  # the server is down (MLflow's own client retries are spent): keep it queued
+                self._spill_queued()
+                with self._cv:
+                    if self._down_since is None:
+                        self._down_since = time.monotonic()
+                        self.logger.warning(
+                            "run %s: the tracking server %s is not answering (%s); training goes on, generation %s "
+                            "and later ones are queued and will be logged in order when it is back",
+                            self.tracker.run_id, self.tracker.uri, _short(err), stats["generation"])
+                    if self._abandon:
+                        return
+                    self._cv.wait(delay)
+                delay = min(2 * delay, self.max_backoff)
+                continue
+            delay = 1.0
+            if int(stats["generation"]) in self._spilled and self.unspill is not None:
+                with contextlib.suppress(Exception):
+                    self.unspill(int(stats["generation"]))
+            with self._cv:
+                self._items.popleft()
+                if self._down_since is not None:
+                    self.logger.info("run %s: the tracking server is back after %.0f s; logged generation %s "
+                                     "(%d still queued)", self.tracker.run_id, time.monotonic() - self._down_since,
+                                     stats["generation"], len(self._items))
+                    self._down_since = None
+                self._cv.notify_all()
+
+    def _spill_queued(self) -> None:
+        if self.spill is None:
+            return
+        with self._cv:
+            items = [(st, m) for st, m in self._items if int(st["generation"]) not in self._spilled]
+        for stats, members in items:
+            try:
+                self.spill(stats, members)
+                self._spilled.add(int(stats["generation"]))
+            except Exception as err:  # storage down too: resume rebuilds the rows from the committed generation
+                self.logger.warning("run %s: could not keep generation %s's tracking rows in storage: %s",
+                                    self.tracker.run_id, stats["generation"], _short(err))
+                return
+
+    def close(self, timeout: float) -> list[int]:
+        """Wait up to `timeout` seconds for the queue to drain; returns the generations still undelivered (the
+        thread then stops after its current attempt; a later process delivers them exactly once)."""
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            self._closing = True
+            self._cv.notify_all()
+            while self._items and time.monotonic() < deadline:
+                self._cv.wait(min(1.0, max(0.0, deadline - time.monotonic())))
+            self._abandon = True
+            self._cv.notify_all()
+            left = [int(stats["generation"]) for stats, _ in self._items]
+        if left:
+            self._spill_queued()
+        return left
+
+
+def _short(err: Exception) -> str:
+    text = str(getattr(err, "message", None) or err).strip().splitlines()
+    return (text[0] if text else type(err).__name__)[:200]
 
 
 @task(name="log-run-end", cache_policy=NO_CACHE)  # not retried: registering the champion twice makes two versions

@@ -26,6 +26,10 @@ class S3Options:
     region: str | None = None
     access_key_id: str | None = None
     secret_access_key: str | None = None
+    max_attempts: int | None = None  # per request, botocore's standard retry mode; None: $AWS_MAX_ATTEMPTS, else 10
+
+
+S3_MAX_ATTEMPTS = 10  # transient errors (connection refused, throttling, 5xx) retried with backoff for about a minute
 
 
 class Storage(ABC):
@@ -212,11 +216,14 @@ class S3Storage(Storage):
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         opts = options or S3Options()
+        self.max_attempts = opts.max_attempts or int(os.environ.get("AWS_MAX_ATTEMPTS") or S3_MAX_ATTEMPTS)
         endpoint = opts.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         self.endpoint = endpoint
         kwargs = {"endpoint_url": endpoint, "region_name": opts.region or os.environ.get("AWS_REGION")
                   or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
-                  "config": Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5,
+                  # botocore's standard mode: exponential backoff with jitter (capped at 20 s) on connection
+                  # errors, throttling and 5xx, so a store that restarts within about a minute loses nothing
+                  "config": Config(retries={"max_attempts": self.max_attempts, "mode": "standard"}, connect_timeout=5,
                                    read_timeout=60, s3={"addressing_style": "path"})}
         if opts.access_key_id or opts.secret_access_key:
             kwargs["aws_access_key_id"] = opts.access_key_id
@@ -360,7 +367,8 @@ def s3_options(cfg) -> S3Options:
     def secret(v):
         return v.get_secret_value() if v is not None else None
 
-    return S3Options(st.endpoint_url, st.region, secret(st.access_key_id), secret(st.secret_access_key))
+    return S3Options(st.endpoint_url, st.region, secret(st.access_key_id), secret(st.secret_access_key),
+                     st.max_attempts)
 
 
 def storage_from_config(cfg, uri: str | None = None) -> Storage:

@@ -1,0 +1,174 @@
+"""A run survives its servers (issue 26): each server of the stack stopped mid-run, against real servers these tests
+start (a stack of their own, so the session's shared servers are never disturbed). What must hold each time:
+training goes on or stops cleanly, nothing committed is lost, the final population equals an undisturbed run's,
+and MLflow holds each generation's metrics exactly once."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from tests.conftest import cli_env, cli_summary, committed_state, flow_cli, wait_for_commit, wait_until
+
+pytestmark = pytest.mark.integration
+
+CONFIG = ("name: faults\nenv_id: CartPole-v1\nnum_envs: 4\npopulation_size: 2\nevo_steps: 250\n"
+          "max_env_steps: 12000\neval_episodes: 2\nhyperparameters: {batch_size: 32, learning_delay: 64}\n")
+
+
+@pytest.fixture(scope="module")
+def faulty(tmp_path_factory):
+    """S3, MLflow and Prefect servers that the tests stop and start again."""
+    from infra.stack import Stack, free_port
+
+    s = Stack(tmp_path_factory.mktemp("fault-stack"), ports={k: free_port() for k in ("s3", "mlflow", "prefect")})
+    s.start_s3()
+    s.start_mlflow()
+    yield s
+    s.down()
+
+
+class _Run:
+    """A CLI run in the background, its stderr read line by line as it comes (so a test can wait for a line)."""
+
+    def __init__(self, tmp_path, env: dict, run_id: str, storage: str, *extra: str) -> None:
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(CONFIG)
+        self.proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "run", str(cfg), "--run-id", run_id,
+                                      "--storage", storage, "--no-progress", *extra], cwd=tmp_path, env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True)
+        self._reader.start()
+
+    def poll(self):
+        return self.proc.poll()
+
+    @property
+    def stderr(self):  # what wait_for_commit reads when the run exits early
+        return io.BytesIO("".join(self.lines).encode())
+
+    def wait_line(self, text: str, timeout: float) -> None:
+        wait_until(lambda: any(text in line for line in self.lines) or self.proc.poll() is not None, timeout,
+                   f"a log line with {text!r}")
+        assert any(text in line for line in self.lines), "".join(self.lines)[-3000:]
+
+    def finish(self) -> tuple[int, str, str]:
+        out = self.proc.stdout.read()
+        self.proc.wait(timeout=300)
+        self._reader.join(timeout=30)
+        return self.proc.returncode, out, "".join(self.lines)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _store(storage: str, run_id: str, stack=None):
+    """The run's store as the test reads it (the stack's S3 credentials for an s3:// URI)."""
+    from agilerl_core.io.run_store import RunStore
+    from agilerl_core.io.storage import S3Options, open_storage
+
+    opts = None
+    if stack is not None:
+        c = stack.credentials()
+        opts = S3Options(stack.s3_url, "us-east-1", c["access_key_id"], c["secret_access_key"])
+    return RunStore(open_storage(storage, opts), run_id)
+
+
+def _straight(tmp_path, storage: str) -> tuple:
+    """The same config run undisturbed (local storage, no servers): its committed state."""
+    s = cli_summary(flow_cli("run", str(tmp_path / "c.yaml"), "--run-id", "straight", "--storage", storage,
+                             "--no-progress", "--set", f"output_dir={tmp_path / 'out'}", "--set",
+                             "tracking.enabled=false", cwd=tmp_path, env=cli_env(tmp_path)))
+    return s, committed_state(storage, "straight")
+
+
+def _logged_once(client, parent: str, storage: str, run_id: str) -> None:
+    """Every committed generation's metrics exactly once on the parent run and on each slot's run, with the
+    committed values."""
+    fitnesses = committed_state(storage, run_id)[1]
+    gens = list(range(len(fitnesses)))
+    for key in ("best_fitness", "mean_fitness", "global_env_steps", "generation_wall_s"):
+        assert sorted(m.step for m in client.get_metric_history(parent, key)) == gens, key
+    assert [m.value for m in sorted(client.get_metric_history(parent, "best_fitness"), key=lambda m: m.step)] == \
+        [max(f) for f in fitnesses]
+    children = client.search_runs([client.get_run(parent).info.experiment_id],
+                                  filter_string=f"tags.`agilerl.parent` = '{parent}'")
+    assert len(children) == len(fitnesses[0])
+    for child in children:
+        slot = int(child.data.tags["agilerl.slot"])
+        history = sorted(client.get_metric_history(child.info.run_id, "fitness"), key=lambda m: m.step)
+        assert [m.step for m in history] == gens, slot
+        assert [m.value for m in history] == [f[slot] for f in fitnesses]
+
+
+def test_training_goes_on_while_mlflow_is_down_and_each_generation_is_logged_once(faulty, tmp_path):
+    """MLflow stopped mid-run: generations keep committing, the queue flushes in order when the server is back.
+    Stopped until the end: the run finishes and says what is pending and how to deliver it; `resume` delivers
+    it exactly once. Both runs end with the population of an undisturbed run."""
+    import mlflow
+
+    storage = str(tmp_path / "runs")
+    env = {**cli_env(tmp_path), **faulty.client_env(("mlflow",)), "MLFLOW_TRACKING_URI": faulty.mlflow_url}
+    client = mlflow.MlflowClient(faulty.mlflow_url)
+
+    # 1. down for a while in the middle
+    run = _Run(tmp_path, env, "outage", storage)
+    store = _store(storage, "outage")
+    try:
+        wait_for_commit(store, 1, run)
+        faulty.stop("mlflow")
+        run.wait_line("is not answering", timeout=120)
+        at = store.latest_generation()
+        wait_for_commit(store, at + 3, run, timeout=60)  # training did not wait for the tracking server
+        faulty.start_mlflow()
+        code, out, err = run.finish()
+    finally:
+        faulty.start_mlflow()
+        run.kill()
+    assert code == 0, err[-3000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert "tracking_pending" not in summary
+    assert "training goes on" in err and "is back after" in err and "Traceback" not in err
+    _logged_once(client, summary["mlflow_run_id"], storage, "outage")
+    assert client.get_model_version(summary["registered_model"], summary["version"]).tags["agilerl.run_id"] == "outage"
+    kept = tmp_path / "runs" / "outage" / "tracking"
+    assert not kept.exists() or not list(kept.iterdir())  # the rows kept in storage are gone once delivered
+
+    # 2. down until the run ends
+    run = _Run(tmp_path, env, "late", storage, "--set", "tracking.flush_timeout=1")
+    store = _store(storage, "late")
+    try:
+        wait_for_commit(store, 1, run)
+        faulty.stop("mlflow")
+        code, out, err = run.finish()
+    finally:
+        run.kill()
+    assert code == 0, err[-3000:]
+    late = json.loads(out.strip().splitlines()[-1])
+    pending = late["tracking_pending"]
+    assert pending["end"] is True and pending["generations"] and pending["generations"] == sorted(pending["generations"])
+    assert f"agilerl-flow resume late --storage {storage}` delivers them" in err
+    assert "version" not in late  # nothing registered while the server was down
+    faulty.start_mlflow()
+    delivered = cli_summary(flow_cli("resume", "late", "--storage", storage, "--no-progress", cwd=tmp_path, env=env))
+    assert delivered["already_finished"] is True and set(pending["generations"]) <= set(delivered["tracking_delivered"])
+    assert "tracking_pending" not in json.loads((tmp_path / "runs" / "late" / "summary.json").read_text())
+    _logged_once(client, delivered["mlflow_run_id"], storage, "late")
+    versions = client.search_model_versions(f"name='faults' and run_id='{delivered['mlflow_run_id']}'")
+    assert len(versions) == 1 and versions[0].tags["agilerl.run_id"] == "late"
+    again = cli_summary(flow_cli("resume", "late", "--storage", storage, "--no-progress", cwd=tmp_path, env=env))
+    assert "tracking_delivered" not in again  # delivered once: a second resume has nothing to do
+    assert len(client.search_model_versions(f"name='faults' and run_id='{delivered['mlflow_run_id']}'")) == 1
+    _logged_once(client, delivered["mlflow_run_id"], storage, "late")
+
+    _, straight = _straight(tmp_path, storage)
+    assert committed_state(storage, "outage") == straight
+    assert committed_state(storage, "late") == straight
