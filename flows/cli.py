@@ -196,9 +196,9 @@ def _flow(cfg, run_id: str | None, progress: bool, debug: bool = False) -> dict:
                 last = prepared.committed
                 safe = (f"generations up to {last} are committed in {uri} and nothing committed is lost"
                         if last is not None else f"no generation was committed yet in {uri}")
-                raise _Stopped(_kind(err), f"{str(err).rstrip('.')}. Run {prepared.run_id} stopped: {safe}. Once "
-                                           f"the cause is fixed, continue it with: agilerl-flow resume "
-                                           f"{prepared.run_id} --storage {uri}") from err
+                raise _Stopped(_kind(err), f"{str(err).rstrip('.')}. Run {prepared.run_id} stopped: {safe} "
+                                           f"(--debug shows the traceback). Once the cause is fixed, continue it "
+                                           f"with: agilerl-flow resume {prepared.run_id} --storage {uri}") from err
             finally:
                 prepared.lease.stop()  # the flow gives it up itself; this covers a flow that never started
     finally:
@@ -439,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             traceback.print_exc()
         kind = _kind(err)
-        hint = "" if args.debug else " (run with --debug for the traceback)"
+        hint = "" if args.debug or isinstance(err, _Stopped) else " (run with --debug for the traceback)"
         print(f"agilerl-flow: {kind}: {err}{hint}", file=sys.stderr)
         failed_summary = getattr(err, "summary", None)
         if failed_summary is not None:  # stdout's last line is the JSON summary, pass or fail (CI reads it)

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from prefect import get_run_logger
-from prefect.artifacts import create_table_artifact
 from tqdm import tqdm
 
 from agilerl_core.config import ExperimentConfig
@@ -44,7 +43,7 @@ from agilerl_core.io.checkpoint import save_member
 from agilerl_core.io.run_store import LeaseKeeper, RunStore, check_run_id
 from agilerl_core.io.storage import storage_from_config
 from flows.runners import check_deployment, check_runner, dask_cluster, placement, task_runner
-from tasks.artifacts import RunView, artifact_key, generation_rows, lineage_markdown
+from tasks.artifacts import RunView, generation_rows, lineage_markdown
 from tasks.generation import (
     WORKER_RUNS,
     GenerationJob,
@@ -73,6 +72,7 @@ from tasks.tracking import (
 from tasks.trust import check_flow_run_code
 
 SUMMARY_ARTIFACT = "summary"  # the run's JSON summary: artifact key RUN-summary (what `trigger` reads)
+ARTIFACTS_TIMEOUT_S = 60.0  # how long a run's end waits for the Prefect API to take its queued artifacts
 
 
 def flow_run_name() -> str:
@@ -339,12 +339,11 @@ def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> 
         view.end(summary, tracker.model_url(summary.get("registered_model"), summary.get("version"))
                  if tracker else None, lineage_md)
         store.storage.put_bytes(store.key("summary.json"), json.dumps(summary, indent=1).encode())
-        with contextlib.suppress(Exception):  # the summary artifact is a convenience for `agilerl-flow trigger`
-            create_table_artifact([summary], key=artifact_key(run_id, SUMMARY_ARTIFACT),
-                                  description="evolution summary (JSON row)")
+        view.close(ARTIFACTS_TIMEOUT_S)  # the summary artifact is among them: `agilerl-flow trigger` reads it
         status = "FINISHED"
         return summary
     finally:
+        view.close(0, quiet=True)  # a failed run: what the API has not taken yet is dropped
         prepared.lease.stop()
         WORKER_RUNS.drop(run_id)
         if tracking is not None:

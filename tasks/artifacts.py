@@ -9,8 +9,11 @@ a failure to publish (an old server, a full database) never fails a run: it is l
 from __future__ import annotations
 
 import base64
+import contextvars
 import math
+import queue
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -128,18 +131,55 @@ def lineage_markdown(tree_png: Path, path_ids: list[int], lineage: list[dict[str
 
 
 class RunView:
-    """Publishes a run's view in Prefect (call inside the flow run)."""
+    """Publishes a run's view in Prefect (create it inside the flow run). The log lines go out at once (Prefect
+    ships logs from a thread of its own); the artifacts are published in order by a thread of this view, in
+    the flow run's context, so that a Prefect API that stops answering never holds training up (its client
+    retries for tens of seconds per call): :meth:`close` waits for them, up to a timeout."""
 
     def __init__(self, cfg: ExperimentConfig, run_id: str, logger) -> None:
         self.cfg, self.run_id, self.logger = cfg, run_id, logger
         self._progress = None
+        self._context = contextvars.copy_context()  # the flow run's: artifacts are linked to it
+        self._jobs: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._work, name="agilerl-artifacts", daemon=True)
+        self._thread.start()
 
-    def _publish(self, what: str, create, *args, **kwargs):
-        try:
-            return create(*args, **kwargs)
-        except Exception as err:
-            self.logger.warning("run %s: could not publish the %s artifact: %s", self.run_id, what, err)
-            return None
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            what, create, args, kwargs, keep = job
+            try:
+                result = self._context.run(create, *args, **kwargs)
+                if keep:
+                    self._progress = result
+            except Exception as err:
+                self.logger.warning("run %s: could not publish the %s artifact: %s", self.run_id, what, err)
+
+    def _publish(self, what: str, create, *args, _keep: bool = False, **kwargs) -> None:
+        self._jobs.put((what, create, args, kwargs, _keep))
+
+    def _update_progress(self, percent: float) -> None:
+        from prefect.artifacts import update_progress_artifact
+
+        if self._progress is not None:  # read when the job runs: after the creating job, in order
+            update_progress_artifact(self._progress, percent)
+
+    def close(self, timeout: float, quiet: bool = False) -> bool:
+        """Wait up to `timeout` seconds for the queued artifacts; False when some were left unpublished (said
+        unless `quiet`)."""
+        if not self._thread.is_alive():
+            return True
+        self._jobs.put(None)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            if quiet:
+                return False
+            self.logger.warning("run %s: the Prefect API did not take every artifact within %.0f s; the rest are "
+                                "dropped (the run's record in storage and MLflow is complete)", self.run_id, timeout)
+            return False
+        return True
 
     def start(self, storage_uri: str, mlflow_where: str | None, mlflow_url: str | None, resumed_after: int | None,
               global_steps: int) -> None:
@@ -151,29 +191,28 @@ class RunView:
                           key=artifact_key(self.run_id, "mlflow-run"),
                           description="The MLflow parent run: parameters, fitness curves, lineage pictures; "
                                       "its child runs are the population's slots")
-        self._progress = self._publish("progress", create_progress_artifact,
-                                       self._percent(global_steps), key=artifact_key(self.run_id, "progress"),
-                                       description=f"run {self.run_id}: global steps of the budget")
+        self._publish("progress", create_progress_artifact, self._percent(global_steps), _keep=True,
+                      key=artifact_key(self.run_id, "progress"),
+                      description=f"run {self.run_id}: global steps of the budget")
 
     def _percent(self, steps: int) -> float:
         return round(min(100.0, 100.0 * steps / self.cfg.max_env_steps), 1)
 
     def generation(self, stats: dict[str, Any], rows: list[dict[str, Any]]) -> None:
-        from prefect.artifacts import create_table_artifact, update_progress_artifact
+        from prefect.artifacts import create_table_artifact
 
         self.logger.info(generation_line(stats))
         self._publish("generation table", create_table_artifact, rows,
                       key=artifact_key(self.run_id, "generation"),
                       description=f"run {self.run_id}, generation {stats['generation']}: each slot's member, parent, "
                                   f"mutation, fitness and evolved hyperparameters")
-        if self._progress is not None:
-            self._publish("progress", update_progress_artifact, self._progress, self._percent(stats["global_steps"]))
+        self._publish("progress", self._update_progress, self._percent(stats["global_steps"]))
 
     def end(self, summary: dict[str, Any], champion_url: str | None, lineage_md: str | None) -> None:
-        from prefect.artifacts import create_link_artifact, create_markdown_artifact, update_progress_artifact
+        from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
-        if self._progress is not None and summary.get("reached_target"):  # done: the target ends the run early
-            self._publish("progress", update_progress_artifact, self._progress, 100.0)
+        if summary.get("reached_target"):  # done: the target ends the run early
+            self._publish("progress", self._update_progress, 100.0)
 
         if champion_url is not None:
             self._publish("champion link", create_link_artifact, champion_url,
@@ -184,4 +223,6 @@ class RunView:
         if lineage_md is not None:
             self._publish("lineage", create_markdown_artifact, lineage_md, key=artifact_key(self.run_id, "lineage"),
                           description=f"run {self.run_id}: the population's family tree")
+        self._publish("summary", create_table_artifact, [summary], key=artifact_key(self.run_id, "summary"),
+                      description="the run's JSON summary (one row): what `agilerl-flow trigger` reads")
         self.logger.info(end_line(summary, self.cfg.target_fitness))

@@ -252,6 +252,9 @@ def crash_and_resume(cfg_path, tmp_path, storage: str, kill_after: int = 2) -> t
     crashed_at = store.committed_generations()[-1]
     resumed = cli_summary(flow_cli("resume", "crashed", "--storage", storage, "--no-progress", cwd=tmp_path, env=env))
     assert crashed_at < resumed["generations"] - 1, "the run finished before it was killed"
+    # the resumed run's summary covers the whole run: every attempt's steps, the committed generations' wall time
+    assert resumed["resumed_after_generation"] == crashed_at and resumed["attempt_steps"] < resumed["global_steps"]
+    assert resumed["wall_s"] > resumed["attempt_wall_s"]
     straight = cli_summary(flow_cli("run", str(cfg_path), "--run-id", "straight", *common, cwd=tmp_path, env=env))
     return resumed, straight
 

@@ -125,9 +125,9 @@ def test_training_goes_on_while_mlflow_is_down_and_each_generation_is_logged_onc
     try:
         wait_for_commit(store, 1, run)
         faulty.stop("mlflow")
-        run.wait_line("is not answering", timeout=120)
         at = store.latest_generation()
         wait_for_commit(store, at + 3, run, timeout=60)  # training did not wait for the tracking server
+        run.wait_line("is not answering", timeout=120)  # the queue noticed (the server stays down until then)
         faulty.start_mlflow()
         code, out, err = run.finish()
     finally:
@@ -172,3 +172,72 @@ def test_training_goes_on_while_mlflow_is_down_and_each_generation_is_logged_onc
     _, straight = _straight(tmp_path, storage)
     assert committed_state(storage, "outage") == straight
     assert committed_state(storage, "late") == straight
+
+
+def test_a_store_that_restarts_loses_nothing_and_one_that_stays_down_ends_in_the_resume_command(faulty, tmp_path,
+                                                                                                monkeypatch):
+    """SeaweedFS restarted mid-run: S3 requests retry with backoff and the run ends as an undisturbed one. Down for
+    longer than the retries (two attempts here): the run fails in one paragraph, no traceback, ending with the
+    exact resume command, and that command (once S3 is back) ends as an undisturbed run."""
+    from infra.stack import STORAGE_BUCKET
+
+    env = {**cli_env(tmp_path), **faulty.client_env(("s3",))}
+    for k, v in faulty.client_env(("s3",)).items():  # this process reads the runs back too
+        monkeypatch.setenv(k, v)
+    storage = f"s3://{STORAGE_BUCKET}/faults-{tmp_path.name.lower().replace('_', '-')}"
+    local = ["--set", f"output_dir={tmp_path / 'out'}"]
+
+    run = _Run(tmp_path, env, "blip", storage, *local)
+    try:
+        wait_for_commit(_store(storage, "blip"), 1, run)
+        faulty.stop("s3")
+        faulty.start_s3()  # down while it restarts (seconds): within the retry window
+        code, _, err = run.finish()
+    finally:
+        faulty.start_s3()
+        run.kill()
+    assert code == 0, err[-3000:]
+
+    run = _Run(tmp_path, env, "cut", storage, "--set", "storage.max_attempts=2", *local)
+    try:
+        wait_for_commit(_store(storage, "cut"), 1, run)
+        faulty.stop("s3")
+        code, _, err = run.finish()
+    finally:
+        faulty.start_s3()
+        run.kill()
+    assert code == 1, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("agilerl-flow: storage error: ") and "Run cut stopped: generations up to" in last
+    assert last.endswith(f"continue it with: agilerl-flow resume cut --storage {storage}"), last
+    assert "Traceback" not in err
+    command = last.split("continue it with: ")[1].split()  # exactly what the operator is told to run
+    assert command[:2] == ["agilerl-flow", "resume"]
+    resumed = cli_summary(flow_cli(*command[1:], "--no-progress", cwd=tmp_path, env=env))
+    assert resumed["resumed_after_generation"] >= 1 and resumed["global_steps"] == 12000
+
+    _, straight = _straight(tmp_path, str(tmp_path / "runs"))
+    assert committed_state(storage, "blip") == straight
+    assert committed_state(storage, "cut") == straight
+
+
+def test_a_prefect_api_outage_mid_run(faulty, tmp_path):
+    """The Prefect server stopped mid-run and started again: the run ends as an undisturbed one."""
+    faulty.start_prefect()
+    storage = str(tmp_path / "runs")
+    env = {**cli_env(tmp_path), **faulty.client_env(("prefect",)), "PREFECT_API_URL": faulty.prefect_api}
+    run = _Run(tmp_path, env, "api", storage, "--set", f"output_dir={tmp_path / 'out'}")
+    store = _store(storage, "api")
+    try:
+        wait_for_commit(store, 1, run)
+        faulty.stop("prefect")
+        at = store.latest_generation()  # then three more generations while the API is down
+        wait_for_commit(store, at + 3, run, timeout=60)
+        faulty.start_prefect()
+        code, _, err = run.finish()
+    finally:
+        faulty.start_prefect()
+        run.kill()
+    assert code == 0, err[-3000:]
+    _, straight = _straight(tmp_path, storage)
+    assert committed_state(storage, "api") == straight

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tasks.artifacts import end_line, generation_line, generation_rows, start_line
+from tasks.artifacts import artifact_key, end_line, generation_line, generation_rows, start_line
 from tasks.reports import elite_path, mutation_kind, plot_family_tree, plot_hp_schedules, unchanged_hyperparameters
+from tasks.tracking import ML_VIEW
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = """\
@@ -148,10 +149,14 @@ def watched_run(servers, tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI",
                                                             "AGILERL_STORAGE_URI", "AWS_ENDPOINT_URL")}
     env.update(servers.client_env(), PREFECT_HOME=str(tmp / "prefect-home"), PYTHONPATH=str(ROOT))
-    p = subprocess.run([sys.executable, "-m", "flows.cli", "run", str(tmp / "c.yaml"), "--no-progress"], cwd=tmp,
-                       env=env, capture_output=True, text=True, timeout=600, check=False)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return {"summary": json.loads(p.stdout.strip().splitlines()[-1]), "stderr": p.stderr, "tmp": tmp}
+    runs, stderr = [], []
+    for seed in (5, 6):  # two runs of one config: told apart by name and artifact keys, two registered versions
+        p = subprocess.run([sys.executable, "-m", "flows.cli", "run", str(tmp / "c.yaml"), "--no-progress", "--set",
+                            f"seed={seed}"], cwd=tmp, env=env, capture_output=True, text=True, timeout=600, check=False)
+        assert p.returncode == 0, p.stderr[-3000:]
+        runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+        stderr.append(p.stderr)
+    return {"summary": runs[0], "other": runs[1], "stderr": stderr[0], "tmp": tmp}
 
 
 @pytest.mark.integration
@@ -173,14 +178,25 @@ def test_the_run_logs_and_publishes_its_view(servers, watched_run):
     by_key: dict[str, list] = {}
     for a in arts:
         by_key.setdefault(a["key"], []).append(a)
-    assert len(by_key["ui-view-generation"]) == s["generations"]
-    table = json.loads(by_key["ui-view-generation"][0]["data"]) if isinstance(by_key["ui-view-generation"][0]["data"],
-                                                                            str) else by_key["ui-view-generation"][0]["data"]
+    key = {what: artifact_key(s["run_id"], what) for what in ("generation", "mlflow-run", "model", "lineage",
+                                                              "progress", "summary")}
+    assert set(by_key) == set(key.values())  # every key names this run
+    assert len(by_key[key["generation"]]) == s["generations"]
+    table = json.loads(by_key[key["generation"]][0]["data"]) if isinstance(by_key[key["generation"]][0]["data"],
+                                                                          str) else by_key[key["generation"]][0]["data"]
     assert {"slot", "member", "parent", "mutation", "fitness", "lr", "network"} <= set(table[0])
-    assert s["mlflow_run_url"] in by_key["ui-view-mlflow-run"][0]["data"]
-    assert "/#/models/ui-view/versions/" in by_key["ui-view-champion"][0]["data"]
-    assert "data:image/png;base64," in by_key["ui-view-lineage"][0]["data"]
-    assert by_key["ui-view-progress"][0]["data"] == 100.0
+    assert s["mlflow_run_url"] in by_key[key["mlflow-run"]][0]["data"]
+    assert s["mlflow_run_url"].endswith("?workflowType=machine_learning")
+    assert "/#/models/ui-view/versions/" in by_key[key["model"]][0]["data"]
+    assert "data:image/png;base64," in by_key[key["lineage"]][0]["data"]
+    assert by_key[key["progress"]][0]["data"] == 100.0
+    # runs of one config are told apart: the flow run is named by its run id, the other run's keys are its own
+    other = watched_run["other"]
+    with urllib.request.urlopen(f"{api}/flow_runs/{fr}", timeout=20) as resp:
+        assert json.loads(resp.read())["name"] == s["run_id"]
+    theirs = {a["key"] for a in _post(f"{api}/artifacts/filter",
+                                      {"artifacts": {"flow_run_id": {"any_": [other["prefect_flow_run_id"]]}}})}
+    assert theirs == {artifact_key(other["run_id"], what) for what in key} and not theirs & set(by_key)
     from mlflow.tracking import MlflowClient
 
     note = MlflowClient(servers.mlflow_url).get_run(s["mlflow_run_id"]).data.tags["mlflow.note.content"]
@@ -198,6 +214,15 @@ def _browser():
     return sync_playwright, chromium
 
 
+def _workflow_buttons(page) -> dict[str, str]:
+    """How MLflow draws its two workflow buttons (GenAI, Model training): text colour and weight, the selected one
+    apart from the other."""
+    return page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('[role=button]')]
+        .filter(e => ['GenAI', 'Model training'].includes(e.innerText.trim()))
+        .map(e => { const t = getComputedStyle(e.querySelector('span') || e);
+                    return [e.innerText.trim(), `${t.color} ${t.fontWeight}`]; }))""")
+
+
 @pytest.mark.integration
 def test_prefect_and_mlflow_uis_show_the_run(servers, watched_run):
     """In a real browser: the flow run's page lists the generation lines and the artifacts, the lineage
@@ -208,8 +233,13 @@ def test_prefect_and_mlflow_uis_show_the_run(servers, watched_run):
     shots.mkdir(parents=True, exist_ok=True)
     fr = s["prefect_flow_run_id"]
     arts = _post(f"{servers.prefect_api}/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [fr]}}})
-    lineage_id = next(a["id"] for a in arts if a["key"] == "ui-view-lineage")
-    table_id = next(a["id"] for a in arts if a["key"] == "ui-view-generation")
+    other = watched_run["other"]
+
+    def key(what: str) -> str:
+        return artifact_key(s["run_id"], what)
+
+    lineage_id = next(a["id"] for a in arts if a["key"] == key("lineage"))
+    table_id = next(a["id"] for a in arts if a["key"] == key("generation"))
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
         try:
@@ -220,9 +250,10 @@ def test_prefect_and_mlflow_uis_show_the_run(servers, watched_run):
                 assert page.get_by_text(f"generation {g}: best", exact=False).count() == 1
             page.screenshot(path=str(shots / "prefect-flow-run-logs.png"), full_page=True)
             page.get_by_text("Artifacts", exact=True).first.click()
-            page.get_by_text("ui-view-lineage").first.wait_for(timeout=30_000)
-            for key in ("ui-view-generation", "ui-view-mlflow-run", "ui-view-champion", "ui-view-progress"):
-                assert page.get_by_text(key).count() >= 1, key
+            page.get_by_text(key("lineage")).first.wait_for(timeout=30_000)
+            for what in ("generation", "mlflow-run", "model", "progress", "summary"):
+                assert page.get_by_text(key(what)).count() >= 1, what
+            assert page.get_by_text(artifact_key(other["run_id"], "generation")).count() == 0  # the other run's
             page.screenshot(path=str(shots / "prefect-flow-run-artifacts.png"), full_page=True)
             page.goto(f"{servers.prefect_ui}/artifacts/artifact/{table_id}", wait_until="load")
             page.get_by_text("mutation", exact=True).first.wait_for(timeout=30_000)
@@ -245,10 +276,43 @@ def test_prefect_and_mlflow_uis_show_the_run(servers, watched_run):
             back.goto(href, wait_until="load")
             back.get_by_text("generation 0: best", exact=False).first.wait_for(timeout=30_000)
             back.close()
-            page.goto(s["mlflow_run_url"] + "/artifacts/lineage/family_tree.png", wait_until="load")
+            page.goto(s["mlflow_run_url"].removesuffix(ML_VIEW) + "/artifacts/lineage/family_tree.png" + ML_VIEW,
+                      wait_until="load")
             page.get_by_text("lineage/family_tree.png").first.wait_for(timeout=60_000)
             page.wait_for_function("() => [...document.images].some(i => i.src.startsWith('blob:') && "
                                    "i.naturalWidth > 300)", timeout=60_000)
             page.screenshot(path=str(shots / "mlflow-family-tree.png"), full_page=True)
+
+            # the Runs list tells the two runs of one config apart: each flow run is named by its run id
+            page.goto(f"{servers.prefect_ui}/runs", wait_until="load")
+            page.get_by_text(s["run_id"], exact=True).first.wait_for(timeout=30_000)
+            page.get_by_text(other["run_id"], exact=True).first.wait_for(timeout=30_000)
+            page.screenshot(path=str(shots / "prefect-runs-list.png"), full_page=True)
+            # the link the project prints opens MLflow's Model training view, not the GenAI one
+            page.goto(s["mlflow_run_url"], wait_until="load")
+            page.get_by_text("Best fitness").first.wait_for(timeout=60_000)
+            page.screenshot(path=str(shots / "mlflow-model-training-view.png"), full_page=True)
+            # the registry: both runs' versions, each with its fitness tag; the alias on the fitter one
+            ml = _workflow_buttons(page)
+            plain = browser.new_page(viewport={"width": 1400, "height": 1000})  # a fresh page without the query
+            plain.goto(s["mlflow_run_url"].removesuffix(ML_VIEW), wait_until="load")
+            plain.get_by_text("GenAI", exact=True).first.wait_for(timeout=60_000)
+            genai = _workflow_buttons(plain)
+            plain.close()
+            # the two buttons are drawn differently, and the one drawn "selected" moved from GenAI to Model training
+            assert ml["GenAI"] != ml["Model training"] and ml == {"GenAI": genai["Model training"],
+                                                                 "Model training": genai["GenAI"]}, (ml, genai)
+            page.goto(f"{servers.mlflow_url}/#/models/ui-view{ML_VIEW}", wait_until="load")
+            best = max((s, other), key=lambda r: r["champion"]["fitness"])
+            rows = page.get_by_role("row")
+            rows.filter(has_text=f"Version {other['version']}").first.wait_for(timeout=60_000)
+            for run in (s, other):
+                row = rows.filter(has_text=f"Version {run['version']}").first.inner_text()
+                assert f"agilerl.fitness\n: {run['champion']['fitness']}" in row and run["run_id"] in row, row
+                assert ("@ champion" in row.replace("\xa0", " ")) is (run is best), row
+            page.screenshot(path=str(shots / "mlflow-registry.png"), full_page=True)
+            page.goto(f"{servers.mlflow_url}/#/models/ui-view/versions/{best['version']}{ML_VIEW}", wait_until="load")
+            page.get_by_text("agilerl.fitness").first.wait_for(timeout=60_000)
+            page.screenshot(path=str(shots / "mlflow-champion-version.png"), full_page=True)
         finally:
             browser.close()

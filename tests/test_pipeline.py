@@ -243,7 +243,14 @@ def test_deployment_trigger_waits_and_gates_on_fitness(servers, tmp_path):
     assert [m.split(":")[0] for m in logs if m.startswith("generation ")] == ["generation 0", "generation 1"], logs
     arts = _post_json(servers, "/artifacts/filter",
                       {"artifacts": {"flow_run_id": {"any_": [s["prefect_flow_run_id"]]}}})
-    assert sum(a["key"] == "cartpole-dqn-generation" for a in arts) == 2
+    from tasks.artifacts import artifact_key
+
+    assert sum(a["key"] == artifact_key(s["run_id"], "generation") for a in arts) == 2, \
+        [a["key"] for a in arts]  # keyed by the run
+    import urllib.request
+
+    with urllib.request.urlopen(f"{servers.prefect_api}/flow_runs/{s['prefect_flow_run_id']}", timeout=10) as resp:
+        assert json.loads(resp.read())["name"] == s["run_id"]  # renamed once the deployment's run made its id
     p = _cli("trigger", "online-evolution/cartpole-dqn", *small, "--wait", "--min-fitness", "1e9", "--timeout", "300",
              env=env, cwd=tmp_path)
     assert p.returncode == 1 and "below --min-fitness" in p.stderr
