@@ -219,6 +219,19 @@ def test_a_store_that_restarts_loses_nothing_and_one_that_stays_down_ends_in_the
     _, straight = _straight(tmp_path, str(tmp_path / "runs"))
     assert committed_state(storage, "blip") == straight
     assert committed_state(storage, "cut") == straight
+    _tracked_locally_once(tmp_path, storage, ("blip", "cut"))
+
+
+def _tracked_locally_once(tmp_path, storage: str, run_ids) -> None:
+    """The runs tracked to the local SQLite file in output_dir hold each generation's metrics exactly once."""
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'out' / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("faults").experiment_id
+    for run_id in run_ids:
+        parent = client.search_runs([experiment], f"tags.`agilerl.run_id` = '{run_id}' and tags.`agilerl.role` = 'parent'")
+        assert len(parent) == 1
+        _logged_once(client, parent[0].info.run_id, storage, run_id)
 
 
 def test_a_prefect_api_outage_mid_run(faulty, tmp_path):
@@ -241,3 +254,4 @@ def test_a_prefect_api_outage_mid_run(faulty, tmp_path):
     assert code == 0, err[-3000:]
     _, straight = _straight(tmp_path, storage)
     assert committed_state(storage, "api") == straight
+    _tracked_locally_once(tmp_path, storage, ("api",))

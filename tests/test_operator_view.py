@@ -203,6 +203,29 @@ def test_the_run_logs_and_publishes_its_view(servers, watched_run):
     assert f"Best fitness **{s['best_fitness']:.2f}**" in note and "lineage/family_tree.png" in note
 
 
+@pytest.mark.integration
+def test_a_run_that_reaches_its_target_says_so_and_fills_its_progress(servers, tmp_path):
+    """Stopped early on its target: the last log line says it reached the target (not just 'finished') and the
+    progress artifact shows 100 %, not the share of the step budget it spent."""
+    (tmp_path / "c.yaml").write_text(CONFIG)
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI",
+                                                            "AGILERL_STORAGE_URI", "AWS_ENDPOINT_URL")}
+    env.update(servers.client_env(), PREFECT_HOME=str(tmp_path / "prefect-home"), PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-m", "flows.cli", "run", str(tmp_path / "c.yaml"), "--no-progress", "--set",
+                        "target_fitness=9", "--set", "max_env_steps=100000", "--set", "tracking.enabled=false"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert p.returncode == 0, p.stderr[-3000:]
+    s = json.loads(p.stdout.strip().splitlines()[-1])
+    assert s["reached_target"] and s["global_steps"] < 100000
+    logs = [e["message"] for e in _post(f"{servers.prefect_api}/logs/filter",
+                                        {"logs": {"flow_run_id": {"any_": [s["prefect_flow_run_id"]]}}, "limit": 200})]
+    assert any(f"finished (reached its target fitness 9 after {s['global_steps']:,} of 100,000 budgeted steps)" in m
+               for m in logs), logs
+    arts = _post(f"{servers.prefect_api}/artifacts/filter",
+                 {"artifacts": {"flow_run_id": {"any_": [s["prefect_flow_run_id"]]}}})
+    assert [a["data"] for a in arts if a["key"] == artifact_key(s["run_id"], "progress")] == [100.0]
+
+
 def _browser():
     try:
         from playwright.sync_api import sync_playwright
