@@ -77,6 +77,20 @@ def test_s3_refuses_unauthenticated_and_wrong_credentials(s3):
         missing.check()
 
 
+@pytest.mark.integration
+def test_s3_credentials_from_the_environment_are_read_when_a_store_is_opened(s3, monkeypatch):
+    """boto3 keeps the environment's credentials it first resolved for the whole process: a store opened after
+    they changed (a second stack, rotated keys) must sign with the new ones."""
+    c = s3.credentials()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "stale-key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "stale-secret")
+    with pytest.raises(StorageError):
+        S3Storage("s3://agilerl/env-creds", S3Options(s3.s3_url)).check()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", c["access_key_id"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", c["secret_access_key"])
+    S3Storage("s3://agilerl/env-creds", S3Options(s3.s3_url)).check()
+
+
 def test_unreachable_s3_endpoint_is_a_clear_error():
     from infra.stack import free_port
 

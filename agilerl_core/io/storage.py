@@ -228,6 +228,13 @@ class S3Storage(Storage):
         if opts.access_key_id or opts.secret_access_key:
             kwargs["aws_access_key_id"] = opts.access_key_id
             kwargs["aws_secret_access_key"] = opts.secret_access_key
+        elif os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
+            # read now: boto3's default session resolves the environment's credentials once per process and keeps
+            # them, so a store opened after the variables changed would sign with the old ones (403)
+            kwargs["aws_access_key_id"] = os.environ["AWS_ACCESS_KEY_ID"]
+            kwargs["aws_secret_access_key"] = os.environ["AWS_SECRET_ACCESS_KEY"]
+            if os.environ.get("AWS_SESSION_TOKEN"):
+                kwargs["aws_session_token"] = os.environ["AWS_SESSION_TOKEN"]
         self.client = boto3.client("s3", **kwargs)
 
     def _key(self, key: str) -> str:
