@@ -1,4 +1,4 @@
-"""Known answers, on hand-built batches, for the loss maths of Rainbow's parts, TD3 and SAC."""
+"""Known answers, on hand-built batches, for the maths of Rainbow's parts (its losses: test_dqn), TD3 and SAC."""
 
 from __future__ import annotations
 
@@ -119,10 +119,11 @@ def test_per_weights_and_priority_updates():
     per.committed(0, 4)
     per.update(np.arange(4), np.array([1.0, 4.0, 9.0, 16.0]))  # priorities sqrt: 1, 2, 3, 4
     assert per.tree.total == pytest.approx(10.0)
-    batch, leaves = per.sample(buf, 0, 4, beta=1.0, generator=torch.Generator().manual_seed(0))
+    rows, weight, leaves = per.sample_rows(buf, 0, 4, beta=1.0, generator=torch.Generator().manual_seed(0))
+    assert rows.tolist() == list(leaves)  # committed rows: leaf i is ring row i
     probs = np.array([1, 2, 3, 4])[leaves] / 10.0
     expected = (4 * probs) ** -1.0
-    assert batch.weight.numpy() == pytest.approx(expected / expected.max(), rel=1e-6)
+    assert weight.numpy() == pytest.approx(expected / expected.max(), rel=1e-6)
     assert list(leaves) == sorted(leaves)  # stratified: one draw per equal segment of the mass, in order
     per.update(np.array([3]), np.array([0.0]))  # a learned transition loses its priority
     assert per.tree.leaves[3] == 0.0 and per.max_priority == pytest.approx(4.0)
@@ -143,18 +144,6 @@ def test_categorical_projection_known_answers():
     assert m[1].tolist() == pytest.approx([0, 0, 0, 1.0, 0])  # 1 + 0.5 * 4 = 3: exactly on an atom
     assert m[2].tolist() == pytest.approx([0, 0, 0, 0, 1.0])  # terminal (discount 0): r clipped to v_max
     assert m.sum(dim=1).tolist() == pytest.approx([1, 1, 1])
-
-
-def test_c51_loss_is_the_cross_entropy_to_the_projected_target():
-    agent = DQN(SPEC, 2, _arch(), DQNHyperparameters(distributional=True, num_atoms=3, v_min=0, v_max=2,
-                                                     gamma=1.0, double=False), 0)
-    _constant(agent, "q_target", [0.0, 10.0, 0.0, 0.0, 0.0, 10.0])  # action 0: all on z=1; action 1: on z=2
-    _constant(agent, "q", [0.0] * 6)  # uniform predictions
-    b = _batch([0.0], [0.0], [0])
-    target = agent.target_distribution(b)  # greedy next action is 1 (mean 2), shifted by r=0: z=2
-    assert target[0].tolist() == pytest.approx([0, 0, 1], abs=1e-4)
-    losses, _ = agent.sample_losses(b)
-    assert losses.item() == pytest.approx(math.log(3), abs=1e-4)
 
 
 def test_dueling_and_noisy_heads_mutate_with_the_network():

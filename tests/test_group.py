@@ -70,10 +70,15 @@ def learn_alone_and_together(solo, buf, plan):
     """Each member's own learn steps per `plan` (rows: which members step), then a clone group's batched
     steps on the same plan; returns (the batched clones, each step's per-member losses)."""
     batched = [a.clone() for a in solo]
+    alone = None if hasattr(solo[0], "learn") else [type(a).group([a]) for a in solo]  # learning written for groups
     for active in plan:
         for slot, (a, on) in enumerate(zip(solo, active, strict=True)):
-            if on:
+            if on and alone is None:
                 a.learn(a.sample(buf, slot))
+            elif on:
+                alone[slot].learn_step(buf, [slot], [True])
+    for g in alone or ():
+        g.write_back()
     assert len({a.batch_key() for a in batched}) == 1
     group = type(batched[0]).group(batched)
     losses = [group.learn_step(buf, list(range(len(solo))), active) for active in plan]
@@ -108,7 +113,7 @@ def test_n_step_rows_are_discounted_at_each_members_own_gamma_alone_and_batched(
            {"lr": 5e-4, "gamma": 0.95, "batch_size": 16}]
     solo = [dqn(20 + i, **hp) for i, hp in enumerate(hps)]
     buf = filled_buffer(3, n_step=3)
-    batch = solo[1].sample(buf, 1)
+    batch = buf.transitions(solo[1].sample_rows(buf, 1)[0])
     want = sum(0.9 ** k * batch.step_rewards[:, k] for k in range(3))
     got, discount = n_step_return(batch, 0.9)
     torch.testing.assert_close(got, want)
@@ -121,17 +126,38 @@ def test_n_step_rows_are_discounted_at_each_members_own_gamma_alone_and_batched(
 def test_members_of_other_widths_learn_zero_padded_as_alone():
     """Hidden widths 16/16, 32/8 and 8/24 in one group: each member's update is its own."""
     solo = [dqn(1, hidden=(16, 16)), dqn(2, hidden=(32, 8), lr=3e-3, batch_size=20), dqn(3, hidden=(8, 24), gamma=0.9)]
-    batched = [a.clone() for a in solo]
-    buf = filled_buffer(3)
-    for _ in range(4):
-        for slot, a in enumerate(solo):
-            a.learn(a.sample(buf, slot))
-    group = DQN.group(batched)
-    for _ in range(4):
-        group.learn_step(buf, [0, 1, 2], [True, True, True])
-    group.write_back()
+    batched, _ = learn_alone_and_together(solo, filled_buffer(3), [[True, True, True]] * 4)
     assert_same_members(solo, batched)
-    assert group.q.flat.isfinite().all()
+
+
+RAINBOW = {"noisy": True, "dueling": True, "distributional": True, "num_atoms": 11, "v_min": -5.0, "v_max": 5.0,
+           "per": True, "double": True}
+
+
+@pytest.mark.parametrize("options", [RAINBOW, {**RAINBOW, "distributional": False}, {"normalize_obs": True}, "cqn"],
+                         ids=["rainbow", "noisy-dueling-per", "obs-norm", "cqn"])
+def test_every_dqn_variant_learns_batched_as_alone(options):
+    """Noisy, dueling and C51 heads with prioritised replay (each member's own noise and priorities), obs
+    normalisation (each member's own statistics) and CQN's penalty (each member's own alpha): K = 3 batched
+    equals each member alone (K = 1), other widths included."""
+    from agilerl_core.algorithms.cql import CQN
+    from agilerl_core.algorithms.cql_hp import CQNHyperparameters
+
+    hps = [{"lr": 1e-3, "gamma": 0.99, "batch_size": 32}, {"lr": 3e-3, "gamma": 0.9, "batch_size": 48},
+           {"lr": 5e-4, "gamma": 0.95, "batch_size": 16}]
+    widths = [(16, 16), (24, 8), (16, 16)]
+    if options == "cqn":
+        arch = [initial_arch(SPEC, 2, NetworkConfig(hidden_sizes=list(w), min_nodes=1)) for w in widths]
+        solo = [CQN(SPEC, 2, arch[i], CQNHyperparameters(cql_alpha=0.5 + i, **hp), 30 + i) for i, hp in enumerate(hps)]
+    else:
+        solo = [dqn(30 + i, hidden=widths[i], **hp, **options) for i, hp in enumerate(hps)]
+    buf = filled_buffer(3)
+    for i, a in enumerate(solo):
+        a.committed(0, buf.size)  # prioritised replay: the committed rows enter at max priority
+        a.observe({"obs": torch.randn(50, 3, generator=torch.Generator().manual_seed(i)) * (i + 1)})
+    plan = [[True, True, True], [True, False, True], [True, True, True], [False, True, True]]
+    batched, _ = learn_alone_and_together(solo, buf, plan)
+    assert_same_members(solo, batched)
 
 
 def test_batch_keys_split_by_architecture_and_structure():
@@ -140,7 +166,8 @@ def test_batch_keys_split_by_architecture_and_structure():
     deep, huber = dqn(2, hidden=(16, 16, 16)), dqn(3, loss="huber")
     assert a.batch_key() == b.batch_key() == wide.batch_key()
     assert deep.batch_key() != a.batch_key() and huber.batch_key() != a.batch_key()
-    assert dqn(4, per=True).batch_key() is None and dqn(5, noisy=True).batch_key() is None
+    variants = {dqn(4, per=True).batch_key(), dqn(5, noisy=True).batch_key(), dqn(6, n_step=3).batch_key()}
+    assert len(variants) == 3 and a.batch_key() not in variants and None not in variants
 
 
 def test_groups_are_a_deterministic_function_of_keys():

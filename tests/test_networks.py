@@ -250,3 +250,52 @@ def test_dict_agent_round_trips_through_its_state():
     assert any(k.startswith("net/q/encoders.v.") for k in tensors)
     again = DQN.from_state(spec, tensors, meta)
     torch.testing.assert_close(again.networks["q"](obs), agent.networks["q"](obs), rtol=0, atol=0)
+
+
+# ---- stacked networks: K members in one batched pass ---------------------------------------------------
+IMAGE_CNN = {"channels": [8, 16], "kernel_sizes": [3, 3], "strides": [2, 1]}
+
+
+@pytest.mark.parametrize("case", [
+    (spaces.Box(-1, 1, (4,), np.float32), {}, {}),
+    (spaces.Box(-1, 1, (4,), np.float32), {}, {"noisy": True, "dueling": 1}),
+    (spaces.Box(-1, 1, (4,), np.float32), {}, {"norm": True}),
+    (spaces.Box(0, 255, (3, 16, 16), np.uint8), {"cnn": IMAGE_CNN}, {}),
+    (spaces.Dict({"img": spaces.Box(0, 255, (12, 12, 3), np.uint8), "v": spaces.Box(-1, 1, (5,), np.float32),
+                  "d": spaces.Discrete(3)}), {"cnn": IMAGE_CNN, "vector_encoder": {"per_key": True}}, {}),
+], ids=["mlp", "noisy-dueling", "obs-norm", "image", "dict-image-vector-discrete"])
+def test_a_stacked_network_computes_what_each_member_computes(case):
+    """Members of other hidden widths (zero-padded) with their own weights, noise and normalisation: the
+    stacked forward equals each member's own network on its own observations."""
+    from dataclasses import replace
+
+    from agilerl_core.algorithms.group import padded_shapes, param_shapes, stack_flats
+    from agilerl_core.networks.obs_norm import RunningObsNorm
+    from agilerl_core.networks.stacked import StackedNetwork
+
+    space, net_cfg, opts = case
+    spec = ObsSpec(space)
+    nets = []
+    for i, hidden in enumerate([(16, 16), (32, 8), (8, 24)]):
+        arch = initial_arch(spec, 6, NetworkConfig(hidden_sizes=list(hidden), min_nodes=1, **net_cfg))
+        arch = replace(arch, mlp=replace(arch.mlp, noisy=opts.get("noisy", False), dueling=opts.get("dueling", 0)))
+        net = EvolvableNetwork(spec, arch, torch.Generator().manual_seed(i))
+        if opts.get("norm"):
+            net.obs_norm = RunningObsNorm(spec.vector_dim)
+            net.obs_norm.update(torch.randn(50, spec.vector_dim) * 3 + i)
+        nets.append(net)
+    shapes = [param_shapes(n) for n in nets]
+    padded = padded_shapes(shapes)
+    flats = [torch.cat([p.detach().reshape(-1) for p in n.parameters()]) for n in nets]
+    stacked = StackedNetwork(nets, stack_flats(flats, shapes, padded), padded)
+    keys = list(space.spaces) if isinstance(space, spaces.Dict) else ["obs"]
+    sub = (lambda k: space[k]) if isinstance(space, spaces.Dict) else (lambda k: space)
+    obs = [{k: torch.as_tensor(np.stack([sub(k).sample() for _ in range(5)])) for k in keys} for _ in nets]
+    if opts.get("noisy"):
+        stacked.resample_noise([torch.Generator().manual_seed(100 + i) for i in range(3)])
+        for i, n in enumerate(nets):
+            n.resample_noise(torch.Generator().manual_seed(100 + i))
+    out = stacked({k: torch.cat([o[k] for o in obs]) for k in keys})
+    assert out.shape == (3, 5, 6)
+    for i, n in enumerate(nets):
+        torch.testing.assert_close(out[i], n(obs[i]), rtol=1e-5, atol=1e-5)

@@ -60,7 +60,7 @@ def test_cqn_loss_is_the_td_loss_plus_alpha_times_the_penalty():
     obs, nxt = torch.randn(8, 4, generator=g), torch.randn(8, 4, generator=g)
     batch = _batch(obs, torch.randint(0, 3, (8,), generator=g), torch.randn(8, generator=g), nxt,
                    (torch.rand(8, generator=g) < 0.3).float())
-    per, signal = agent.sample_losses(batch)
+    per, signal = (x[0] for x in agent.group([agent]).sample_losses(batch, 1))  # a member alone: K = 1
     with torch.no_grad():
         q, q_next_online = agent.networks["q"]({"obs": obs}), agent.networks["q"]({"obs": nxt})
         q_next_target = agent.networks["q_target"]({"obs": nxt})

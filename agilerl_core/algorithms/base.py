@@ -47,6 +47,7 @@ class RLAlgorithm(ABC):
     action_kinds: ClassVar[tuple[str, ...]] = ("discrete",)  # ActionSpec kinds the algorithm handles
     uses_replay: ClassVar[bool] = True  # off-policy: learns from the shared replay buffer
     mutation_kinds: ClassVar[frozenset[str]] = frozenset(MUTATION_KINDS)  # every kind (Evolvable protocol)
+    learns_as_group: ClassVar[bool] = False  # its learning is written once for a population (alone: K = 1)
 
     def __init__(self, obs_spec: ObsSpec, action: ActionSpec | int, arch: ArchSpec, hp: BaseModel, seed: int,
                  device: str | torch.device = "cpu") -> None:
@@ -263,6 +264,11 @@ class RLAlgorithm(ABC):
     def sample(self, buffer, slot: int):
         """The batch for one gradient step, drawn from the committed buffer plus `slot`'s fresh data."""
         return buffer.sample(self.hp.batch_size, slot, self.torch_gen)
+
+    def sample_rows(self, buffer, slot: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The storage rows of one gradient step's batch (committed buffer plus `slot`'s fresh data, drawn with
+        this member's generator) and their importance weights (None: uniform sampling)."""
+        return buffer.sample_rows(self.hp.batch_size, slot, self.torch_gen), None
 
     def committed(self, first: int, count: int) -> None:
         """Called after the shared ring received `count` new transitions starting at row `first`. Default: nothing to do."""

@@ -24,7 +24,7 @@ from typing import ClassVar
 import torch
 
 from agilerl_core.algorithms.cql_hp import CQLHyperparameters, CQNHyperparameters
-from agilerl_core.algorithms.dqn import DQN
+from agilerl_core.algorithms.dqn import DQN, DQNGroup
 from agilerl_core.algorithms.sac import SAC
 from agilerl_core.buffers.replay import Transition
 from agilerl_core.envs.spaces import Obs
@@ -33,8 +33,8 @@ from agilerl_core.envs.spaces import Obs
 
 
 def discrete_penalty(q: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-    """Per-sample CQL(H) penalty for discrete actions: logsumexp_a Q(s, a) - Q(s, a_data). q: [B, A]."""
-    return torch.logsumexp(q, dim=1) - q.gather(1, action.long().unsqueeze(1)).squeeze(1)
+    """Per-sample CQL(H) penalty for discrete actions: logsumexp_a Q(s, a) - Q(s, a_data). q: [..., A]."""
+    return torch.logsumexp(q, dim=-1) - q.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
 
 
 def sampled_logsumexp(q: torch.Tensor, log_density: torch.Tensor) -> torch.Tensor:
@@ -43,26 +43,23 @@ def sampled_logsumexp(q: torch.Tensor, log_density: torch.Tensor) -> torch.Tenso
     return torch.logsumexp(q - log_density, dim=1) - math.log(q.shape[1])
 
 
+class CQNGroup(DQNGroup):
+    """CQN members learning together: each member's TD loss carries its own cql_alpha times the penalty."""
+
+    def __init__(self, agents) -> None:
+        super().__init__(agents)
+        self.cql_alpha = self.hp_tensor("cql_alpha").unsqueeze(1)
+
+    def penalty(self, q: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return self.cql_alpha * discrete_penalty(q, action)
+
+
 class CQN(DQN):
     """Conservative Q-network: double DQN whose TD loss carries the CQL(H) penalty (discrete actions)."""
 
     name: ClassVar[str] = "cqn"
     hp_model = CQNHyperparameters
-
-    @property
-    def fused(self) -> bool:
-        return False  # the penalty's gradient goes through autograd
-
-    def batch_refusal(self) -> str:
-        return "cqn: the conservative penalty has no population-batched path"
-
-    def sample_losses(self, batch: Transition) -> tuple[torch.Tensor, torch.Tensor]:
-        """(TD loss + cql_alpha * penalty per sample, |TD error|)."""
-        target = self.td_target(batch)
-        q = self.q_values(batch.obs)
-        q_taken = q.gather(1, batch.action.unsqueeze(1)).squeeze(1)
-        penalty = self.hp.cql_alpha * discrete_penalty(q, batch.action)
-        return self.td_per_sample(q_taken, target) + penalty, (q_taken - target).detach().abs()
+    group_class = CQNGroup
 
 
 def _repeat(obs: Obs, n: int) -> Obs:

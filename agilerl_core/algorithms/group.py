@@ -170,6 +170,7 @@ class StackedAdam:
         update = self.m.div(1.0 - self.beta1_pow).mul_(self._lr_el).div_(denom)
         self.flat.sub_(torch.where(on, update, 0.0))  # where: a never-stepped member's 0/0 stays out
 
+    @torch.no_grad()
     def write_back(self) -> None:
         for name in _ADAM_STATE:
             unstack_into(getattr(self, name), [getattr(o, name) for o in self.opts], self.shapes, self.padded)
@@ -233,6 +234,7 @@ class MemberGroup(ABC):
     def explore(self, obs: Sequence, masks: Sequence) -> list:
         """Every member's exploration actions for its envs' observations (one batched forward)."""
 
+    @torch.no_grad()
     def write_back(self) -> None:
         """Every member's weights, Adam state and targets back into its own buffers (end of the phase)."""
         for adam in self.adams.values():
@@ -257,9 +259,9 @@ class ReplayGroup(MemberGroup):
         """One gradient step of every active member on its own minibatch (drawn with its own generator
         from the committed buffer plus its slot's fresh data, as when it learns alone); returns each
         member's loss [K] (0 for members that sat out)."""
-        rows = [buffer.sample_rows(a.hp.batch_size, s, a.torch_gen) if on else None
-                for a, s, on in zip(self.agents, slots, active, strict=True)]
-        stacked = StackedRows(rows, self.device)
+        drawn = [a.sample_rows(buffer, s) if on else (None, None)
+                 for a, s, on in zip(self.agents, slots, active, strict=True)]
+        stacked = StackedRows([r for r, _ in drawn], self.device, [w for _, w in drawn])
         return self.learn(self.batch(buffer, stacked.index), stacked)
 
     def batch(self, buffer, index: torch.Tensor):
@@ -318,9 +320,11 @@ def clipped_step(adam: StackedAdam, max_grad_norm: float | None, active: torch.T
 class StackedRows:
     """Each member's own minibatch rows of one learn step, padded to the largest batch: the storage rows
     [K * B] (padding repeats row 0 of the member's draw) and each row's weight in its member's mean loss
-    [K, B] (1 / batch size, 0 on padding and for members that sit the step out)."""
+    [K, B] (1 / batch size, times the row's importance weight under prioritised replay; 0 on padding and for
+    members that sit the step out)."""
 
-    def __init__(self, rows: Sequence[torch.Tensor | None], device: torch.device) -> None:
+    def __init__(self, rows: Sequence[torch.Tensor | None], device: torch.device,
+                 importance: Sequence[torch.Tensor | None] | None = None) -> None:
         b = max(r.shape[0] for r in rows if r is not None)
         k = len(rows)
         idx = torch.zeros(k, b, dtype=torch.long, device=device)
@@ -331,7 +335,10 @@ class StackedRows:
             n = r.shape[0]
             idx[i, :n] = r
             weight[i, :n] = 1.0 / n
+            if importance is not None and importance[i] is not None:
+                weight[i, :n] *= importance[i].to(device)
         self.k, self.b = k, b
+        self.counts = [0 if r is None else r.shape[0] for r in rows]
         self.index = idx.view(-1)
         self.weight = weight
         self.active = torch.tensor([r is not None for r in rows], device=device)

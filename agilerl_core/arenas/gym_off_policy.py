@@ -125,6 +125,8 @@ class OffPolicyArena(SharedReplay, GymArena):
         self.slot_capacity = math.ceil(cfg.evo_steps / cfg.num_envs) * cfg.num_envs
 
     def train(self, member: RLAlgorithm, slot: int, seed: int, steps: int) -> TrainResult:
+        if member.learns_as_group:  # its learning is written for a population: alone, a group of one
+            return self.train_group([member], [slot], [seed], steps)[0]
         self.buffer.reset_slot(slot)
         return train_member(member, slot, self.envs[slot], self.buffer, steps, seed)
 

@@ -13,6 +13,7 @@ import time
 import torch
 
 from agilerl_core.algorithms.base import RLAlgorithm
+from agilerl_core.algorithms.group import ReplayGroup
 from agilerl_core.arenas.base import GymArena
 from agilerl_core.buffers.replay import ReplayBuffer
 from agilerl_core.data.fetch import check_pin
@@ -33,6 +34,21 @@ def train_member_offline(agent: RLAlgorithm, slot: int, dataset: ReplayBuffer, l
         loss_sum += agent.learn(agent.sample(dataset, slot))
     return TrainResult(slot, learn_steps, learn_steps, 0, float("nan"), float(loss_sum) / max(learn_steps, 1),
                        time.perf_counter() - t0)
+
+
+def train_group_offline(group: ReplayGroup, slots: list[int], dataset: ReplayBuffer, learn_steps: int
+                        ) -> list[TrainResult]:
+    """:func:`train_member_offline` for the members of a stacked group at once: every gradient step is one
+    batched step, each member on its own batch drawn with its own generator."""
+    t0 = time.perf_counter()
+    loss_sum = torch.zeros(group.k)
+    everyone = [True] * group.k
+    for _ in range(learn_steps):
+        loss_sum += group.learn_step(dataset, slots, everyone)
+    group.write_back()
+    wall = time.perf_counter() - t0
+    return [TrainResult(s, learn_steps, learn_steps, 0, float("nan"), float(loss) / max(learn_steps, 1), wall)
+            for s, loss in zip(slots, loss_sum.tolist(), strict=True)]
 
 
 def load_checked_dataset(cfg, obs_space, act_space) -> Dataset:
@@ -62,4 +78,13 @@ class OfflineArena(GymArena):
         return agents
 
     def train(self, member: RLAlgorithm, slot: int, seed: int, steps: int) -> TrainResult:
+        if member.learns_as_group:  # its learning is written for a population: alone, a group of one
+            return self.train_group([member], [slot], [seed], steps)[0]
         return train_member_offline(member, slot, self.dataset_buffer, steps)
+
+    def batch_key(self, member: RLAlgorithm):
+        return member.batch_key()
+
+    def train_group(self, members: list[RLAlgorithm], slots: list[int], seeds: list[int], steps: int
+                    ) -> list[TrainResult]:
+        return train_group_offline(self.algo_cls.group(members), slots, self.dataset_buffer, steps)

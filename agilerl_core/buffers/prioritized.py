@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from agilerl_core.buffers.replay import ReplayBuffer, Transition
+from agilerl_core.buffers.replay import ReplayBuffer
 
 
 class SumTree:
@@ -109,9 +109,9 @@ class MemberPriorities:
             self.tree.update(new, np.full(new.size, self.max_priority))
             self.staged_seen = staged
 
-    def sample(self, buffer: ReplayBuffer, slot: int, batch_size: int, beta: float,
-               generator: torch.Generator) -> tuple[Transition, np.ndarray]:
-        """A stratified prioritised batch with its importance weights (`weight`) and the tree leaves drawn."""
+    def sample_rows(self, buffer: ReplayBuffer, slot: int, batch_size: int, beta: float,
+                    generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+        """A stratified prioritised draw: (storage rows, their importance weights, the tree leaves drawn)."""
         self.resize_staging(buffer.slot_capacity)
         self._sync_staged(buffer.staged_count(slot))
         total = self.tree.total
@@ -126,9 +126,8 @@ class MemberPriorities:
         n = buffer.available(slot)
         weights = (n * probs) ** (-beta)
         weights = weights / weights.max()
-        batch = buffer.transitions(torch.as_tensor(rows, dtype=torch.int64).to(buffer.device))
         weight = torch.as_tensor(weights, dtype=torch.float32).to(buffer.device)
-        return batch._replace(weight=weight), leaves
+        return torch.as_tensor(rows, dtype=torch.int64).to(buffer.device), weight, leaves
 
     def update(self, leaves: np.ndarray, errors: np.ndarray) -> None:
         """New priorities (|error| + eps)^alpha for the drawn leaves."""

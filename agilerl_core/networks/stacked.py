@@ -1,16 +1,26 @@
-"""K plain MLPs of one architecture evaluated in one batched pass.
+"""K networks of one structure evaluated in one batched pass, each member with its own weights.
 
-The networks' parameters live stacked in one flat buffer (``algorithms.optim.stack_parameters``): layer i
-of all K networks is one [K, out, in] weight block and one [K, out] bias block. A batched forward is then
-one matmul per layer for all K networks instead of K small ones; for the tiny critics of multi-agent
-actor-critics the per-op overhead, not the arithmetic, is what costs, so this is where the speed is.
+The networks' parameters live stacked in one flat buffer, parameter by parameter: parameter j of all K
+networks is one [K, *shape] block (a narrower member's values in the leading corner, zeros around them).
+A batched forward is then one batched matmul per linear layer and one grouped convolution per conv layer
+for all K networks instead of K small ones; on a CPU the per-op overhead of small networks, and on a GPU
+the kernel count, is what this saves.
+
+:class:`StackedNetwork` evaluates any :class:`~agilerl_core.networks.evolvable.EvolvableNetwork` structure
+(per-key and conv encoders, noisy layers, a dueling head, observation normalisation) and is differentiable:
+autograd reaches the flat buffer when it requires grad. The older helpers below (:func:`stacked_forward`,
+:func:`layer_blocks`) serve plain-MLP groups with hand-written backward passes.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
+from agilerl_core.envs.spaces import Obs
 from agilerl_core.networks.transfer import ACTIVATION_FNS
 
 Layers = list[tuple[torch.Tensor, torch.Tensor]]  # (weight [K, out, in], bias [K, out]) per layer
@@ -64,3 +74,141 @@ def stacked_forward(layers: Layers, x: torch.Tensor, activation: str,
         if i < last:
             h = act(h)
     return h
+
+
+def parameter_blocks(flat: torch.Tensor, k: int, padded: Sequence[tuple[int, ...]]) -> list[torch.Tensor]:
+    """The [K, *shape] block of every parameter in a stacked flat buffer (views, in layout order)."""
+    views, i = [], 0
+    for shape in padded:
+        n = k * math.prod(shape)
+        views.append(flat[i: i + n].view(k, *shape))
+        i += n
+    return views
+
+
+def _noise(x: torch.Tensor) -> torch.Tensor:
+    return x.sign() * x.abs().sqrt()  # factorised Gaussian noise, as NoisyLinear draws it
+
+
+class StackedNetwork:
+    """K members' copies of one network (equal structure, hidden widths may differ) over a stacked flat
+    buffer: :meth:`forward` gives every member's outputs [K, B, out] for its own batch of observations.
+
+    `flat` holds the parameters as :func:`parameter_blocks` reads them (`padded`: each parameter's stacked
+    shape, in ``named_parameters`` order); the network only reads it, so an optimiser may step it in place.
+    A padded hidden unit has zero weights in and out, so it outputs act(0) = 0 and every gradient reaching
+    it is 0: each member computes what its own network computes."""
+
+    def __init__(self, nets: Sequence[nn.Module], flat: torch.Tensor, padded: Sequence[tuple[int, ...]]) -> None:
+        first = nets[0]
+        self.k = len(nets)
+        self.obs_spec = first.obs_spec
+        self.arch = first.arch
+        self.norms = [n.obs_norm for n in nets] if first.obs_norm is not None else None
+        names = [name for name, _ in first.named_parameters()]
+        self.p = dict(zip(names, parameter_blocks(flat, self.k, padded), strict=True))
+        self.act = ACTIVATION_FNS[self.arch.activation]
+        self.enc_act = ACTIVATION_FNS[self.arch.encoders[0][1].activation] if self.arch.encoders else None
+        self.widths = [p.features for p in self.obs_spec.vector_parts] if self.arch.encoders else []
+        # each member's noisy layers (name, in, out) in the order NoisyLinear.resample draws them
+        self.noisy_layers = [[(name, m.in_dim, m.out_dim) for name, m in n.named_modules() if hasattr(m, "eps_in")]
+                             for n in nets]
+        self.eps: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
+
+    # ---- noise ----------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def resample_noise(self, generators: Sequence[torch.Generator | None], who: Sequence[bool] | None = None) -> None:
+        """Fresh noise for every noisy layer of each member in `who` (all by default), drawn from its own
+        generator in the order its own network draws it; zeros for the others."""
+        device = next(iter(self.p.values())).device
+        eps: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        for name, _, _ in self.noisy_layers[0]:
+            w = self.p[f"{name}.weight_mu"]
+            eps[name] = (torch.zeros(self.k, w.shape[2]), torch.zeros(self.k, w.shape[1]))
+        for i, (layers, gen) in enumerate(zip(self.noisy_layers, generators, strict=True)):
+            if who is not None and not who[i]:
+                continue
+            for name, n_in, n_out in layers:
+                eps[name][0][i, :n_in] = _noise(torch.randn(n_in, generator=gen))
+                eps[name][1][i, :n_out] = _noise(torch.randn(n_out, generator=gen))
+        self.eps = {n: (a.to(device), b.to(device)) for n, (a, b) in eps.items()}
+
+    def noise_off(self) -> None:
+        """Mean weights only (greedy actions)."""
+        self.eps = None
+
+    # ---- forward --------------------------------------------------------------------------------------
+    def linear(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        """Linear (or noisy linear) layer `name` of every member: [K, B, in] -> [K, B, out]."""
+        p = self.p
+        if f"{name}.weight" in p:
+            w, b = p[f"{name}.weight"], p[f"{name}.bias"]
+        else:
+            w, b = p[f"{name}.weight_mu"], p[f"{name}.bias_mu"]
+            if self.eps is not None:
+                e_in, e_out = self.eps[name]
+                w = w + p[f"{name}.weight_sigma"] * (e_out.unsqueeze(2) * e_in.unsqueeze(1))
+                b = b + p[f"{name}.bias_sigma"] * e_out
+        return torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))
+
+    def mlp(self, prefix: str, spec, x: torch.Tensor) -> torch.Tensor:
+        """An EvolvableMLP (its parameters under `prefix`) of every member."""
+        act = self.act if prefix == "mlp." else ACTIVATION_FNS[spec.activation]
+        for i in range(len(spec.hidden)):
+            x = act(self.linear(f"{prefix}hidden.{i}", x))
+        out = self.linear(f"{prefix}out", x)
+        if not spec.dueling:
+            return out
+        k, b, d = self.k, x.shape[1], spec.dueling
+        adv = out.view(k, b, -1, d)
+        q = self.linear(f"{prefix}value", x).view(k, b, 1, d) + adv - adv.mean(dim=2, keepdim=True)
+        return q.reshape(k, b, -1)
+
+    def cnn(self, key: str, spec, x: torch.Tensor) -> torch.Tensor:
+        """A conv encoder of every member: images [K, B, C, H, W] -> latents [K, B, latent] (one grouped
+        convolution per layer)."""
+        k, b = self.k, x.shape[1]
+        act = ACTIVATION_FNS[spec.activation]
+        h = x.transpose(0, 1).reshape(b, -1, *x.shape[3:])  # [B, K * C, H, W]: member i's channels together
+        for i, stride in enumerate(spec.strides):
+            w, bias = self.p[f"cnns.{key}.convs.{i}.weight"], self.p[f"cnns.{key}.convs.{i}.bias"]
+            h = act(torch.nn.functional.conv2d(h, w.reshape(-1, *w.shape[2:]), bias.reshape(-1), stride=stride,
+                                               groups=k))
+        h = h.view(b, k, -1).transpose(0, 1)
+        return act(self.linear(f"cnns.{key}.proj", h))
+
+    def features(self, obs: Obs) -> torch.Tensor:
+        """The heads' input [K, B, D] for member-major observations (every tensor [K * B, ...])."""
+        vector, images = self.obs_spec.preprocess(obs)
+        k = self.k
+        if vector is not None:
+            vector = vector.view(k, -1, vector.shape[-1])
+            if self.norms is not None:
+                shift = torch.stack([n._shift for n in self.norms]).to(vector.device).unsqueeze(1)
+                scale = torch.stack([n._scale for n in self.norms]).to(vector.device).unsqueeze(1)
+                clip = self.norms[0].clip
+                vector = ((vector - shift) * scale).clamp(-clip, clip)
+        arch = self.arch
+        if not arch.cnns and not arch.encoders:
+            return vector
+        if vector is None:
+            parts = []
+        elif arch.encoders:
+            specs = dict(arch.encoders)
+            parts = [self.enc_act(self.mlp(f"encoders.{p.key}.", specs[p.key], x)) for p, x in
+                     zip(self.obs_spec.vector_parts, torch.split(vector, self.widths, dim=2), strict=True)]
+        else:
+            parts = [vector]
+        specs = dict(arch.cnns)
+        parts += [self.cnn(p.key, specs[p.key], x.view(k, -1, *x.shape[1:]))
+                  for p, x in zip(self.obs_spec.image_parts, images, strict=True)]
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
+
+    def forward(self, obs: Obs, action: torch.Tensor | None = None) -> torch.Tensor:
+        """Every member's outputs [K, B, out]; a Q(s, a) critic also takes the actions [K, B, A]."""
+        x = self.features(obs)
+        if action is not None:
+            x = torch.cat([x, action], dim=2)
+        return self.mlp("mlp.", self.arch.mlp, x)
+
+    __call__ = forward

@@ -1,0 +1,169 @@
+"""DQN: Mnih et al., "Human-level control through deep reinforcement learning", Nature 2015, and
+Rainbow (Hessel et al., AAAI 2018) as DQN with its components switched on, each also usable alone.
+
+Options: double Q-learning (van Hasselt et al., AAAI 2016), soft (Polyak) or hard target updates,
+MSE or Huber loss, a linear epsilon-greedy schedule, action masks from ``info["action_mask"]``
+(invalid actions are never explored, chosen greedily, or bootstrapped from), and the Rainbow parts:
+n-step returns (:mod:`agilerl_core.buffers.nstep`), prioritised replay
+(:mod:`agilerl_core.buffers.prioritized`), noisy linear layers, dueling heads and the C51
+distributional loss (:func:`~agilerl_core.algorithms.dqn.maths.categorical_projection`).
+
+This module holds a member: its networks, hyperparameters, acting and priorities. Learning is written
+once for a population in :mod:`agilerl_core.algorithms.dqn.group`; a member alone learns as a group of one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from agilerl_core.algorithms.base import RLAlgorithm
+from agilerl_core.algorithms.dqn.group import DQNGroup
+from agilerl_core.algorithms.dqn.maths import linear_epsilon, mask_invalid
+from agilerl_core.algorithms.dqn_hp import DQNHyperparameters, RainbowHyperparameters
+from agilerl_core.buffers.prioritized import MemberPriorities
+from agilerl_core.buffers.replay import Transition
+from agilerl_core.envs.spaces import Obs
+from agilerl_core.networks.evolvable import ArchSpec
+
+
+class DQN(RLAlgorithm):
+    """Deep Q-Network with optional double-Q target (Mnih et al. 2015; van Hasselt et al. 2016) and
+    every Rainbow component as an option."""
+
+    name: ClassVar[str] = "dqn"
+    hp_model = DQNHyperparameters
+    online_networks = ("q",)
+    target_networks: ClassVar[dict[str, str]] = {"q_target": "q"}
+    group_class: ClassVar[type[DQNGroup]] = DQNGroup
+    learns_as_group = True
+
+    def __init__(self, obs_spec, action, arch, hp, seed, device="cpu") -> None:
+        super().__init__(obs_spec, action, arch, hp, seed, device)
+        hp = self.hp
+        self.per = MemberPriorities(hp.buffer_size, 0, hp.per_alpha, hp.per_eps) if hp.per else None
+        self._per_leaves: np.ndarray | None = None
+        self.support = torch.linspace(hp.v_min, hp.v_max, hp.num_atoms, device=self.device) \
+            if hp.distributional else None
+
+    def network_io(self, name: str) -> tuple[int, int]:
+        hp = self.hp
+        return 0, self.action_dim * (hp.num_atoms if hp.distributional else 1)
+
+    def network_arch(self, arch: ArchSpec, name: str) -> ArchSpec:
+        hp = self.hp
+        derived = super().network_arch(arch, name)
+        dueling = (hp.num_atoms if hp.distributional else 1) if hp.dueling else 0
+        return replace(derived, mlp=replace(derived.mlp, noisy=hp.noisy, dueling=dueling))
+
+    # ---- population-batched learning ------------------------------------------------------------------
+    def batch_key(self) -> tuple:
+        """Members with equal keys learn as one group: the same network structure (hidden widths may differ)
+        and the same structural options; rates, gamma, tau, batch size and the schedules are per member."""
+        hp = self.hp
+        heads = (hp.noisy, hp.dueling, hp.distributional, hp.num_atoms, hp.v_min, hp.v_max) \
+            if hp.distributional else (hp.noisy, hp.dueling)
+        return self._group_key(hp.double, hp.loss, hp.hard_update_every, hp.max_grad_norm, hp.n_step, hp.per,
+                               self.obs_norm is not None, heads)
+
+    @classmethod
+    def group(cls, agents: list[DQN]) -> DQNGroup:
+        return cls.group_class(agents)
+
+    def learn(self, batch: Transition) -> torch.Tensor:
+        """One gradient step on `batch` as a group of one (the population code at K = 1): for a caller holding
+        its own batches; training phases keep one group for the whole phase. Returns the (detached) loss."""
+        group = self.group([self])
+        loss = group.learn_batch(batch)
+        group.write_back()
+        return loss[0]
+
+    def q_values(self, obs: Obs, net: str = "q") -> torch.Tensor:
+        """Q(s, .) [B, A]: the network's outputs, or the means of its return distributions (C51)."""
+        out = self.networks[net](obs)
+        if self.support is None:
+            return out
+        probs = torch.softmax(out.view(out.shape[0], self.action_dim, -1), dim=2)
+        return (probs * self.support).sum(dim=2)
+
+    # ---- acting ---------------------------------------------------------------------------------------
+    def epsilon(self) -> float:
+        hp = self.hp
+        return linear_epsilon(self.env_steps, hp.eps_start, hp.eps_end, hp.eps_decay_steps)
+
+    @torch.no_grad()
+    def act(self, obs: Obs, epsilon: float = 0.0, action_mask: np.ndarray | None = None) -> np.ndarray:
+        """Epsilon-greedy actions for a batch of observations (masked actions never chosen)."""
+        return self.epsilon_greedy(self.q_values(obs), epsilon, action_mask)
+
+    def epsilon_greedy(self, q: torch.Tensor, epsilon: float, action_mask: np.ndarray | None = None) -> np.ndarray:
+        """The greedy actions of Q-values `q` [N, A] (masked actions never chosen), each replaced by a random
+        valid one with probability `epsilon` (drawn from this member's generator)."""
+        mask_t = None if action_mask is None else torch.as_tensor(action_mask, dtype=torch.bool, device=q.device)
+        actions = mask_invalid(q, mask_t).argmax(dim=1).cpu().numpy()
+        if epsilon > 0.0:
+            n = actions.shape[0]
+            explore = self.np_rng.random(n) < epsilon
+            if explore.any():
+                if action_mask is None:
+                    random = self.np_rng.integers(0, self.action_dim, n)
+                else:
+                    m = np.asarray(action_mask, dtype=bool)
+                    m = m | ~m.any(axis=1, keepdims=True)
+                    random = (self.np_rng.random((n, self.action_dim)) * m + m).argmax(axis=1)
+                actions = np.where(explore, random, actions)
+        return actions
+
+    def explore_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
+        if self.hp.noisy:  # fresh parameter noise for every step's actions
+            self.networks["q"].resample_noise(self.torch_gen)
+        return self.act(obs, self.epsilon(), action_mask)
+
+    def greedy_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
+        if self.hp.noisy:
+            self.networks["q"].noise_off()
+        return self.act(obs, 0.0, action_mask)
+
+    # ---- prioritised replay ---------------------------------------------------------------------------
+    def per_beta(self) -> float:
+        hp = self.hp
+        return hp.per_beta + (1.0 - hp.per_beta) * min(1.0, self.env_steps / hp.per_beta_steps)
+
+    def sample_rows(self, buffer, slot: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.per is None:
+            return super().sample_rows(buffer, slot)
+        rows, weight, self._per_leaves = self.per.sample_rows(buffer, slot, self.hp.batch_size, self.per_beta(),
+                                                              self.torch_gen)
+        return rows, weight
+
+    def priorities_seen(self, signal: torch.Tensor) -> None:
+        """The priority signal (|TD error|, or the C51 loss) of the rows last drawn: their new priorities."""
+        if self.per is not None and self._per_leaves is not None:
+            self.per.update(self._per_leaves, signal.cpu().numpy())
+            self._per_leaves = None
+
+    def committed(self, first: int, count: int) -> None:
+        if self.per is not None:
+            self.per.committed(first, count)
+
+    def begin_rollout(self, num_envs: int) -> None:
+        if self.per is not None:
+            self.per.begin_rollout()
+
+    def extra_tensors(self) -> dict[str, torch.Tensor]:
+        return self.per.state() if self.per is not None else {}
+
+    def load_extra_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        if self.per is not None and "per_leaves" in tensors:
+            self.per.load(tensors)
+
+
+class Rainbow(DQN):
+    """Rainbow DQN (Hessel et al. 2018): DQN with n-step returns, prioritised replay, noisy layers,
+    dueling heads and C51 on by default."""
+
+    name: ClassVar[str] = "rainbow"
+    hp_model = RainbowHyperparameters

@@ -1,0 +1,141 @@
+"""DQN-family learning, written once for a population: K members' TD (or C51) losses in one batched pass,
+one autograd backward through their stacked networks and one stacked Adam step. A member alone is K = 1.
+
+Each member keeps its own learning rate, gamma, tau, batch size, exploration schedule, minibatches,
+parameter noise and priorities (drawn from its own generators, in the order it would draw them alone);
+structural options (double Q, the loss, target-update mode, n-step, noisy/dueling/C51 heads, prioritised
+replay) are equal within a group (:meth:`DQN.batch_key`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from agilerl_core.algorithms.dqn.maths import categorical_projection, mask_invalid, regression_loss
+from agilerl_core.algorithms.group import ReplayGroup, StackedRows, clipped_step
+from agilerl_core.buffers.replay import Transition
+from agilerl_core.networks.stacked import StackedNetwork
+
+
+class DQNGroup(ReplayGroup):
+    """K DQN (Rainbow, CQN) members learning together from the shared replay buffer (or a dataset)."""
+
+    def __init__(self, agents: Sequence) -> None:
+        super().__init__(agents)
+        first = self.agents[0]
+        hp = first.hp
+        self.q = self.adams["q"]
+        self.q.flat.requires_grad_(True)
+        self.online = StackedNetwork([a.networks["q"] for a in self.agents], self.q.flat, self.q.padded)
+        self.target = StackedNetwork([a.networks["q_target"] for a in self.agents], self.targets["q_target"],
+                                     self.q.padded)
+        self.gamma, self.tau = self.hp_tensor("gamma"), self.hp_tensor("tau")
+        self.hard_every, self.double, self.huber = hp.hard_update_every, hp.double, hp.loss == "huber"
+        self.max_grad_norm = hp.max_grad_norm
+        self.noisy, self.support = hp.noisy, first.support
+        self.actions = first.action_dim
+        self.generators = [a.torch_gen for a in self.agents]
+
+    # ---- values ---------------------------------------------------------------------------------------
+    def q_values(self, out: torch.Tensor) -> torch.Tensor:
+        """Q(s, .) [K, B, A] from a network's outputs: the outputs, or the means of its return distributions."""
+        if self.support is None:
+            return out
+        k, b = out.shape[:2]
+        return (torch.softmax(out.view(k, b, self.actions, -1), dim=3) * self.support).sum(dim=3)
+
+    @torch.no_grad()
+    def explore(self, obs: Sequence, masks: Sequence) -> list[np.ndarray]:
+        """Every member's epsilon-greedy actions (fresh parameter noise first, for noisy members)."""
+        if self.noisy:
+            self.online.resample_noise(self.generators)
+        q = self.q_values(self.online({key: torch.cat([o[key] for o in obs]) for key in obs[0]}))
+        return [a.epsilon_greedy(q[i], a.epsilon(), masks[i]) for i, a in enumerate(self.agents)]
+
+    # ---- targets --------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def td_target(self, batch: Transition, k: int, next_online: torch.Tensor | None = None) -> torch.Tensor:
+        """r + gamma * (1 - terminated) * Q_target(s', a*) [K, B], a* = argmax of Q_online (double) or Q_target
+        over the valid next actions. Truncated transitions are stored with terminated = 0 and bootstrap from
+        their final state; an n-step row bootstraps with the member's own gamma^L."""
+        next_target = self.q_values(self.target(batch.next_obs))
+        chooser = next_target if not self.double else (
+            self.q_values(self.online(batch.next_obs)) if next_online is None else next_online)
+        best = mask_invalid(chooser, self._next_mask(batch, k)).argmax(dim=2, keepdim=True)
+        reward, discount = self.returns(batch, k)
+        return reward + discount * (1.0 - batch.terminated.view(k, -1)) * next_target.gather(2, best).squeeze(2)
+
+    @torch.no_grad()
+    def target_distribution(self, batch: Transition, k: int) -> torch.Tensor:
+        """C51's target [K, B, atoms]: the next state's return distribution of the greedy next action (the
+        online network's choice when double), projected through the Bellman update."""
+        out = self.target(batch.next_obs)
+        probs = torch.softmax(out.view(k, out.shape[1], self.actions, -1), dim=3)
+        q_next = self.q_values(self.online(batch.next_obs)) if self.double else (probs * self.support).sum(dim=3)
+        best = mask_invalid(q_next, self._next_mask(batch, k)).argmax(dim=2)
+        next_probs = probs.gather(2, best[..., None, None].expand(-1, -1, 1, probs.shape[3])).squeeze(2)
+        reward, discount = self.returns(batch, k)
+        discount = discount * (1.0 - batch.terminated.view(k, -1))
+        return categorical_projection(next_probs, reward, discount.expand_as(reward), self.support)
+
+    @staticmethod
+    def _next_mask(batch: Transition, k: int) -> torch.Tensor | None:
+        m = batch.next_action_mask
+        return None if m is None else m.view(k, -1, m.shape[-1])
+
+    # ---- losses ---------------------------------------------------------------------------------------
+    def sample_losses(self, batch: Transition, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(per-sample loss [K, B] (differentiable), per-sample priority signal [K, B]): the TD error's
+        regression loss, or the cross-entropy to the projected target (C51)."""
+        out = self.online(batch.obs)
+        action = batch.action.view(k, -1, 1)
+        if self.support is not None:
+            logits = out.view(k, out.shape[1], self.actions, -1)
+            taken = logits.gather(2, action.unsqueeze(3).expand(-1, -1, 1, logits.shape[3])).squeeze(2)
+            ce = -(self.target_distribution(batch, k) * torch.log_softmax(taken, dim=2)).sum(dim=2)
+            return ce, ce.detach()
+        target = self.td_target(batch, k)
+        q_taken = out.gather(2, action).squeeze(2)
+        return (regression_loss(q_taken, target, self.huber) + self.penalty(out, action.squeeze(2)),
+                (q_taken - target).detach().abs())
+
+    def penalty(self, q: torch.Tensor, action: torch.Tensor) -> torch.Tensor | float:
+        """A per-sample term [K, B] added to the TD loss given all Q-values [K, B, A] and the actions taken
+        [K, B] (CQN's conservative penalty); none for DQN."""
+        return 0.0
+
+    # ---- learning -------------------------------------------------------------------------------------
+    def learn(self, batch: Transition, rows: StackedRows) -> torch.Tensor:
+        """One gradient step of every active member on its own rows of `batch`; returns each member's loss [K]."""
+        k = rows.k
+        active = rows.active.tolist()
+        if self.noisy:  # independent noise for the online and target networks at every step
+            self.online.resample_noise(self.generators, active)
+            self.target.resample_noise(self.generators, active)
+        per_sample, signal = self.sample_losses(batch, k)
+        weighted = per_sample * rows.weight
+        (grad,) = torch.autograd.grad(weighted.sum(), self.q.flat)
+        self.q.grad = grad
+        clipped_step(self.q, self.max_grad_norm, None if rows.all_active else rows.active)
+        for i, a in enumerate(self.agents):
+            if active[i]:
+                a.learn_steps += 1
+                a.priorities_seen(signal[i, :rows.counts[i]])
+        on = rows.active.to(self.tau.dtype)
+        if self.hard_every is None:
+            self.update_targets(self.tau * on)
+        else:
+            due = torch.tensor([a.learn_steps % self.hard_every == 0 for a in self.agents], device=self.device)
+            self.update_targets(due.to(on.dtype) * on)
+        return weighted.detach().sum(1)
+
+    def learn_batch(self, batch: Transition) -> torch.Tensor:
+        """One step on a given member-major batch (every member's rows the same count, uniform weights):
+        what a test or a caller holding its own batches uses. Returns each member's loss [K]."""
+        b = batch.action.shape[0] // self.k
+        rows = [torch.arange(i * b, (i + 1) * b) for i in range(self.k)]
+        importance = None if batch.weight is None else list(batch.weight.view(self.k, b))
+        return self.learn(batch, StackedRows(rows, self.device, importance))
