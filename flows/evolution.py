@@ -57,7 +57,7 @@ from tasks.generation import (
     select_and_mutate_task,
     train_group_task,
 )
-from tasks.reports import elite_path, render_lineage
+from tasks.reports import elite_path, member_rows, render_lineage
 from tasks.tracking import (
     SECRET_FIELDS,
     Tracker,
@@ -65,7 +65,6 @@ from tasks.tracking import (
     champion_io,
     check_tracking_server,
     log_run_end_task,
-    member_rows,
     run_description,
     tracking_uri,
 )

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agilerl_core.config import ExperimentConfig
+from tasks.reports import member_rows
 
 
 def artifact_key(run_id: str, what: str) -> str:
@@ -92,8 +93,6 @@ def generation_rows(population, stats: dict[str, Any], space_names: list[str]) -
     """The generation's table: one row per slot with its member, parent, the mutation that made it, its
     fitness, what it did in training (return; per-agent returns for teams; mean reward and completion length
     for LLM members), its evolved hyperparameters and its network (the slots' MLflow metrics, as a table)."""
-    from tasks.tracking import member_rows
-
     rows = []
     for slot, (m, r) in enumerate(zip(population.members, member_rows(population, stats["train_returns"], space_names,
                                                                        stats.get("train_metrics")), strict=True)):

@@ -11,6 +11,23 @@ from typing import Any
 LINEAGE_COLUMNS = ["generation", "slot", "member_id", "parent_id", "mutation", "fitness", "architecture"]
 
 
+def member_rows(population, train_returns: list[float], space_names: list[str],
+                train_metrics: list[dict[str, float]] | None = None) -> list[dict[str, Any]]:
+    """Per-slot metrics of an evaluated agilerl_core Population (`train_metrics`: the arena's own training
+    means per slot, e.g. an LLM member's reward, KL and completion length)."""
+    rows = []
+    for slot, m in enumerate(population.members):
+        hp = m.agent.hp.model_dump()
+        rows.append({"fitness": m.fitness, "train_return": train_returns[slot], "member_id": m.member_id,
+                     "mutation": m.mutation, "architecture": m.agent.describe(),
+                     "param_count": m.agent.param_count(),
+                     "agent_returns": dict(getattr(m.agent, "agent_returns", None) or {}),  # teams: per agent
+                     "train_metrics": dict(train_metrics[slot]) if train_metrics else {},
+                     "samples": list(getattr(m.agent, "samples", None) or []),  # LLM members: held-out completions
+                     "hyperparameters": {k: hp[k] for k in space_names if isinstance(hp.get(k), int | float)}})
+    return rows
+
+
 def lineage_table(lineage: list[dict[str, Any]]) -> dict[str, list]:
     """Column-oriented table of lineage events (as MLflow's log_table takes it)."""
     return {c: [e.get(c) for e in lineage] for c in LINEAGE_COLUMNS}

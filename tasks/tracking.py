@@ -30,6 +30,7 @@ from prefect.cache_policies import NO_CACHE
 
 from agilerl_core.config import ExperimentConfig
 from agilerl_core.errors import TrackingError
+from tasks.artifacts import champion_words, subject
 from tasks.reports import lineage_table, render_lineage
 
 SECRET_FIELDS = ("storage.access_key_id", "storage.secret_access_key")
@@ -127,8 +128,6 @@ def _finite(x: float) -> bool:
 def run_description(cfg: ExperimentConfig, run_id: str, storage_uri: str, summary: dict[str, Any] | None = None,
                     flow_run_url: str | None = None) -> str:
     """The parent run's description: what ran and, once it ended, how it did and where to look."""
-    from tasks.artifacts import subject
-
     lines = [f"**{cfg.name}**: {cfg.kind} {cfg.algorithm} on `{subject(cfg)}`, population {cfg.population_size}, "
              f"budget {cfg.max_env_steps:,} steps, seed {cfg.seed}.", "",
              f"Run `{run_id}`, storage `{storage_uri}`." + (f" Prefect flow run: {flow_run_url}" if flow_run_url else "")]
@@ -136,8 +135,6 @@ def run_description(cfg: ExperimentConfig, run_id: str, storage_uri: str, summar
         lines += ["", "Running: the metrics `best_fitness` and `mean_fitness` grow a point per generation; each "
                       "slot of the population is a child run (`slot-N · " + run_id + "`)."]
     else:  # the result first: the UI shows a description's first lines before "Show more"
-        from tasks.artifacts import champion_words
-
         lines = [f"Best fitness **{summary['best_fitness']:.2f}** over {summary['generations']} generations "
                  f"({summary['global_steps']:,} steps, {summary['wall_s']:.0f} s). Champion: "
                  f"{champion_words(summary)}.", "",
@@ -438,23 +435,6 @@ def champion_example(obs_space) -> Any:
 
 
 # ---- Prefect tasks (the tracking server is remote: transient failures are retried) ----------------------
-
-
-def member_rows(population, train_returns: list[float], space_names: list[str],
-                train_metrics: list[dict[str, float]] | None = None) -> list[dict[str, Any]]:
-    """Per-slot metrics of an evaluated agilerl_core Population (`train_metrics`: the arena's own training
-    means per slot, e.g. an LLM member's reward, KL and completion length)."""
-    rows = []
-    for slot, m in enumerate(population.members):
-        hp = m.agent.hp.model_dump()
-        rows.append({"fitness": m.fitness, "train_return": train_returns[slot], "member_id": m.member_id,
-                     "mutation": m.mutation, "architecture": m.agent.describe(),
-                     "param_count": m.agent.param_count(),
-                     "agent_returns": dict(getattr(m.agent, "agent_returns", None) or {}),  # teams: per agent
-                     "train_metrics": dict(train_metrics[slot]) if train_metrics else {},
-                     "samples": list(getattr(m.agent, "samples", None) or []),  # LLM members: held-out completions
-                     "hyperparameters": {k: hp[k] for k in space_names if isinstance(hp.get(k), int | float)}})
-    return rows
 
 
 class TrackingQueue:

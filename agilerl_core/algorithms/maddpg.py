@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from agilerl_core.algorithms.actor_critic import GaussianNoise, OUNoise
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.fused_mlp import stacked_backward, stacked_forward_cached
+from agilerl_core.algorithms.maddpg_group import MADDPGGroup, masked_logits
 from agilerl_core.algorithms.maddpg_hp import MADDPGHyperparameters, MATD3Hyperparameters
 from agilerl_core.algorithms.optim import FlatAdam, stack_parameters
 from agilerl_core.buffers.replay import AgentTensors, MultiAgentBatch
@@ -49,13 +50,6 @@ def gumbel_softmax(logits: torch.Tensor, temperature: float, generator: torch.Ge
         return soft
     onehot = F.one_hot(soft.argmax(-1), logits.shape[-1]).to(soft.dtype)
     return onehot + soft - soft.detach()
-
-
-def masked_logits(logits: torch.Tensor, mask: np.ndarray | torch.Tensor | None) -> torch.Tensor:
-    if mask is None:
-        return logits
-    m = torch.as_tensor(np.asarray(mask), dtype=torch.bool, device=logits.device)
-    return logits.masked_fill(~m, torch.finfo(logits.dtype).min)
 
 
 class MADDPG(RLAlgorithm):
@@ -182,8 +176,6 @@ class MADDPG(RLAlgorithm):
 
     @staticmethod
     def group(agents: list[MADDPG]):
-        from agilerl_core.algorithms.maddpg_group import MADDPGGroup  # it builds on this module
-
         return MADDPGGroup(agents)
 
     # ---- learning ---------------------------------------------------------------------------------------

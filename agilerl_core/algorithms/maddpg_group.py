@@ -19,9 +19,16 @@ import torch.nn.functional as F
 
 from agilerl_core.algorithms.fused_mlp import stacked_backward, stacked_forward_cached
 from agilerl_core.algorithms.group import ReplayGroup, StackedRows, actor_turns, clipped_step, param_shapes
-from agilerl_core.algorithms.maddpg import masked_logits
 from agilerl_core.buffers.replay import MultiAgentBatch
 from agilerl_core.networks.stacked import Layers, stacked_forward
+
+
+def masked_logits(logits: torch.Tensor, mask: np.ndarray | torch.Tensor | None) -> torch.Tensor:
+    if mask is None:
+        return logits
+    m = torch.as_tensor(np.asarray(mask), dtype=torch.bool, device=logits.device)
+    return logits.masked_fill(~m, torch.finfo(logits.dtype).min)
+
 
 
 def merged(layers: Layers) -> Layers:

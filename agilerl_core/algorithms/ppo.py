@@ -20,6 +20,7 @@ import torch
 
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.optim import adam_update_
+from agilerl_core.algorithms.ppo_group import PPOGroup, minibatch_bounds
 from agilerl_core.algorithms.ppo_hp import PPOHyperparameters
 from agilerl_core.buffers.rollout import Rollout
 from agilerl_core.envs.spaces import Obs
@@ -38,19 +39,6 @@ def value_loss(values: torch.Tensor, returns: torch.Tensor, old_values: torch.Te
         return 0.5 * unclipped.mean()
     clipped = (old_values + (values - old_values).clamp(-clip, clip) - returns).square()
     return 0.5 * torch.max(unclipped, clipped).mean()
-
-
-def minibatch_bounds(n: int, num_minibatches: int) -> list[tuple[int, int]]:
-    """(start, end) of `num_minibatches` minibatches covering `n` shuffled rows, sizes differing by at most one
-    (never a tail of a few rows that would weigh as much as a whole minibatch); fewer when n is smaller."""
-    m = max(1, min(num_minibatches, n))
-    size, extra = divmod(n, m)
-    out, start = [], 0
-    for i in range(m):
-        end = start + size + (1 if i < extra else 0)
-        out.append((start, end))
-        start = end
-    return out
 
 
 class PPO(RLAlgorithm):
@@ -150,8 +138,6 @@ class PPO(RLAlgorithm):
 
     @staticmethod
     def group(agents: list[PPO]):
-        from agilerl_core.algorithms.ppo_group import PPOGroup  # it builds on this module
-
         return PPOGroup(agents)
 
     # ---- learning -------------------------------------------------------------------------------------

@@ -14,8 +14,21 @@ import torch
 
 from agilerl_core.algorithms.group import MemberGroup, stacked_blocks
 from agilerl_core.algorithms.optim import adam_update_
-from agilerl_core.algorithms.ppo import minibatch_bounds
 from agilerl_core.networks.stacked import Layers, stacked_forward
+
+
+def minibatch_bounds(n: int, num_minibatches: int) -> list[tuple[int, int]]:
+    """(start, end) of `num_minibatches` minibatches covering `n` shuffled rows, sizes differing by at most one
+    (never a tail of a few rows that would weigh as much as a whole minibatch); fewer when n is smaller."""
+    m = max(1, min(num_minibatches, n))
+    size, extra = divmod(n, m)
+    out, start = [], 0
+    for i in range(m):
+        end = start + size + (1 if i < extra else 0)
+        out.append((start, end))
+        start = end
+    return out
+
 
 
 class _Schedule:

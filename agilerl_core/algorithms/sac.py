@@ -16,23 +16,13 @@ from typing import ClassVar
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from agilerl_core.algorithms.actor_critic import ContinuousActorCritic
 from agilerl_core.algorithms.optim import adam_update_
+from agilerl_core.algorithms.sac_group import LOG_STD_MAX, LOG_STD_MIN, SACGroup, squashed_log_prob
 from agilerl_core.algorithms.sac_hp import SACHyperparameters
 from agilerl_core.buffers.replay import Transition, n_step_return
 from agilerl_core.envs.spaces import Obs
-
-LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
-
-
-def squashed_log_prob(u: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
-    """log pi(tanh(u)) for u ~ N(mean, exp(log_std)): the Gaussian log density minus the tanh Jacobian,
-    log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)) (numerically stable), summed over dims."""
-    gauss = -0.5 * ((u - mean) / log_std.exp()).pow(2) - log_std - 0.5 * math.log(2 * math.pi)
-    jac = 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
-    return (gauss - jac).sum(dim=-1)
 
 
 def alpha_loss(log_alpha: torch.Tensor, log_prob: torch.Tensor, target_entropy: float) -> torch.Tensor:
@@ -135,8 +125,6 @@ class SAC(ContinuousActorCritic):
 
     @staticmethod
     def group(agents: list[SAC]):
-        from agilerl_core.algorithms.sac_group import SACGroup  # it builds on this module
-
         return SACGroup(agents)
 
     # ---- state ----------------------------------------------------------------------------------------

@@ -6,16 +6,28 @@ its target entropy, and draws its own noise from its own generator."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from agilerl_core.algorithms.group import ActorCriticGroup, StackedRows, stacked_blocks
 from agilerl_core.algorithms.optim import adam_update_
-from agilerl_core.algorithms.sac import LOG_STD_MAX, LOG_STD_MIN, squashed_log_prob
 from agilerl_core.buffers.replay import Transition
 from agilerl_core.networks.stacked import Layers, stacked_forward
+
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+
+
+def squashed_log_prob(u: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+    """log pi(tanh(u)) for u ~ N(mean, exp(log_std)): the Gaussian log density minus the tanh Jacobian,
+    log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)) (numerically stable), summed over dims."""
+    gauss = -0.5 * ((u - mean) / log_std.exp()).pow(2) - log_std - 0.5 * math.log(2 * math.pi)
+    jac = 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
+    return (gauss - jac).sum(dim=-1)
+
 
 
 class SACGroup(ActorCriticGroup):
