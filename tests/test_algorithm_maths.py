@@ -9,11 +9,11 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from agilerl_core.algorithms.actor_critic import DDPG, SAC, TD3, alpha_loss, squashed_log_prob
 from agilerl_core.algorithms.dqn import DQN, categorical_projection
 from agilerl_core.algorithms.dqn_hp import DQNHyperparameters
-from agilerl_core.algorithms.sac import SAC, alpha_loss, squashed_log_prob
+from agilerl_core.algorithms.group import StackedRows
 from agilerl_core.algorithms.sac_hp import SACHyperparameters
-from agilerl_core.algorithms.td3 import DDPG, TD3
 from agilerl_core.algorithms.td3_hp import DDPGHyperparameters, TD3Hyperparameters
 from agilerl_core.buffers.nstep import NStepCollector
 from agilerl_core.buffers.prioritized import MemberPriorities, SumTree
@@ -167,16 +167,21 @@ def _td3(cls=TD3, hp_cls=TD3Hyperparameters, **hp):
     return cls(SPEC, BOX, _arch(), hp_cls(**hp), 0)
 
 
-def test_td3_target_with_clipped_double_q_and_smoothing():
-    agent = _td3(gamma=0.5, target_noise=0.2, target_noise_clip=0.3)
-    _constant(agent, "actor_target", [0.0])  # mu'(s') = tanh(0) = 0
+def _rows(k, b):
+    """Each of k members' rows of a member-major batch of k * b transitions."""
+    return StackedRows([torch.arange(i * b, (i + 1) * b) for i in range(k)], torch.device("cpu"))
+
+
+def _twice(batch, k=2):
+    """The same transitions for k members (member-major)."""
+    return Transition({"obs": batch.obs["obs"].repeat(k, 1)}, batch.action.repeat(k, 1), batch.reward.repeat(k),
+                      {"obs": batch.next_obs["obs"].repeat(k, 1)}, batch.terminated.repeat(k))
+
+
+def _linear_target_critics(agent):
+    """Q_1'(s', a) = 3 + 10 a, Q_2'(s', a) = 1 + 10 a (one hidden unit passes a + 1 through its relus)."""
     for name, bias in (("critic_1_target", 3.0), ("critic_2_target", 1.0)):
         _constant(agent, name, [bias])
-        with torch.no_grad():  # Q_i'(s', a) = bias + 10 a: depends on the smoothed action
-            agent.networks[name].mlp.out.weight.zero_()
-            agent.networks[name].mlp.hidden[0].weight.zero_()
-    # make the critics linear in the action: one hidden unit passes a through (relu of a + 1 > 0)
-    for name, bias in (("critic_1_target", 3.0), ("critic_2_target", 1.0)):
         net = agent.networks[name].mlp
         with torch.no_grad():
             net.hidden[0].weight[0, 3] = 1.0
@@ -184,26 +189,46 @@ def test_td3_target_with_clipped_double_q_and_smoothing():
             net.hidden[1].weight[0, 0] = 1.0
             net.out.weight[0, 0] = 10.0
             net.out.bias.fill_(bias - 10.0)
+
+
+def test_td3_target_with_clipped_double_q_and_smoothing_alone_and_in_a_group():
+    one = _td3(gamma=0.5, target_noise=0.2, target_noise_clip=0.3)
+    two = _td3(gamma=0.9, target_noise=0.4, target_noise_clip=0.5)
+    for agent in (one, two):
+        _constant(agent, "actor_target", [0.0])  # mu'(s') = tanh(0) = 0
+        _linear_target_critics(agent)
     b = _batch([1.0, 1.0], [0.0, 1.0], torch.zeros(2, 1))
-    noise = torch.tensor([[1.0], [-5.0]])  # scaled by 0.2: 0.2 and -1.0, clipped to 0.2 and -0.3
-    y = agent.target(b, smoothing_noise=noise)
-    # min(3 + 10a, 1 + 10a) = 1 + 10a; a = 0.2 -> 3; second transition is terminal
-    assert y.tolist() == pytest.approx([1 + 0.5 * 3.0, 1.0])
+    noise = torch.tensor([[1.0], [-5.0]])
+    # alone (K = 1): noise scaled by 0.2 -> 0.2 and -1.0, clipped to 0.2 and -0.3; min(3 + 10a, 1 + 10a) = 1 + 10a
+    y = TD3.group([one]).target(b, _rows(1, 2), smoothing=noise.unsqueeze(0))
+    assert y.tolist() == [pytest.approx([1 + 0.5 * 3.0, 1.0])]
+    # together (K = 2): each member its own gamma, noise scale and clip (two: 0.4 -> a = 0.4, so 1 + 0.9 * 5)
+    y = TD3.group([one, two]).target(_twice(b), _rows(2, 2), smoothing=torch.stack([noise, noise]))
+    assert y.tolist() == [pytest.approx([2.5, 1.0]), pytest.approx([1 + 0.9 * 5.0, 1.0])]
     ddpg = _td3(DDPG, DDPGHyperparameters, gamma=0.5)
     assert ddpg.critics == ["critic_1"] and ddpg.hp.policy_freq == 1 and ddpg.hp.target_noise == 0
 
 
-def test_td3_delays_actor_and_target_updates():
-    agent = _td3(policy_freq=2)
+def test_td3_delays_actor_and_target_updates_per_member():
     b = Transition({"obs": torch.randn(8, 3)}, torch.rand(8, 1) * 2 - 1, torch.randn(8), {"obs": torch.randn(8, 3)},
                    torch.zeros(8))
-    actor0 = agent.optimizers["actor"].flat.clone()
-    target0 = agent.target_flat["critic_1_target"].clone()
-    agent.learn(b)
-    assert torch.equal(agent.optimizers["actor"].flat, actor0) and torch.equal(agent.target_flat["critic_1_target"], target0)
-    agent.learn(b)
-    assert not torch.equal(agent.optimizers["actor"].flat, actor0)
-    assert not torch.equal(agent.target_flat["critic_1_target"], target0)
+    alone = _td3(policy_freq=2)
+    actor0 = alone.optimizers["actor"].flat.clone()
+    target0 = alone.target_flat["critic_1_target"].clone()
+    alone.learn(b)  # a group of one
+    assert torch.equal(alone.optimizers["actor"].flat, actor0)
+    assert torch.equal(alone.target_flat["critic_1_target"], target0)
+    alone.learn(b)
+    assert not torch.equal(alone.optimizers["actor"].flat, actor0)
+    assert not torch.equal(alone.target_flat["critic_1_target"], target0)
+    slow, fast = _td3(policy_freq=2), _td3(policy_freq=1)
+    before = [a.optimizers["actor"].flat.clone() for a in (slow, fast)]
+    group = TD3.group([slow, fast])
+    group.learn_batch(_twice(b))
+    group.write_back()
+    assert torch.equal(slow.optimizers["actor"].flat, before[0])
+    assert not torch.equal(fast.optimizers["actor"].flat, before[1])
+    assert (slow.learn_steps, fast.learn_steps) == (1, 1)
 
 
 def test_ou_noise_resets_per_finished_episode():
@@ -236,27 +261,104 @@ def test_sac_squashed_log_prob_matches_change_of_variables():
     assert squashed_log_prob(u, mean, log_std).item() == pytest.approx(expected.item(), abs=1e-5)
 
 
-def test_sac_entropy_target_and_temperature_update():
-    agent = SAC(SPEC, BOX, _arch(), SACHyperparameters(init_alpha=0.5, lr_alpha=0.1, gamma=0.9), 0)
-    assert agent.target_entropy == -1.0
-    # the critic target subtracts alpha * log pi of the next action
-    _constant(agent, "actor", [0.0, math.log(0.5)])  # mean 0, std 0.5
-    for name in ("critic_1_target", "critic_2_target"):
-        _constant(agent, name, [2.0 if name.endswith("1_target") else 1.0])
+def test_sac_soft_target_and_temperature_step_alone_and_in_a_group():
+    one = SAC(SPEC, BOX, _arch(), SACHyperparameters(init_alpha=0.5, lr_alpha=0.1, gamma=0.9), 0)
+    two = SAC(SPEC, BOX, _arch(), SACHyperparameters(init_alpha=0.25, lr_alpha=0.05, gamma=0.5), 0)
+    assert one.target_entropy == -1.0
+    for agent in (one, two):  # the critic target subtracts alpha * log pi of the next action
+        _constant(agent, "actor", [0.0, math.log(0.5)])  # mean 0, std 0.5
+        for name in ("critic_1_target", "critic_2_target"):
+            _constant(agent, name, [2.0 if name.endswith("1_target") else 1.0])
     b = _batch([1.0], [0.0], torch.zeros(1, 1))
-    noise = torch.tensor([[0.4]])
-    u = 0.5 * noise
-    logp = squashed_log_prob(u, torch.zeros(1, 1), torch.full((1, 1), math.log(0.5)))
-    assert agent.target(b, noise).item() == pytest.approx(1 + 0.9 * (1.0 - 0.5 * logp.item()), abs=1e-5)
+    noise = torch.tensor([[[0.4]]])
+    logp = squashed_log_prob(0.5 * noise[0], torch.zeros(1, 1), torch.full((1, 1), math.log(0.5))).item()
+    assert SAC.group([one]).target(b, _rows(1, 1), noise).item() == pytest.approx(1 + 0.9 * (1.0 - 0.5 * logp), abs=1e-5)
+    y = SAC.group([one, two]).target(_twice(b), _rows(2, 1), torch.cat([noise, noise]))
+    assert y.view(-1).tolist() == pytest.approx([1 + 0.9 * (1.0 - 0.5 * logp), 1 + 0.5 * (1.0 - 0.25 * logp)], abs=1e-5)
     # alpha loss gradient: d/dlog_alpha = -(log pi + target_entropy)
     la = torch.tensor(0.0, requires_grad=True)
     alpha_loss(la, torch.tensor([0.5, 1.5]), -1.0).backward()
     assert la.grad.item() == pytest.approx(-(1.0 - 1.0))
-    # entropy below target (log pi high) -> alpha rises; above target -> alpha falls (Adam: first step = lr)
-    low_entropy, high_entropy = torch.tensor([3.0]), torch.tensor([-3.0])
-    before = agent.alpha
-    agent.update_alpha(low_entropy)
-    assert agent.log_alpha.item() == pytest.approx(math.log(before) + 0.1, abs=1e-6)
-    agent2 = SAC(SPEC, BOX, _arch(), SACHyperparameters(init_alpha=0.5, lr_alpha=0.1), 0)
-    agent2.update_alpha(high_entropy)
-    assert agent2.log_alpha.item() == pytest.approx(math.log(0.5) - 0.1, abs=1e-6)
+    # entropy below target -> alpha rises; above -> it falls; Adam's first step moves log alpha by the member's lr
+    low = SAC(SPEC, BOX, _arch(), SACHyperparameters(init_alpha=0.5, lr_alpha=0.1, target_entropy=100.0), 0)
+    high = SAC(SPEC, BOX, _arch(), SACHyperparameters(init_alpha=0.5, lr_alpha=0.05, target_entropy=-100.0), 0)
+    batch = Transition({"obs": torch.randn(4, 3)}, torch.zeros(4, 1), torch.zeros(4), {"obs": torch.randn(4, 3)},
+                       torch.zeros(4))
+    for members in ([low.clone()], [high.clone()], [low, high]):
+        group = SAC.group(members)
+        group.learn_batch(_twice(batch, len(members)))
+        group.write_back()
+        for m in members:
+            step = 0.1 if m.hp.target_entropy > 0 else -0.05
+            assert m.log_alpha.item() == pytest.approx(math.log(0.5) + step, abs=1e-6)
+
+
+def _td3_reference_step(nets, opts, b: Transition, hp: dict, gen: torch.Generator, step: int) -> float:
+    """One TD3 step written with plain torch on one member's own modules and torch.optim.Adam."""
+    actor, c1, c2, actor_t, c1_t, c2_t = nets
+    with torch.no_grad():
+        next_a = torch.tanh(actor_t(b.next_obs))
+        eps = (torch.randn(next_a.shape, generator=gen) * hp["target_noise"]).clamp(-0.5, 0.5)
+        next_a = (next_a + eps).clamp(-1.0, 1.0)
+        y = b.reward + hp["gamma"] * (1 - b.terminated) * torch.min(c1_t(b.next_obs, next_a), c2_t(b.next_obs, next_a)).squeeze(1)
+    total = 0.0
+    for critic, opt in zip((c1, c2), opts[1:], strict=True):
+        loss = torch.nn.functional.mse_loss(critic(b.obs, b.action).squeeze(1), y)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(critic.parameters(), hp["max_grad_norm"])
+        opt.step()
+        total += float(loss.detach())
+    if step % hp["policy_freq"] == 0:
+        opts[0].zero_grad()
+        (-c1(b.obs, torch.tanh(actor(b.obs))).mean()).backward()
+        torch.nn.utils.clip_grad_norm_(actor.parameters(), hp["max_grad_norm"])
+        opts[0].step()
+        with torch.no_grad():
+            for online, target in ((actor, actor_t), (c1, c1_t), (c2, c2_t)):
+                for pt, p in zip(target.parameters(), online.parameters(), strict=True):
+                    pt.lerp_(p, hp["tau"])
+    return total
+
+
+def test_td3_group_steps_equal_each_members_plain_torch_reference():
+    """Three members of other widths with their own rates, gamma, tau, policy_freq and smoothing noise take
+    four batched steps on their own batches; each ends where plain torch takes it (the same noise draws)."""
+    hps = [{"lr_actor": 1e-2, "lr_critic": 3e-3, "gamma": 0.9, "tau": 0.1, "policy_freq": 2, "target_noise": 0.2},
+           {"lr_actor": 3e-3, "lr_critic": 1e-2, "gamma": 0.99, "tau": 0.5, "policy_freq": 1, "target_noise": 0.4},
+           {"lr_actor": 2e-2, "lr_critic": 2e-3, "gamma": 0.5, "tau": 1.0, "policy_freq": 3, "target_noise": 0.1}]
+    widths = [(8, 8), (16, 4), (4, 12)]
+    members = [TD3(SPEC, BOX, initial_arch(SPEC, 1, NetworkConfig(hidden_sizes=list(w), min_nodes=1)),
+                   TD3Hyperparameters(max_grad_norm=1.0, **hp), i) for i, (w, hp) in enumerate(zip(widths, hps, strict=True))]
+    refs = []
+    for a in members:
+        twin = a.clone()
+        nets = [twin.networks[n] for n in ("actor", "critic_1", "critic_2", "actor_target", "critic_1_target",
+                                           "critic_2_target")]
+        for p in (p for n in nets for p in n.parameters()):
+            p.grad = None
+        opts = [torch.optim.Adam(nets[0].parameters(), a.hp.lr_actor),
+                *(torch.optim.Adam(n.parameters(), a.hp.lr_critic) for n in nets[1:3])]
+        gen = torch.Generator()
+        gen.set_state(a.torch_gen.get_state())
+        refs.append((nets, opts, gen))
+    group = TD3.group(members)
+    g = torch.Generator().manual_seed(0)
+    for step in range(1, 5):
+        parts = [Transition({"obs": torch.randn(16, 3, generator=g)}, torch.rand(16, 1, generator=g) * 2 - 1,
+                            torch.randn(16, generator=g), {"obs": torch.randn(16, 3, generator=g)},
+                            (torch.rand(16, generator=g) < 0.2).float()) for _ in members]
+        joined = Transition({"obs": torch.cat([p.obs["obs"] for p in parts])},
+                            *(torch.cat([getattr(p, f) for p in parts]) for f in ("action", "reward")),
+                            {"obs": torch.cat([p.next_obs["obs"] for p in parts])},
+                            torch.cat([p.terminated for p in parts]))
+        losses = group.learn_batch(joined)
+        for i, ((nets, opts, gen), part) in enumerate(zip(refs, parts, strict=True)):
+            want = _td3_reference_step(nets, opts, part, hps[i] | {"max_grad_norm": 1.0}, gen, step)
+            assert float(losses[i]) == pytest.approx(want, rel=1e-5, abs=1e-6)
+    group.write_back()
+    for a, (nets, _, _) in zip(members, refs, strict=True):
+        for name, ref in zip(("actor", "critic_1", "critic_2", "actor_target", "critic_1_target", "critic_2_target"),
+                             nets, strict=True):
+            for (n, p), q in zip(a.networks[name].named_parameters(), ref.parameters(), strict=True):
+                torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=f"{name}.{n}")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import pickle
+from pathlib import Path
 
 import pytest
 import torch
 
+from agilerl_core.buffers.replay import Transition
 from agilerl_core.errors import CheckpointError
 from agilerl_core.experiment import build_evolution
 from agilerl_core.hpo.population import Member
@@ -131,3 +133,33 @@ def test_population_file_errors_name_the_file(tmp_path):
     (path / "population.json").write_text("{ truncated")
     with pytest.raises(CheckpointError, match=r"population\.json: not valid JSON"):
         load_population(path, exp.arena.obs_spec)
+
+
+OLD = Path(__file__).parent / "golden" / "checkpoints-1f282c8"  # written by make.py under commit 1f282c8
+
+
+@pytest.mark.parametrize("name", ["dqn", "rainbow", "cqn", "td3", "sac", "cql", "ppo"])
+def test_checkpoints_written_before_population_first_algorithms_load(name):
+    """Members saved by the previous main (one implementation per algorithm came after it) load, act exactly as
+    they acted then, keep their records and optimiser state, and learn on."""
+    import numpy as np
+    from gymnasium import spaces
+
+    from agilerl_core.envs.spaces import ObsSpec
+
+    expected = json.loads((OLD / "expected.json").read_text())
+    member, _ = load_member(OLD / name, ObsSpec(spaces.Box(-1, 1, (3,), np.float32)))
+    agent = member.agent
+    assert (member.member_id, member.parent_id, member.born, member.fitness_history) == (7, 3, 2, [1.5])
+    obs = {"obs": torch.tensor(expected["obs"])}
+    np.testing.assert_allclose(agent.greedy_action(obs), np.asarray(expected[name]), rtol=1e-6, atol=1e-6)
+    if name == "ppo":
+        return
+    assert agent.learn_steps == 3 and all(bool((o.beta1_pow < 1.0).all()) for o in agent.optimizers.values())
+    before = {n: o.flat.clone() for n, o in agent.optimizers.items()}
+    g = torch.Generator().manual_seed(1)
+    action = torch.randint(0, 2, (8,), generator=g) if agent.action_spec.discrete else torch.rand(8, 2, generator=g)
+    loss = agent.learn(Transition({"obs": torch.rand(8, 3, generator=g)}, action, torch.randn(8, generator=g),
+                                  {"obs": torch.rand(8, 3, generator=g)}, torch.zeros(8)))
+    assert torch.isfinite(loss) and agent.learn_steps == 4
+    assert any(not torch.equal(before[n], o.flat) for n, o in agent.optimizers.items())

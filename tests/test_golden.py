@@ -16,11 +16,13 @@ from pathlib import Path
 import pytest
 
 GOLDEN = Path(__file__).parent / "golden" / "short_runs.json"
-# Re-recorded: td3 when population batching became the default (its stacked maths rounds differently; the
-# one-by-one entry kept the earlier record). All five re-recorded once when every new member got generators of
-# its own (seeded from run seed, generation and slot: clones no longer replay their parent's draws), width
-# mutations began keeping Adam moments over the overlap, and PPO's minibatches became near-equal (log_std
-# clipped with the actor); no other change of results since.
+# Re-recorded: td3 and td3-one-by-one when every algorithm became one implementation written for a
+# population (autograd through stacked networks replaced TD3's hand-written backward: float rounding moved;
+# dqn, ppo and cqn kept their records bit for bit). Before that: td3 when population batching became the
+# default (its stacked maths rounds differently; the one-by-one entry kept the earlier record). All five
+# re-recorded once when every new member got generators of its own (seeded from run seed, generation and
+# slot: clones no longer replay their parent's draws), width mutations began keeping Adam moments over the
+# overlap, and PPO's minibatches became near-equal (log_std clipped with the actor).
 BASE = {"env_id": "CartPole-v1", "num_envs": 4, "population_size": 3, "eval_episodes": 2, "seed": 0,
         "network": {"hidden_sizes": [32, 32], "min_nodes": 8},
         "mutation": {"no_mutation": 0.2, "architecture": 0.3, "parameters": 0.2, "activation": 0.1, "rl_hp": 0.2}}
@@ -32,8 +34,8 @@ CONFIGS = {
     "td3": {"algorithm": "td3", "env_id": "Pendulum-v1", "num_envs": 2, "evo_steps": 200, "max_env_steps": 1800,
             "eval_max_steps": 50,
             "hyperparameters": {"batch_size": 32, "learning_delay": 100, "random_steps": 100, "buffer_size": 5000}},
-    # the same run one member at a time: population batching (default) moves TD3's float rounding and so
-    # its results; this entry keeps the one-by-one path under a record of its own
+    # the same run one member at a time (each a group of one): a group's size moves TD3's float rounding
+    # (batched matmuls reduce in another order), so this entry keeps K = 1 under a record of its own
     "td3-one-by-one": {"algorithm": "td3", "env_id": "Pendulum-v1", "num_envs": 2, "evo_steps": 200,
                        "max_env_steps": 1800, "eval_max_steps": 50, "runner": {"batch_members": False},
                        "hyperparameters": {"batch_size": 32, "learning_delay": 100, "random_steps": 100,

@@ -70,7 +70,7 @@ def learn_alone_and_together(solo, buf, plan):
     """Each member's own learn steps per `plan` (rows: which members step), then a clone group's batched
     steps on the same plan; returns (the batched clones, each step's per-member losses)."""
     batched = [a.clone() for a in solo]
-    alone = None if hasattr(solo[0], "learn") else [type(a).group([a]) for a in solo]  # learning written for groups
+    alone = [type(a).group([a]) for a in solo] if solo[0].learns_as_group else None  # alone: a group of one
     for active in plan:
         for slot, (a, on) in enumerate(zip(solo, active, strict=True)):
             if on and alone is None:
@@ -177,7 +177,7 @@ def test_groups_are_a_deterministic_function_of_keys():
 
 
 def td3(seed, cls=None, hidden=(16, 16), **hp):
-    from agilerl_core.algorithms.td3 import TD3
+    from agilerl_core.algorithms.actor_critic import TD3
     from agilerl_core.envs.spaces import action_spec
 
     cls = cls or TD3
@@ -208,7 +208,7 @@ def continuous_buffer(slots: int) -> ReplayBuffer:
 def test_td3_group_update_equals_each_members_own(algo):
     """Own lr, gamma, tau, batch size, policy_freq and smoothing noise; other widths (zero-padded); one
     member sitting a step out: the batched critic, actor and target updates equal each member's own."""
-    from agilerl_core.algorithms.td3 import DDPG, TD3
+    from agilerl_core.algorithms.actor_critic import DDPG, TD3
 
     cls = TD3 if algo == "td3" else DDPG
     hps = [{"lr_actor": 1e-3, "lr_critic": 2e-3, "batch_size": 32, "policy_freq": 2, "tau": 0.01},
@@ -224,7 +224,7 @@ def test_td3_group_update_equals_each_members_own(algo):
 
 
 def _sac(seed):
-    from agilerl_core.algorithms.sac import SAC
+    from agilerl_core.algorithms.actor_critic import SAC
 
     return td3(seed, SAC)
 
@@ -313,7 +313,7 @@ def test_ppo_group_samples_as_each_member_would():
 def test_sac_group_update_equals_each_members_own():
     """Own learning rates, gamma, tau, batch size, policy_freq, temperature (auto or fixed), target entropy,
     other widths and a member sitting a step out: the batched SAC step equals each member's own."""
-    from agilerl_core.algorithms.sac import SAC
+    from agilerl_core.algorithms.actor_critic import SAC
 
     hps = [{"lr_actor": 1e-3, "lr_critic": 2e-3, "batch_size": 32, "policy_freq": 1, "init_alpha": 0.5},
            {"lr_actor": 3e-3, "lr_critic": 1e-3, "batch_size": 24, "policy_freq": 2, "gamma": 0.9, "tau": 0.05,
@@ -326,10 +326,18 @@ def test_sac_group_update_equals_each_members_own():
     assert td3(1, SAC).batch_key() is not None
 
 
-def test_cql_does_not_batch():
+def test_cql_learns_batched_as_alone():
+    """CQL members with their own penalty weights (one at 0: it draws no penalty actions), other widths and a
+    member sitting a step out: the batched step equals each member's own."""
     from agilerl_core.algorithms.cql import CQL
 
-    assert td3(0, CQL).batch_key() is None
+    hps = [{"cql_alpha": 1.0, "batch_size": 16, "cql_n_actions": 3}, {"cql_alpha": 0.0, "batch_size": 24,
+                                                                      "cql_n_actions": 3},
+           {"cql_alpha": 5.0, "batch_size": 8, "gamma": 0.9, "cql_n_actions": 3}]
+    solo = [td3(60 + i, CQL, hidden=(16, 16) if i != 1 else (24, 8), **hp) for i, hp in enumerate(hps)]
+    plan = [[True, True, True], [True, False, True], [True, True, True]]
+    batched, _ = learn_alone_and_together(solo, continuous_buffer(3), plan)
+    assert_same_members(solo, batched, atol=1e-5)
 
 
 def team(spec, seed, algo="matd3", hidden=(16, 16), **hp):

@@ -17,6 +17,7 @@ from agilerl_core.algorithms.bc import BC
 from agilerl_core.algorithms.bc_hp import BCHyperparameters
 from agilerl_core.algorithms.cql import CQL, CQN, discrete_penalty, sampled_logsumexp
 from agilerl_core.algorithms.cql_hp import CQLHyperparameters, CQNHyperparameters
+from agilerl_core.algorithms.group import StackedRows
 from agilerl_core.buffers.replay import Transition
 from agilerl_core.config import NetworkConfig
 from agilerl_core.data.collect import collect_episodes, write_dataset
@@ -95,29 +96,38 @@ def test_cql_critic_ranks_dataset_actions_above_unseen_ones():
     assert (seen > unseen).all() and (seen - unseen).mean() > 0.3
 
 
-def test_cql_penalty_matches_its_definition_for_given_samples():
+@pytest.mark.parametrize("k", [1, 2])
+def test_cql_penalty_matches_its_definition_for_given_samples(k):
     box = ActionSpec("box", 2, (-1.0, -1.0), (1.0, 1.0), (2,))
-    agent = _agent(CQL, CQLHyperparameters(cql_n_actions=3), box)
+    members = [_agent(CQL, CQLHyperparameters(cql_n_actions=3), box) for _ in range(k)]
+    for i, m in enumerate(members):
+        m.reseed(i)
+        with torch.no_grad():
+            for p in m.networks["critic_1"].parameters():
+                p.add_(0.1 * i)
     g = torch.Generator().manual_seed(2)
-    batch = _batch(torch.randn(5, 4, generator=g), torch.rand(5, 2, generator=g) * 2 - 1,
-                   next_obs=torch.randn(5, 4, generator=g))
-    sampled = agent.penalty_actions(batch)
+    parts = [_batch(torch.randn(5, 4, generator=g), torch.rand(5, 2, generator=g) * 2 - 1,
+                    next_obs=torch.randn(5, 4, generator=g)) for _ in members]
+    batch = Transition({"obs": torch.cat([p.obs["obs"] for p in parts])}, torch.cat([p.action for p in parts]),
+                       torch.cat([p.reward for p in parts]), {"obs": torch.cat([p.next_obs["obs"] for p in parts])},
+                       torch.cat([p.terminated for p in parts]))
+    group = CQL.group(members)
+    rows = StackedRows([torch.arange(i * 5, i * 5 + 5) for i in range(k)], torch.device("cpu"))
+    sampled = group.penalty_actions(batch, rows, [True] * k)
     obs_rep, actions, dens = sampled
-    assert actions.shape == (3, 15, 2) and dens.shape == (3, 15)
-    assert torch.allclose(dens[0], torch.full((15,), 2 * math.log(0.5)))
+    assert obs_rep["obs"].shape == (k * 15, 4) and actions[0].shape == (k, 15, 2) and dens.shape == (k, 5, 9)
+    assert torch.allclose(dens[..., :3], torch.full((k, 5, 3), 2 * math.log(0.5)))
     with torch.no_grad():
-        got = agent.penalty("critic_1", batch, sampled)
-        rows = []
-        for i in range(5):
-            qs, ds = [], []
-            for k in range(3):
-                idx = slice(3 * i, 3 * i + 3)
-                qs.append(agent.q("critic_1", {"obs": obs_rep["obs"][idx]}, actions[k, idx]))
-                ds.append(dens[k, idx])
-            q, d = torch.cat(qs), torch.cat(ds)
-            rows.append(torch.log(torch.exp(q - d).mean()) -
-                        agent.q("critic_1", {"obs": batch.obs["obs"][i:i + 1]}, batch.action[i:i + 1])[0])
-    assert got.item() == pytest.approx(torch.stack(rows).mean().item(), rel=1e-5)
+        got = group.penalty("critic_1", batch, rows, sampled)
+        for m, (agent, part) in enumerate(zip(members, parts, strict=True)):
+            per_state = []
+            for i in range(5):
+                idx = slice(15 * m + 3 * i, 15 * m + 3 * i + 3)
+                q = torch.cat([agent.q("critic_1", {"obs": obs_rep["obs"][idx]}, a[m, 3 * i: 3 * i + 3])
+                               for a in actions])
+                per_state.append(torch.logsumexp(q - dens[m, i], 0) - math.log(9) -
+                                 agent.q("critic_1", {"obs": part.obs["obs"][i:i + 1]}, part.action[i:i + 1])[0])
+            assert got[m].item() == pytest.approx(torch.stack(per_state).mean().item(), rel=1e-5)
 
 
 def test_behaviour_cloning_learns_the_data_policy():

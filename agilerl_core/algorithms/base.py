@@ -48,6 +48,7 @@ class RLAlgorithm(ABC):
     uses_replay: ClassVar[bool] = True  # off-policy: learns from the shared replay buffer
     mutation_kinds: ClassVar[frozenset[str]] = frozenset(MUTATION_KINDS)  # every kind (Evolvable protocol)
     learns_as_group: ClassVar[bool] = False  # its learning is written once for a population (alone: K = 1)
+    group_class: ClassVar[type | None] = None  # the MemberGroup that learns for this algorithm's members
 
     def __init__(self, obs_spec: ObsSpec, action: ActionSpec | int, arch: ArchSpec, hp: BaseModel, seed: int,
                  device: str | torch.device = "cpu") -> None:
@@ -237,10 +238,20 @@ class RLAlgorithm(ABC):
         """Why :meth:`batch_key` is None (the run's summary names it)."""
         return f"{self.name} has no population-batched learning path"
 
-    @staticmethod
-    def group(agents: list[RLAlgorithm]) -> Any:
+    @classmethod
+    def group(cls, agents: list[RLAlgorithm]) -> Any:
         """The :class:`~agilerl_core.algorithms.group.MemberGroup` that trains `agents` (equal batch keys)."""
-        raise TypeError("this algorithm has no population-batched learning path (batch_key is None)")
+        if cls.group_class is None:
+            raise TypeError(f"{cls.name} has no population-batched learning path (batch_key is None)")
+        return cls.group_class(agents)
+
+    def learn(self, batch: Any) -> torch.Tensor:
+        """One gradient step on `batch` as a group of one (the population code at K = 1): for a caller holding
+        its own batches; training phases keep one group for the whole phase. Returns the (detached) loss."""
+        group = self.group([self])
+        loss = group.learn_batch(batch)
+        group.write_back()
+        return loss[0]
 
     def _group_key(self, *options: Any) -> tuple:
         """A plain-MLP agent's batch key: algorithm, architecture up to hidden widths (narrower members stack

@@ -18,14 +18,14 @@ policy goes exactly there. CQL adds to each critic's TD loss a penalty that push
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import ClassVar
 
 import torch
 
+from agilerl_core.algorithms.actor_critic import SAC, SACGroup
 from agilerl_core.algorithms.cql_hp import CQLHyperparameters, CQNHyperparameters
 from agilerl_core.algorithms.dqn import DQN, DQNGroup
-from agilerl_core.algorithms.sac import SAC
+from agilerl_core.algorithms.group import StackedRows
 from agilerl_core.buffers.replay import Transition
 from agilerl_core.envs.spaces import Obs
 
@@ -38,9 +38,9 @@ def discrete_penalty(q: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
 
 
 def sampled_logsumexp(q: torch.Tensor, log_density: torch.Tensor) -> torch.Tensor:
-    """Importance-sampled logsumexp_a Q(s, a) over a continuous action space: q [B, K] at K sampled
-    actions with proposal log densities log_density [B, K] -> log(mean_k exp(q - log_density)) [B]."""
-    return torch.logsumexp(q - log_density, dim=1) - math.log(q.shape[1])
+    """Importance-sampled logsumexp_a Q(s, a) over a continuous action space: q [..., N] at N sampled
+    actions with proposal log densities log_density [..., N] -> log(mean_n exp(q - log_density)) [...]."""
+    return torch.logsumexp(q - log_density, dim=-1) - math.log(q.shape[-1])
 
 
 class CQNGroup(DQNGroup):
@@ -66,37 +66,61 @@ def _repeat(obs: Obs, n: int) -> Obs:
     return {k: v.repeat_interleave(n, dim=0) for k, v in obs.items()}
 
 
+class CQLGroup(SACGroup):
+    """CQL members learning together: each twin critic's loss carries the member's cql_alpha times the
+    sampled CQL(H) penalty; members whose cql_alpha is 0 draw nothing for it (as alone)."""
+
+    def __init__(self, agents) -> None:
+        super().__init__(agents)
+        self.cql_alpha = self.hp_tensor("cql_alpha")
+        self.n_actions = self.agents[0].hp.cql_n_actions
+
+    @torch.no_grad()
+    def penalty_actions(self, batch: Transition, rows: StackedRows, who: list[bool]) -> tuple[Obs, list, torch.Tensor]:
+        """(observations, each repeated n times [K * B * n], the actions [K, B * n, d] from each proposal, their
+        log densities as [K, B, 3n]): uniform on [-1, 1]^d, the policy at s, the policy at s' (scored at s, as
+        in the paper's code). Each member in `who` draws from its own generator in the order it would alone."""
+        k, b, n, d = rows.k, rows.b, self.n_actions, self.dim
+        draws = torch.zeros(3, k, b * n, d, device=self.device)
+        for i, a in enumerate(self.agents):
+            if who[i]:
+                m = rows.counts[i] * n
+                draws[0, i, :m] = (torch.rand((m, d), generator=a.torch_gen) * 2 - 1).to(self.device)
+                draws[1, i, :m] = torch.randn((m, d), generator=a.torch_gen).to(self.device)
+                draws[2, i, :m] = torch.randn((m, d), generator=a.torch_gen).to(self.device)
+        obs = _repeat(batch.obs, n)
+        pi_a, pi_logp = self.sample_action(obs, draws[1])
+        next_a, next_logp = self.sample_action(_repeat(batch.next_obs, n), draws[2])
+        log_u = torch.full((k, b * n), d * math.log(0.5), device=self.device)
+        dens = torch.stack([log_u, pi_logp, next_logp]).view(3, k, b, n).permute(1, 2, 0, 3).reshape(k, b, 3 * n)
+        return obs, [draws[0], pi_a, next_a], dens
+
+    def penalty(self, name: str, batch: Transition, rows: StackedRows, sampled: tuple[Obs, list, torch.Tensor]
+                ) -> torch.Tensor:
+        """Critic `name`'s CQL(H) penalty for each member [K] (differentiable): the mean over its states of the
+        sampled logsumexp minus Q at the dataset's actions."""
+        k, b = rows.k, rows.b
+        obs, actions, dens = sampled
+        q = torch.cat([self.q(name, obs, a).view(k, b, -1) for a in actions], dim=2)  # [K, B, 3n]
+        per_state = sampled_logsumexp(q, dens) - self.q(name, batch.obs, batch.action.view(k, b, self.dim))
+        return (per_state * (rows.weight > 0)).sum(1) / torch.tensor(rows.counts, device=self.device).clamp(min=1)
+
+    def critic_penalty(self, batch: Transition, rows: StackedRows):
+        """Each critic's cql_alpha * penalty [K], on one set of sampled actions per learn step."""
+        who = [on and a.hp.cql_alpha > 0 for a, on in zip(self.agents, rows.active.tolist(), strict=True)]
+        if not any(who):
+            return None
+        sampled = self.penalty_actions(batch, rows, who)
+        alpha = self.cql_alpha * torch.tensor(who, device=self.device)
+        return lambda name: alpha * self.penalty(name, batch, rows, sampled)
+
+
 class CQL(SAC):
     """CQL on SAC for continuous actions: each twin critic's loss carries the sampled CQL(H) penalty."""
 
     name: ClassVar[str] = "cql"
     hp_model = CQLHyperparameters
+    group_class = CQLGroup
 
-    @torch.no_grad()
-    def penalty_actions(self, batch: Transition) -> tuple[Obs, torch.Tensor, torch.Tensor]:
-        """(observations repeated n times [B*n], actions [3, B*n, d], their proposal log densities [3, B*n]):
-        uniform on [-1, 1]^d, the policy at s, the policy at s' (scored at s, as in the paper's code)."""
-        n, d = self.hp.cql_n_actions, self.action_dim
-        obs, next_obs = _repeat(batch.obs, n), _repeat(batch.next_obs, n)
-        rows = batch.reward.shape[0] * n
-        uniform = (torch.rand((rows, d), generator=self.torch_gen) * 2 - 1).to(batch.reward.device)
-        pi_a, pi_logp = self.sample_action(obs)
-        next_a, next_logp = self.sample_action(next_obs)
-        log_u = torch.full((rows,), d * math.log(0.5), device=uniform.device)
-        return obs, torch.stack([uniform, pi_a, next_a]), torch.stack([log_u, pi_logp, next_logp])
-
-    def penalty(self, name: str, batch: Transition, sampled: tuple[Obs, torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        """Critic `name`'s CQL(H) penalty on `batch` (differentiable): mean over states of the sampled
-        logsumexp minus Q at the dataset's actions."""
-        obs, actions, log_density = sampled
-        b = batch.reward.shape[0]
-        q = torch.cat([self.q(name, obs, a).view(b, -1) for a in actions], dim=1)  # [B, 3n]
-        dens = log_density.view(3, b, -1).permute(1, 0, 2).reshape(b, -1)
-        return (sampled_logsumexp(q, dens) - self.q(name, batch.obs, batch.action)).mean()
-
-    def critic_penalty(self, batch: Transition) -> Callable[[str], torch.Tensor] | None:
-        """cql_alpha * penalty for each critic, on one set of sampled actions per learn step."""
-        if self.hp.cql_alpha <= 0:
-            return None
-        sampled = self.penalty_actions(batch)
-        return lambda name: self.hp.cql_alpha * self.penalty(name, batch, sampled)
+    def batch_key(self) -> tuple:
+        return (*super().batch_key(), self.hp.cql_n_actions)

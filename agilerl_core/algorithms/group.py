@@ -213,6 +213,11 @@ class MemberGroup(ABC):
         x = self.net.features(obs)
         return x.view(k, -1, x.shape[-1])
 
+    @staticmethod
+    def joined(obs: Sequence) -> dict[str, torch.Tensor]:
+        """Every member's observations (one batch each, the same size) as one member-major batch [K * N, ...]."""
+        return {key: torch.cat([o[key] for o in obs]) for key in obs[0]}
+
     def stacked_obs(self, obs: Sequence) -> torch.Tensor:
         """Every member's observations (one batch each, the same size) as the networks' input [K, N, D]."""
         return torch.stack([self.net.features(o) for o in obs])
@@ -274,7 +279,7 @@ class ReplayGroup(MemberGroup):
         eps = torch.zeros(rows.k, rows.b, dim, device=self.device)
         for i, (a, on) in enumerate(zip(self.agents, who, strict=True)):
             if on:
-                n = int((rows.weight[i] > 0).sum())
+                n = rows.counts[i]
                 eps[i, :n] = torch.randn((n, dim), generator=a.torch_gen).to(self.device)
         return eps
 
@@ -282,6 +287,16 @@ class ReplayGroup(MemberGroup):
     def learn(self, batch, rows: StackedRows) -> torch.Tensor:
         """One step on `batch` (every field [K * B, ...], member-major, see :class:`StackedRows`); returns
         each member's loss [K]."""
+
+    def learn_batch(self, batch) -> torch.Tensor:
+        """One step on a given member-major batch (every member's rows the same count, uniform weights, or
+        `batch.weight` as importance weights): what a test or a caller holding its own batches uses. Returns
+        each member's loss [K]."""
+        b = batch.action.shape[0] // self.k
+        rows = [torch.arange(i * b, (i + 1) * b) for i in range(self.k)]
+        weight = getattr(batch, "weight", None)
+        importance = None if weight is None else list(weight.view(self.k, b))
+        return self.learn(batch, StackedRows(rows, self.device, importance))
 
 
 def actor_turns(agents: Sequence, active: torch.Tensor, policy_freq: Sequence[int]) -> list[bool]:
@@ -291,23 +306,6 @@ def actor_turns(agents: Sequence, active: torch.Tensor, policy_freq: Sequence[in
         a.learn_steps += int(on)
         turns.append(bool(on) and a.learn_steps % freq == 0)
     return turns
-
-
-class ActorCriticGroup(ReplayGroup):
-    """DDPG/TD3/SAC members: an actor, Q(s, a) critics and their targets, learning from replay."""
-
-    def __init__(self, agents: Sequence) -> None:
-        super().__init__(agents)
-        first = self.agents[0]
-        self.actor = self.adams["actor"]
-        self.critics = first.critics
-        self.gamma, self.tau = self.hp_tensor("gamma"), self.hp_tensor("tau")
-        self.max_grad_norm = first.hp.max_grad_norm
-        self.dim = first.action_dim
-
-    def step_adam(self, adam: StackedAdam, active: torch.Tensor | None) -> None:
-        """Clip (max_grad_norm) and step one network's stacked Adam."""
-        clipped_step(adam, self.max_grad_norm, active)
 
 
 def clipped_step(adam: StackedAdam, max_grad_norm: float | None, active: torch.Tensor | None) -> None:

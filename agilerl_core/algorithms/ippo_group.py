@@ -1,5 +1,5 @@
 """IPPO teams learning as one population-batched group: each policy unit is stacked over the teams as a
-:class:`~agilerl_core.algorithms.ppo_group.PPOGroup` (the unit's learners of every team: one forward to act,
+:class:`~agilerl_core.algorithms.ppo.PPOGroup` (the unit's learners of every team: one forward to act,
 one update per minibatch round), so K teams of U units cost U batched calls instead of K * U. Each team's
 learners keep their own hyperparameters, generators and rollouts (a team's rows where an agent was out of
 its episode are left out, as when it learns alone)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agilerl_core.algorithms.ppo_group import PPOGroup
+from agilerl_core.algorithms.ppo import PPOGroup
 
 
 class IPPOGroup:

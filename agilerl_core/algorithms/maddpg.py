@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from agilerl_core.algorithms.actor_critic import GaussianNoise, OUNoise
+from agilerl_core.algorithms.actor_critic.noise import GaussianNoise, OUNoise
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.fused_mlp import stacked_backward, stacked_forward_cached
 from agilerl_core.algorithms.maddpg_group import MADDPGGroup, masked_logits

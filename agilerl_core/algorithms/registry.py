@@ -47,9 +47,9 @@ _OFFLINE_FIRST = {"offline": "offline", "gym": "gym_off_policy"}
 ALGORITHMS: dict[str, AlgorithmInfo] = {a.name: a for a in (
     AlgorithmInfo("dqn", DQNHyperparameters, "agilerl_core.algorithms.dqn:DQN", _OFF_POLICY),
     AlgorithmInfo("rainbow", RainbowHyperparameters, "agilerl_core.algorithms.dqn:Rainbow", _OFF_POLICY),
-    AlgorithmInfo("ddpg", DDPGHyperparameters, "agilerl_core.algorithms.td3:DDPG", _OFF_POLICY),
-    AlgorithmInfo("td3", TD3Hyperparameters, "agilerl_core.algorithms.td3:TD3", _OFF_POLICY),
-    AlgorithmInfo("sac", SACHyperparameters, "agilerl_core.algorithms.sac:SAC", _OFF_POLICY),
+    AlgorithmInfo("ddpg", DDPGHyperparameters, "agilerl_core.algorithms.actor_critic:DDPG", _OFF_POLICY),
+    AlgorithmInfo("td3", TD3Hyperparameters, "agilerl_core.algorithms.actor_critic:TD3", _OFF_POLICY),
+    AlgorithmInfo("sac", SACHyperparameters, "agilerl_core.algorithms.actor_critic:SAC", _OFF_POLICY),
     AlgorithmInfo("ppo", PPOHyperparameters, "agilerl_core.algorithms.ppo:PPO", {"gym": "gym_on_policy"},
                   on_policy=True),
     AlgorithmInfo("cqn", CQNHyperparameters, "agilerl_core.algorithms.cql:CQN", _OFFLINE_FIRST),

@@ -81,29 +81,15 @@ class _Collector:
                            self.episodes.mean(), self.learning.mean_loss, wall_s)
 
 
-def train_member(agent: RLAlgorithm, slot: int, env: VectorEnv, buffer: ReplayBuffer, evo_steps: int,
-                 seed: int) -> TrainResult:
-    """Collect `evo_steps` env steps (rounded up to whole vector steps) into `slot`'s staging area,
-    learning every `learn_step` steps once `learning_delay` steps have passed.
-
-    The env is reset with `seed` first, so the result depends only on the agent, the committed buffer
-    and the seed (episodes do not straddle generations).
-    """
-    t0 = time.perf_counter()
-    c = _Collector(agent, slot, env, buffer, seed)
-    vector_steps = math.ceil(evo_steps / c.num_envs)
-    for _ in range(vector_steps):
-        c.step(agent.explore_action(c.observation(), c.mask))
-        c.learning.collected(c.num_envs)
-    return c.finish(vector_steps, time.perf_counter() - t0)
-
-
 def train_group(group: ReplayGroup, slots: list[int], envs: list[VectorEnv], buffer: ReplayBuffer, evo_steps: int,
                 seeds: list[int]) -> list[TrainResult]:
-    """:func:`train_member` for the members of a stacked group at once: one batched forward chooses every
-    member's actions, and each round of gradient steps is one batched step (a member whose learn_step earns
-    it fewer steps than another sits the extra ones out). Each member's training is what it would be alone,
-    up to float rounding."""
+    """Collect `evo_steps` env steps per member (rounded up to whole vector steps) into its staging slot,
+    learning every `learn_step` steps once `learning_delay` steps have passed: one batched forward chooses
+    every member's actions, and each round of gradient steps is one batched step (a member whose learn_step
+    earns it fewer steps than another sits the extra ones out). A member alone is a group of one.
+
+    Each env is reset with its member's seed first, so the result depends only on the members, the committed
+    buffer and the seeds (episodes do not straddle generations)."""
     t0 = time.perf_counter()
     cs = [_Collector(a, s, envs[s], buffer, seed) for a, s, seed in zip(group.agents, slots, seeds, strict=True)]
     vector_steps = replay_group_phase(group, cs, buffer, slots, evo_steps)
@@ -125,10 +111,7 @@ class OffPolicyArena(SharedReplay, GymArena):
         self.slot_capacity = math.ceil(cfg.evo_steps / cfg.num_envs) * cfg.num_envs
 
     def train(self, member: RLAlgorithm, slot: int, seed: int, steps: int) -> TrainResult:
-        if member.learns_as_group:  # its learning is written for a population: alone, a group of one
-            return self.train_group([member], [slot], [seed], steps)[0]
-        self.buffer.reset_slot(slot)
-        return train_member(member, slot, self.envs[slot], self.buffer, steps, seed)
+        return self.train_group([member], [slot], [seed], steps)[0]  # learning is written for a population
 
     def batch_key(self, member: RLAlgorithm):
         return member.batch_key()

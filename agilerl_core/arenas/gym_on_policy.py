@@ -85,28 +85,15 @@ class _RolloutCollector:
                            float(np.mean(self.losses)) if self.losses else float("nan"), wall_s)
 
 
-def train_member_on_policy(agent, slot: int, env: VectorEnv, evo_steps: int, seed: int) -> TrainResult:
-    """Collect `evo_steps` env steps (whole vector steps) of the member's own rollouts of
-    `rollout_steps` each, learning after every rollout (the last one may be shorter).
-
-    Like the off-policy step, the env is reset with `seed` first, so the result depends only on the
-    agent and the seed; the rollout bootstraps from V of the observation after its last step.
-    """
-    t0 = time.perf_counter()
-    c = _RolloutCollector(agent, slot, env, seed, agent.value)
-    vector_steps = math.ceil(evo_steps / c.num_envs)
-    for steps in rollout_lengths(vector_steps, agent.hp.rollout_steps):
-        for t in range(steps):
-            c.step(t, *agent.policy_step(c.obs_t, c.mask))
-        adv, ret = c.advantages(steps)
-        c.learned(steps, agent.learn_rollout(c.rollout, steps, adv, ret))
-    return c.result(vector_steps, time.perf_counter() - t0)
-
-
 def train_group_on_policy(group, slots: list[int], envs: list[VectorEnv], evo_steps: int, seeds: list[int]
                           ) -> list[TrainResult]:
-    """:func:`train_member_on_policy` for a stacked group: one batched forward samples every member's actions,
-    one batched update per minibatch round (see :class:`~agilerl_core.algorithms.ppo_group.PPOGroup`)."""
+    """Collect `evo_steps` env steps per member (whole vector steps) of its own rollouts of `rollout_steps`
+    each, learning after every rollout (the last one may be shorter): one batched forward samples every
+    member's actions, one batched update per minibatch round (see :class:`~agilerl_core.algorithms.ppo.PPOGroup`).
+    A member alone is a group of one.
+
+    Each env is reset with its member's seed first, so the result depends only on the members and the seeds;
+    a rollout bootstraps from V of the observation after its last step."""
     t0 = time.perf_counter()
     cs = [_RolloutCollector(a, s, envs[s], seed, lambda obs, i=i: group.value(i, obs))
           for i, (a, s, seed) in enumerate(zip(group.agents, slots, seeds, strict=True))]
@@ -134,7 +121,7 @@ class OnPolicyArena(GymArena):
                      for _ in range(cfg.population_size)]  # one per slot
 
     def train(self, member: RLAlgorithm, slot: int, seed: int, steps: int) -> TrainResult:
-        return train_member_on_policy(member, slot, self.envs[slot], steps, seed)
+        return self.train_group([member], [slot], [seed], steps)[0]  # learning is written for a population
 
     def batch_key(self, member: RLAlgorithm):
         return member.batch_key()

@@ -14,6 +14,7 @@ autograd reaches the flat buffer when it requires grad. The older helpers below 
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 
@@ -115,6 +116,16 @@ class StackedNetwork:
                              for n in nets]
         self.eps: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
 
+    def member(self, i: int) -> StackedNetwork:
+        """Member i alone: a stack of one viewing its rows of the parameters (current as they are stepped)."""
+        one = copy.copy(self)
+        one.k = 1
+        one.p = {n: t[i: i + 1] for n, t in self.p.items()}
+        one.norms = None if self.norms is None else [self.norms[i]]
+        one.noisy_layers = [self.noisy_layers[i]]
+        one.eps = None if self.eps is None else {n: (a[i: i + 1], b[i: i + 1]) for n, (a, b) in self.eps.items()}
+        return one
+
     # ---- noise ----------------------------------------------------------------------------------------
     @torch.no_grad()
     def resample_noise(self, generators: Sequence[torch.Generator | None], who: Sequence[bool] | None = None) -> None:
@@ -174,7 +185,7 @@ class StackedNetwork:
             w, bias = self.p[f"cnns.{key}.convs.{i}.weight"], self.p[f"cnns.{key}.convs.{i}.bias"]
             h = act(torch.nn.functional.conv2d(h, w.reshape(-1, *w.shape[2:]), bias.reshape(-1), stride=stride,
                                                groups=k))
-        h = h.view(b, k, -1).transpose(0, 1)
+        h = h.reshape(b, k, -1).transpose(0, 1)
         return act(self.linear(f"cnns.{key}.proj", h))
 
     def features(self, obs: Obs) -> torch.Tensor:

@@ -25,7 +25,6 @@ from agilerl_core.algorithms.dqn.group import DQNGroup
 from agilerl_core.algorithms.dqn.maths import linear_epsilon, mask_invalid
 from agilerl_core.algorithms.dqn_hp import DQNHyperparameters, RainbowHyperparameters
 from agilerl_core.buffers.prioritized import MemberPriorities
-from agilerl_core.buffers.replay import Transition
 from agilerl_core.envs.spaces import Obs
 from agilerl_core.networks.evolvable import ArchSpec
 
@@ -69,17 +68,6 @@ class DQN(RLAlgorithm):
         return self._group_key(hp.double, hp.loss, hp.hard_update_every, hp.max_grad_norm, hp.n_step, hp.per,
                                self.obs_norm is not None, heads)
 
-    @classmethod
-    def group(cls, agents: list[DQN]) -> DQNGroup:
-        return cls.group_class(agents)
-
-    def learn(self, batch: Transition) -> torch.Tensor:
-        """One gradient step on `batch` as a group of one (the population code at K = 1): for a caller holding
-        its own batches; training phases keep one group for the whole phase. Returns the (detached) loss."""
-        group = self.group([self])
-        loss = group.learn_batch(batch)
-        group.write_back()
-        return loss[0]
 
     def q_values(self, obs: Obs, net: str = "q") -> torch.Tensor:
         """Q(s, .) [B, A]: the network's outputs, or the means of its return distributions (C51)."""

@@ -52,7 +52,7 @@ class DQNGroup(ReplayGroup):
         """Every member's epsilon-greedy actions (fresh parameter noise first, for noisy members)."""
         if self.noisy:
             self.online.resample_noise(self.generators)
-        q = self.q_values(self.online({key: torch.cat([o[key] for o in obs]) for key in obs[0]}))
+        q = self.q_values(self.online(self.joined(obs)))
         return [a.epsilon_greedy(q[i], a.epsilon(), masks[i]) for i, a in enumerate(self.agents)]
 
     # ---- targets --------------------------------------------------------------------------------------
@@ -131,11 +131,3 @@ class DQNGroup(ReplayGroup):
             due = torch.tensor([a.learn_steps % self.hard_every == 0 for a in self.agents], device=self.device)
             self.update_targets(due.to(on.dtype) * on)
         return weighted.detach().sum(1)
-
-    def learn_batch(self, batch: Transition) -> torch.Tensor:
-        """One step on a given member-major batch (every member's rows the same count, uniform weights):
-        what a test or a caller holding its own batches uses. Returns each member's loss [K]."""
-        b = batch.action.shape[0] // self.k
-        rows = [torch.arange(i * b, (i + 1) * b) for i in range(self.k)]
-        importance = None if batch.weight is None else list(batch.weight.view(self.k, b))
-        return self.learn(batch, StackedRows(rows, self.device, importance))

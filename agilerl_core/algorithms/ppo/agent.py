@@ -6,8 +6,11 @@ the sample clipped to [-1, 1] and scaled to its bounds). A separate critic estim
 share the agent's architecture, so one mutation changes them together.
 
 Per rollout: GAE advantages, then ``update_epochs`` passes of shuffled minibatches of the clipped
-surrogate (:func:`ppo_loss`), optional value clipping, entropy bonus, per-minibatch advantage
-normalisation, and an early stop once the approximate KL exceeds ``target_kl``.
+surrogate (:func:`~agilerl_core.algorithms.ppo.maths.ppo_loss`), optional value clipping, entropy bonus,
+per-minibatch advantage normalisation, and an early stop once the approximate KL exceeds ``target_kl``.
+
+This module holds a member: its networks, policy and state. Learning is written once for a population in
+:mod:`agilerl_core.algorithms.ppo.group`; a member alone learns as a group of one.
 """
 
 from __future__ import annotations
@@ -19,26 +22,10 @@ import numpy as np
 import torch
 
 from agilerl_core.algorithms.base import RLAlgorithm
-from agilerl_core.algorithms.optim import adam_update_
-from agilerl_core.algorithms.ppo_group import PPOGroup, minibatch_bounds
+from agilerl_core.algorithms.ppo.group import PPOGroup
 from agilerl_core.algorithms.ppo_hp import PPOHyperparameters
 from agilerl_core.buffers.rollout import Rollout
 from agilerl_core.envs.spaces import Obs
-
-
-def ppo_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, clip: float) -> torch.Tensor:
-    """Clipped surrogate (to minimise): mean of max(-A r, -A clip(r, 1 - c, 1 + c)), r = pi_new / pi_old."""
-    ratio = (new_logp - old_logp).exp()
-    return torch.max(-adv * ratio, -adv * ratio.clamp(1.0 - clip, 1.0 + clip)).mean()
-
-
-def value_loss(values: torch.Tensor, returns: torch.Tensor, old_values: torch.Tensor, clip: float | None) -> torch.Tensor:
-    """0.5 (V - R)^2, or with clipping 0.5 max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2)."""
-    unclipped = (values - returns).square()
-    if clip is None:
-        return 0.5 * unclipped.mean()
-    clipped = (old_values + (values - old_values).clamp(-clip, clip) - returns).square()
-    return 0.5 * torch.max(unclipped, clipped).mean()
 
 
 class PPO(RLAlgorithm):
@@ -51,6 +38,8 @@ class PPO(RLAlgorithm):
     online_networks = ("actor", "critic")
     target_networks: ClassVar[dict[str, str]] = {}
     noise_networks: ClassVar[tuple[str, ...]] = ("actor",)
+    learns_as_group = True
+    group_class = PPOGroup
 
     def __init__(self, obs_spec, action, arch, hp, seed, device="cpu") -> None:
         super().__init__(obs_spec, action, arch, hp, seed, device)
@@ -127,18 +116,13 @@ class PPO(RLAlgorithm):
         return (p if self.continuous else p.argmax(dim=1)).cpu().numpy()
 
     # ---- population-batched learning ------------------------------------------------------------------
-    def batch_key(self) -> tuple | None:
-        if self.obs_norm is not None or not all(self.networks[n].plain_mlp for n in self.online_networks):
-            return None
+    def batch_key(self) -> tuple:
+        """Members with equal keys learn as one group: the same network structure (hidden widths may differ),
+        action kind, advantage normalisation, value clipping, gradient clipping and rollout length; rates,
+        coefficients, epochs, minibatches and KL targets are per member."""
         hp = self.hp
-        return self._group_key(self.continuous, hp.norm_adv, hp.clip_vloss, hp.max_grad_norm, hp.rollout_steps)
-
-    def batch_refusal(self) -> str:
-        return f"{self.name}: only plain-MLP actors and critics batch (no obs normalisation, no encoders)"
-
-    @staticmethod
-    def group(agents: list[PPO]):
-        return PPOGroup(agents)
+        return self._group_key(self.continuous, hp.norm_adv, hp.clip_vloss, hp.max_grad_norm, hp.rollout_steps,
+                               self.obs_norm is not None)
 
     # ---- learning -------------------------------------------------------------------------------------
     @staticmethod
@@ -158,53 +142,12 @@ class PPO(RLAlgorithm):
     def learn_rollout(self, rollout: Rollout, steps: int, advantages: torch.Tensor, returns: torch.Tensor,
                       valid: torch.Tensor | None = None) -> dict[str, float]:
         """The PPO update on the first `steps` rows of `rollout` (only those where `valid`, [T, N], is set:
-        a multi-agent rollout pads the steps of agents that are out of their episode); returns loss statistics."""
-        hp = self.hp
-        data, adv_all, ret_all = self.rollout_rows(rollout, steps, advantages, returns, valid)
-        n = adv_all.shape[0]
-        bounds = minibatch_bounds(n, hp.num_minibatches)
-        stats = {"loss": 0.0, "approx_kl": 0.0, "updates": 0}
-        for _ in range(hp.update_epochs):
-            perm = torch.randperm(n, generator=self.torch_gen)
-            stop = False
-            for start, end in bounds:
-                idx = perm[start: end]
-                obs = {k: v.index_select(0, idx) for k, v in data["obs"].items()}
-                mask = data["masks"].index_select(0, idx) if "masks" in data else None
-                log_std = self.log_std.clone().requires_grad_(self.continuous)
-                new_logp, entropy = self.log_prob_entropy(obs, data["actions"].index_select(0, idx), mask, log_std)
-                old_logp = data["logprobs"].index_select(0, idx)
-                adv = adv_all.index_select(0, idx)
-                if hp.norm_adv and adv.numel() > 1:
-                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                v = self.value(obs)
-                vloss = value_loss(v, ret_all.index_select(0, idx), data["values"].index_select(0, idx),
-                                   hp.clip_coef if hp.clip_vloss else None)
-                loss = ppo_loss(new_logp, old_logp, adv, hp.clip_coef) - hp.ent_coef * entropy.mean() \
-                    + hp.vf_coef * vloss
-                for opt in self.optimizers.values():
-                    opt.zero_grad()
-                loss.backward()
-                for name, opt in self.optimizers.items():
-                    if hp.max_grad_norm is not None:  # log_std is an actor parameter: clipped with it
-                        opt.clip_grad_norm(hp.max_grad_norm, log_std.grad if name == "actor" and self.continuous
-                                           else None)
-                    opt.step()
-                if self.continuous:  # Adam with the actor's learning rate
-                    adam_update_(self.log_std, log_std.grad, self.log_std_adam, hp.lr)
-                self.learn_steps += 1
-                with torch.no_grad():
-                    log_ratio = new_logp.detach() - old_logp
-                    approx_kl = float(((log_ratio.exp() - 1) - log_ratio).mean())
-                stats["loss"] += float(loss.detach())
-                stats["approx_kl"] = approx_kl
-                stats["updates"] += 1
-                if hp.target_kl is not None and approx_kl > hp.target_kl:
-                    stop = True
-                    break
-            if stop:
-                break
-        stats["loss"] /= max(stats["updates"], 1)
+        a multi-agent rollout pads the steps of agents that are out of their episode), as a group of one;
+        returns loss statistics."""
+        data, adv, ret = self.rollout_rows(rollout, steps, advantages, returns, valid)
+        group = self.group([self])
+        stats = group.learn_rollouts([data], [adv], [ret])[0]
+        group.write_back()
         return stats
 
     # ---- state ----------------------------------------------------------------------------------------

@@ -1,0 +1,184 @@
+"""The continuous-action off-policy members: DDPG and TD3 (Fujimoto, van Hoof & Meger, "Addressing Function
+Approximation Error in Actor-Critic Methods", ICML 2018; DDPG: Lillicrap et al., ICLR 2016) and SAC (Haarnoja
+et al., "Soft Actor-Critic Algorithms and Applications", arXiv:1812.05905, 2018).
+
+* TD3: clipped double Q (``twin_q``), target policy smoothing (``target_noise``, ``target_noise_clip``) and
+  delayed policy updates (``policy_freq``: the actor and every target move once per ``policy_freq`` critic
+  steps); a = tanh(actor(s)); exploration adds Gaussian or Ornstein-Uhlenbeck noise (reset per finished
+  episode per sub-env) after ``random_steps`` of uniform random actions. DDPG is TD3 with the three off.
+* SAC: twin critics with Polyak-averaged targets, a squashed Gaussian actor (a = tanh(u), u ~ N(mu(s),
+  sigma(s))) and a learned temperature alpha = exp(log_alpha) that keeps the entropy near ``target_entropy``
+  (default -dim(A)).
+
+Actions are in the agent's scale, [-1, 1]^dim; :class:`agilerl_core.envs.spaces.ActionSpec` maps them to the
+env's bounds. This module holds a member (networks, hyperparameters, acting, state); learning is written once
+for a population in :mod:`agilerl_core.algorithms.actor_critic.group`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from agilerl_core.algorithms.actor_critic.group import ActorCriticGroup, SACGroup, TD3Group
+from agilerl_core.algorithms.actor_critic.maths import LOG_STD_MAX, LOG_STD_MIN, squashed_log_prob
+from agilerl_core.algorithms.actor_critic.noise import GaussianNoise, OUNoise
+from agilerl_core.algorithms.base import RLAlgorithm
+from agilerl_core.algorithms.sac_hp import SACHyperparameters
+from agilerl_core.algorithms.td3_hp import DDPGHyperparameters, TD3Hyperparameters
+from agilerl_core.envs.spaces import Obs
+
+
+class ContinuousActorCritic(RLAlgorithm):
+    """Base of DDPG/TD3 and SAC: an actor, one or two Q(s, a) critics, their targets."""
+
+    action_kinds: ClassVar[tuple[str, ...]] = ("box",)
+    optimizer_lrs: ClassVar[dict[str, str]] = {"actor": "lr_actor", "critic_1": "lr_critic", "critic_2": "lr_critic"}
+    noise_networks: ClassVar[tuple[str, ...]] = ("actor",)
+    delayed_targets: ClassVar[bool] = True  # targets move only with the actor (TD3); False: every critic step
+    learns_as_group = True
+    group_class: ClassVar[type[ActorCriticGroup]]
+
+    def network_io(self, name: str) -> tuple[int, int]:
+        if name.startswith("critic"):
+            return self.action_dim, 1
+        return 0, self.actor_outputs()
+
+    def actor_outputs(self) -> int:
+        return self.action_dim
+
+    @property
+    def critics(self) -> list[str]:
+        return [n for n in self.online_networks if n.startswith("critic")]
+
+    def q(self, name: str, obs, action: torch.Tensor) -> torch.Tensor:
+        return self.networks[name](obs, action).squeeze(1)
+
+    def random_actions(self, n: int) -> np.ndarray:
+        return self.np_rng.uniform(-1.0, 1.0, (n, self.action_dim)).astype(np.float32)
+
+    def in_warmup(self) -> bool:
+        return self.env_steps < getattr(self.hp, "random_steps", 0)
+
+    # ---- population-batched learning ------------------------------------------------------------------
+    def batch_key(self) -> tuple:
+        """Members with equal keys learn as one group: the same network structure (widths may differ), the
+        same critics and target schedule; rates, gamma, tau, noise and policy_freq are per member."""
+        return self._group_key(self.online_networks, self.delayed_targets, self.hp.max_grad_norm,
+                               self.obs_norm is not None)
+
+
+
+class TD3(ContinuousActorCritic):
+    """Twin Delayed DDPG."""
+
+    name: ClassVar[str] = "td3"
+    hp_model = TD3Hyperparameters
+    group_class = TD3Group
+
+    def __init__(self, obs_spec, action, arch, hp, seed, device="cpu") -> None:
+        twin = hp.twin_q
+        self.online_networks = ("actor", "critic_1", "critic_2") if twin else ("actor", "critic_1")
+        self.target_networks = {f"{n}_target": n for n in self.online_networks}
+        self._noise: GaussianNoise | OUNoise | None = None
+        super().__init__(obs_spec, action, arch, hp, seed, device)
+
+    @torch.no_grad()
+    def policy(self, obs: Obs, target: bool = False) -> torch.Tensor:
+        return torch.tanh(self.networks["actor_target" if target else "actor"](obs))
+
+    def greedy_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
+        return self.policy(obs).cpu().numpy()
+
+    def begin_rollout(self, num_envs: int) -> None:
+        cls = OUNoise if self.hp.noise_type == "ou" else GaussianNoise
+        self._noise = cls(num_envs, self.action_dim)
+
+    def episodes_done(self, done: np.ndarray) -> None:
+        if self._noise is not None and done.any():
+            self._noise.reset(done)
+
+    def explore_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
+        n = next(iter(obs.values())).shape[0]
+        return self.explore_from(None if self.in_warmup() else self.greedy_action(obs), n)
+
+    def explore_from(self, greedy: np.ndarray | None, n: int) -> np.ndarray:
+        """Exploration actions for `n` envs: the policy's `greedy` actions plus noise, or uniform random
+        ones during warm-up (when `greedy` is not needed)."""
+        if self.in_warmup():
+            return self.random_actions(n)
+        if self._noise is None or self._noise.shape != (n, self.action_dim):
+            self.begin_rollout(n)
+        hp = self.hp
+        noise = self._noise.sample(self.np_rng, hp.expl_noise, hp.ou_theta, hp.ou_dt)
+        return np.clip(greedy + noise, -1.0, 1.0).astype(np.float32)
+
+
+class DDPG(TD3):
+    """DDPG: one critic, no target smoothing, actor updated every step (TD3 with its changes off)."""
+
+    name: ClassVar[str] = "ddpg"
+    hp_model = DDPGHyperparameters
+
+
+class SAC(ContinuousActorCritic):
+    """Soft actor-critic with twin critics and a learned temperature."""
+
+    name: ClassVar[str] = "sac"
+    hp_model = SACHyperparameters
+    group_class = SACGroup
+    online_networks = ("actor", "critic_1", "critic_2")
+    target_networks: ClassVar[dict[str, str]] = {"critic_1_target": "critic_1", "critic_2_target": "critic_2"}
+    delayed_targets: ClassVar[bool] = False  # the critics' targets move after every critic step
+
+    def __init__(self, obs_spec, action, arch, hp, seed, device="cpu") -> None:
+        super().__init__(obs_spec, action, arch, hp, seed, device)
+        # the temperature and its Adam moments (one scalar: plain tensors, saved as extra state)
+        self.log_alpha = torch.tensor(math.log(self.hp.init_alpha), device=self.device)
+        self.alpha_adam = torch.zeros(3, device=self.device)  # m, v, step
+
+    def actor_outputs(self) -> int:
+        return 2 * self.action_dim  # mean and log std
+
+    @property
+    def alpha(self) -> float:
+        return float(self.log_alpha.exp())
+
+    @property
+    def target_entropy(self) -> float:
+        t = self.hp.target_entropy
+        return -float(self.action_dim) if t is None else float(t)
+
+    def distribution(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.networks["actor"](obs)
+        mean, log_std = out[:, : self.action_dim], out[:, self.action_dim:]
+        return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+
+    def sample_action(self, obs: Obs, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(a, log pi(a|s)) with a = tanh(mean + std * noise), reparameterised (noise: standard normal)."""
+        mean, log_std = self.distribution(obs)
+        if noise is None:
+            noise = torch.randn(mean.shape, generator=self.torch_gen).to(mean.device)
+        u = mean + log_std.exp() * noise
+        return torch.tanh(u), squashed_log_prob(u, mean, log_std)
+
+    @torch.no_grad()
+    def greedy_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
+        return torch.tanh(self.distribution(obs)[0]).cpu().numpy()
+
+    @torch.no_grad()
+    def explore_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
+        if self.in_warmup():
+            return self.random_actions(next(iter(obs.values())).shape[0])
+        return self.sample_action(obs)[0].cpu().numpy()
+
+    def extra_tensors(self) -> dict[str, torch.Tensor]:
+        return {"log_alpha": self.log_alpha, "alpha_adam": self.alpha_adam}
+
+    def load_extra_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        if "log_alpha" in tensors:
+            self.log_alpha = tensors["log_alpha"].to(self.device).clone()
+            self.alpha_adam = tensors["alpha_adam"].to(self.device).clone()

@@ -1,0 +1,192 @@
+"""Actor-critic learning (DDPG, TD3, SAC; CQL builds on SAC), written once for a population: K members'
+critic, actor and temperature steps, each one batched pass through their stacked networks, one autograd
+backward and one stacked Adam step. A member alone is K = 1.
+
+A learn step: the bootstrapped target y (each algorithm's own), one step of every critic towards y (MSE plus
+any penalty), every ``policy_freq``-th step also an actor step (through critic 1 for TD3, both critics for
+SAC) and, for SAC, a temperature step; targets move with the actor (TD3) or after every critic step (SAC).
+Each member keeps its own learning rates, gamma, tau, batch size, policy_freq, noise scales, temperature and
+target entropy, and draws its minibatches and noise from its own generator in the order it would alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+from agilerl_core.algorithms.actor_critic.maths import LOG_STD_MAX, LOG_STD_MIN, squashed_log_prob
+from agilerl_core.algorithms.group import ReplayGroup, StackedRows, actor_turns, clipped_step
+from agilerl_core.algorithms.optim import adam_update_
+from agilerl_core.buffers.replay import Transition
+from agilerl_core.networks.stacked import StackedNetwork
+
+Penalty = Callable[[str], torch.Tensor]  # critic name -> each member's penalty [K] (differentiable)
+
+
+class ActorCriticGroup(ReplayGroup):
+    """K actor-critic members: stacked actor, critics and targets; subclasses give the target, the actor's
+    loss and exploration."""
+
+    def __init__(self, agents: Sequence) -> None:
+        super().__init__(agents)
+        first = self.agents[0]
+        self.nets: dict[str, StackedNetwork] = {}
+        for name in first.online_networks:
+            adam = self.adams[name]
+            adam.flat.requires_grad_(True)
+            self.nets[name] = StackedNetwork([a.networks[name] for a in self.agents], adam.flat, adam.padded)
+        for tname, online in first.target_networks.items():
+            self.nets[tname] = StackedNetwork([a.networks[tname] for a in self.agents], self.targets[tname],
+                                              self.adams[online].padded)
+        self.critics = first.critics
+        self.gamma, self.tau = self.hp_tensor("gamma"), self.hp_tensor("tau")
+        self.max_grad_norm = first.hp.max_grad_norm
+        self.dim = first.action_dim
+        self.delayed = first.delayed_targets
+        self.policy_freq = [a.hp.policy_freq for a in self.agents]
+
+    def q(self, name: str, obs, action: torch.Tensor) -> torch.Tensor:
+        """Critic (or target critic) `name`'s Q(s, a) [K, B] for member-major obs and actions [K, B, dim]."""
+        return self.nets[name](obs, action).squeeze(2)
+
+    def step(self, name: str, loss: torch.Tensor, active: torch.Tensor | None) -> None:
+        """One clipped Adam step of network `name` of every member on the gradient of `loss` (the sum of the
+        members' losses, so each member gets its own gradient)."""
+        adam = self.adams[name]
+        (adam.grad,) = torch.autograd.grad(loss, adam.flat)
+        clipped_step(adam, self.max_grad_norm, active)
+
+    def learn(self, batch: Transition, rows: StackedRows) -> torch.Tensor:
+        """One step of every active member; returns each member's summed critic loss [K]."""
+        k = rows.k
+        y = self.target(batch, rows)
+        penalty = self.critic_penalty(batch, rows)
+        active = None if rows.all_active else rows.active
+        action = batch.action.view(k, -1, self.dim)
+        on = rows.active.to(y.dtype)
+        total = torch.zeros(k, device=self.device)
+        for c in self.critics:
+            losses = ((self.q(c, batch.obs, action) - y).square() * rows.weight).sum(1)
+            if penalty is not None:
+                losses = losses + penalty(c) * on
+            self.step(c, losses.sum(), active)
+            total += losses.detach()
+        turns = torch.tensor(actor_turns(self.agents, rows.active, self.policy_freq), device=self.device)
+        if turns.any():
+            self.actor_step(batch, rows, turns)
+        moved = turns if self.delayed else rows.active
+        self.update_targets(self.tau * moved.to(self.tau.dtype))
+        return total
+
+    def target(self, batch: Transition, rows: StackedRows) -> torch.Tensor:
+        """The critics' regression target y [K, B] (no gradient)."""
+        raise NotImplementedError
+
+    def actor_step(self, batch: Transition, rows: StackedRows, turns: torch.Tensor) -> None:
+        """The actor step of the members whose turn it is (`turns` [K] bool)."""
+        raise NotImplementedError
+
+    def critic_penalty(self, batch: Transition, rows: StackedRows) -> Penalty | None:
+        """A term added to each critic's loss (CQL); None: plain TD regression."""
+        return None
+
+
+class TD3Group(ActorCriticGroup):
+    """TD3 and DDPG members."""
+
+    def __init__(self, agents: Sequence) -> None:
+        super().__init__(agents)
+        self.noise, self.noise_clip = self.hp_tensor("target_noise"), self.hp_tensor("target_noise_clip")
+
+    @torch.no_grad()
+    def explore(self, obs: Sequence, masks: Sequence) -> list[np.ndarray]:
+        greedy = torch.tanh(self.nets["actor"](self.joined(obs))).cpu().numpy()
+        return [a.explore_from(greedy[i], greedy.shape[1]) for i, a in enumerate(self.agents)]
+
+    @torch.no_grad()
+    def target(self, batch: Transition, rows: StackedRows, smoothing: torch.Tensor | None = None) -> torch.Tensor:
+        """y = r + discount * (1 - terminated) * min_i Q_i'(s', clip(mu'(s') + clip(noise, -c, c), -1, 1)), the
+        standard normal `smoothing` noise [K, B, dim] drawn from each member's generator when not given and
+        scaled by its target_noise (no smoothing where that is 0). One critic: the minimum is over one."""
+        k = rows.k
+        next_a = torch.tanh(self.nets["actor_target"](batch.next_obs))
+        if smoothing is None:
+            who = [on and a.hp.target_noise > 0 for a, on in zip(self.agents, rows.active.tolist(), strict=True)]
+            smoothing = self.member_noise(rows, who, self.dim)
+        clip = self.noise_clip.view(k, 1, 1)
+        eps = (smoothing * self.noise.view(k, 1, 1)).clamp(-clip, clip)
+        next_a = torch.where(self.noise.view(k, 1, 1) > 0, (next_a + eps).clamp(-1.0, 1.0), next_a)
+        q_next = torch.stack([self.q(f"{c}_target", batch.next_obs, next_a) for c in self.critics]).min(0).values
+        reward, discount = self.returns(batch, k)
+        return reward + discount * (1.0 - batch.terminated.view(k, -1)) * q_next
+
+    def actor_step(self, batch: Transition, rows: StackedRows, turns: torch.Tensor) -> None:
+        """The deterministic policy gradient: -mean Q_1(s, tanh(actor(s)))."""
+        mu = torch.tanh(self.nets["actor"](batch.obs))
+        loss = -(self.q("critic_1", batch.obs, mu) * rows.weight * turns.unsqueeze(1)).sum()
+        self.step("actor", loss, None if turns.all() else turns)
+
+
+class SACGroup(ActorCriticGroup):
+    """SAC members (and CQL's, which add a critic penalty)."""
+
+    def __init__(self, agents: Sequence) -> None:
+        super().__init__(agents)
+        self.target_entropy = torch.tensor([a.target_entropy for a in self.agents], device=self.device)
+        self.log_alpha = torch.stack([a.log_alpha for a in self.agents])
+
+    def distribution(self, name: str, obs) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean, clamped log std) [K, B, dim] of actor `name`."""
+        out = self.nets[name](obs)
+        return out[..., : self.dim], out[..., self.dim:].clamp(LOG_STD_MIN, LOG_STD_MAX)
+
+    def sample_action(self, obs, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(a, log pi(a|s)) [K, B, dim], [K, B]: a = tanh(mean + std * noise), reparameterised."""
+        mean, log_std = self.distribution("actor", obs)
+        u = mean + log_std.exp() * noise
+        return torch.tanh(u), squashed_log_prob(u, mean, log_std)
+
+    @torch.no_grad()
+    def explore(self, obs: Sequence, masks: Sequence) -> list[np.ndarray]:
+        mean, log_std = self.distribution("actor", self.joined(obs))
+        out = []
+        for i, a in enumerate(self.agents):
+            if a.in_warmup():
+                out.append(a.random_actions(mean.shape[1]))
+                continue
+            noise = torch.randn(mean[i].shape, generator=a.torch_gen).to(self.device)
+            out.append(torch.tanh(mean[i] + log_std[i].exp() * noise).cpu().numpy())
+        return out
+
+    @torch.no_grad()
+    def target(self, batch: Transition, rows: StackedRows, noise: torch.Tensor | None = None) -> torch.Tensor:
+        """y = r + discount * (1 - terminated) * (min_i Q_i'(s', a') - alpha * log pi(a'|s')), a' ~ pi(.|s')."""
+        k = rows.k
+        if noise is None:
+            noise = self.member_noise(rows, rows.active.tolist(), self.dim)
+        next_a, next_logp = self.sample_action(batch.next_obs, noise)
+        q_next = torch.min(*(self.q(f"{c}_target", batch.next_obs, next_a) for c in self.critics))
+        soft = q_next - self.log_alpha.exp().unsqueeze(1) * next_logp
+        reward, discount = self.returns(batch, k)
+        return reward + discount * (1.0 - batch.terminated.view(k, -1)) * soft
+
+    def actor_step(self, batch: Transition, rows: StackedRows, turns: torch.Tensor) -> None:
+        """E[alpha log pi - min Q] through the reparameterised sample (critics as they are after their step),
+        then each member's temperature step from the same log-probs."""
+        alpha = self.log_alpha.exp().unsqueeze(1)
+        a, logp = self.sample_action(batch.obs, self.member_noise(rows, turns.tolist(), self.dim))
+        q = torch.min(*(self.q(c, batch.obs, a) for c in self.critics))
+        self.step("actor", ((alpha * logp - q) * rows.weight * turns.unsqueeze(1)).sum(),
+                  None if turns.all() else turns)
+        logp = logp.detach()
+        for i, ag in enumerate(self.agents):
+            if turns[i] and ag.hp.auto_entropy:  # alpha_loss's gradient: -mean(log pi + target entropy)
+                grad = -(logp[i, :rows.counts[i]] + self.target_entropy[i]).mean()
+                adam_update_(self.log_alpha[i], grad, ag.alpha_adam, ag.hp.lr_alpha)
+
+    def write_back(self) -> None:
+        super().write_back()
+        for i, a in enumerate(self.agents):
+            a.log_alpha = self.log_alpha[i].clone()

@@ -1,0 +1,155 @@
+"""PPO learning, written once for a population: K members act through one forward of their stacked actor and
+critic, and each minibatch round is one batched loss, one autograd backward and one stacked Adam step per
+network. A member alone is K = 1.
+
+Each member keeps its own learning rate, clip range, entropy and value coefficients, epochs, minibatch count,
+KL early stop, rollout rows, and its own shuffles and action samples (drawn from its own generator in the
+order it would draw them alone); a member whose update has ended sits the remaining rounds out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from agilerl_core.algorithms.group import MemberGroup, clipped_step
+from agilerl_core.algorithms.optim import adam_update_
+from agilerl_core.algorithms.ppo.maths import MinibatchSchedule, normalized_advantages, ppo_loss, value_loss
+from agilerl_core.networks.stacked import StackedNetwork
+
+
+class PPOGroup(MemberGroup):
+    """K PPO members: stacked actor and critic (and, for Box actions, each member's state-independent log std)."""
+
+    def __init__(self, agents: Sequence) -> None:
+        super().__init__(agents)
+        first = self.agents[0]
+        self.nets: dict[str, StackedNetwork] = {}
+        for name in ("actor", "critic"):
+            adam = self.adams[name]
+            adam.flat.requires_grad_(True)
+            self.nets[name] = StackedNetwork([a.networks[name] for a in self.agents], adam.flat, adam.padded)
+        self.continuous = first.continuous
+        self.clip, self.ent_coef, self.vf_coef = (self.hp_tensor(n) for n in ("clip_coef", "ent_coef", "vf_coef"))
+        self.norm_adv, self.clip_vloss, self.max_grad_norm = first.hp.norm_adv, first.hp.clip_vloss, first.hp.max_grad_norm
+        self.log_std = torch.stack([a.log_std for a in self.agents]) if self.continuous else None
+
+    # ---- acting ---------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def policy_step(self, obs: Sequence, masks: Sequence) -> list[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
+        """Every member's (actions, log-probs, values) for its envs' observations (one batch each, the same
+        size), as :meth:`PPO.policy_step`: the actions sampled from each member's own generator."""
+        joined = self.joined(obs)
+        out, values = self.nets["actor"](joined), self.nets["critic"](joined).squeeze(2)
+        res = []
+        for i, a in enumerate(self.agents):
+            mask = None if masks[i] is None else torch.as_tensor(masks[i], dtype=torch.bool, device=self.device)
+            actions, logp = a.sample_from(*a.dist_from(out[i], mask, None if self.log_std is None else self.log_std[i]))
+            res.append((actions, logp, values[i]))
+        return res
+
+    def explore(self, obs: Sequence, masks: Sequence) -> list[np.ndarray]:
+        return [r[0] for r in self.policy_step(obs, masks)]
+
+    @torch.no_grad()
+    def value(self, i: int, obs) -> torch.Tensor:
+        """Member i's V(s) [N] for a batch of its observations."""
+        return self.nets["critic"].member(i)(obs)[0, :, 0]
+
+    # ---- learning -------------------------------------------------------------------------------------
+    def learn_rollouts(self, datas: list[dict], advantages: list[torch.Tensor], returns: list[torch.Tensor]
+                       ) -> list[dict[str, float]]:
+        """Every member's PPO update on its own rollout rows (:meth:`PPO.rollout_rows`: their number may differ
+        between members), advantages and returns; returns each member's statistics (mean loss, last approximate
+        KL, updates taken)."""
+        schedules = [MinibatchSchedule(a, adv.shape[0]) for a, adv in zip(self.agents, advantages, strict=True)]
+        stats = [{"loss": 0.0, "approx_kl": 0.0, "updates": 0} for _ in self.agents]
+        while True:
+            idxs = [s.next() for s in schedules]
+            if all(i is None for i in idxs):
+                break
+            kl, loss = self.minibatch_step(datas, advantages, returns, idxs)
+            for i, (s, idx) in enumerate(zip(schedules, idxs, strict=True)):
+                if idx is None:
+                    continue
+                st = stats[i]
+                st["loss"] += float(loss[i])
+                st["approx_kl"] = float(kl[i])
+                st["updates"] += 1
+                target = self.agents[i].hp.target_kl
+                if target is not None and st["approx_kl"] > target:
+                    s.stopped = True
+        for st in stats:
+            st["loss"] /= max(st["updates"], 1)
+        return stats
+
+    def stack_rows(self, datas, advantages, returns, idxs) -> tuple[dict, torch.Tensor]:
+        """Each member's minibatch rows padded to the largest: (fields [K, B, ...], weights [K, B]: 1 / its
+        minibatch size, 0 on padding and for members without a minibatch)."""
+        k = self.k
+        b = max(i.shape[0] for i in idxs if i is not None)
+        pad = [torch.zeros(b, dtype=torch.long) if i is None else torch.cat([i, i.new_zeros(b - i.shape[0])])
+               for i in idxs]
+        w = torch.zeros(k, b, device=self.device)
+        for m, i in enumerate(idxs):
+            if i is not None:
+                w[m, : i.shape[0]] = 1.0 / i.shape[0]
+
+        def pick(get):
+            return torch.stack([get(m).index_select(0, pad[m]) for m in range(k)]).to(self.device)
+
+        f = {"obs": {key: pick(lambda m, key=key: datas[m]["obs"][key]).flatten(0, 1) for key in datas[0]["obs"]},
+             "actions": pick(lambda m: datas[m]["actions"]), "logp": pick(lambda m: datas[m]["logprobs"]),
+             "values": pick(lambda m: datas[m]["values"]), "adv": pick(lambda m: advantages[m]),
+             "ret": pick(lambda m: returns[m])}
+        if "masks" in datas[0]:
+            f["masks"] = pick(lambda m: datas[m]["masks"])
+        return f, w
+
+    def minibatch_step(self, datas, advantages, returns, idxs) -> tuple[torch.Tensor, torch.Tensor]:
+        """One gradient step of every member that has a minibatch (`idxs[i]`: its rows, or None); returns each
+        member's ([K] approximate KL, [K] loss)."""
+        f, w = self.stack_rows(datas, advantages, returns, idxs)
+        valid = w > 0
+        active = torch.tensor([i is not None for i in idxs], device=self.device)
+        ls_leaf = self.log_std.detach().clone().requires_grad_(True) if self.continuous else None
+        first = self.agents[0]
+        p, ls = first.dist_from(self.nets["actor"](f["obs"]), f.get("masks"),
+                                None if ls_leaf is None else ls_leaf.unsqueeze(1))
+        new_logp, entropy = first.log_prob_entropy_from(p, ls, f["actions"])
+        adv = normalized_advantages(f["adv"], valid) if self.norm_adv else f["adv"]
+        clip = self.clip.unsqueeze(1)
+        vloss = value_loss(self.nets["critic"](f["obs"]).squeeze(2), f["ret"], f["values"],
+                           clip if self.clip_vloss else None, w)
+        losses = ppo_loss(new_logp, f["logp"], adv, clip, w) - self.ent_coef * (entropy * w).sum(1) \
+            + self.vf_coef * vloss
+        leaves = [self.adams["actor"].flat, self.adams["critic"].flat] + ([ls_leaf] if self.continuous else [])
+        grads = torch.autograd.grad(losses.sum(), leaves)
+        step_active = None if bool(active.all()) else active
+        for name, grad in zip(("actor", "critic"), grads, strict=False):
+            adam = self.adams[name]
+            adam.grad = grad
+            if self.max_grad_norm is not None and name == "actor" and self.continuous:
+                adam.clip_grad_norm(self.max_grad_norm, grads[2])  # log_std is clipped with its actor
+                adam.step(step_active)
+            else:
+                clipped_step(adam, self.max_grad_norm, step_active)
+        for i, a in enumerate(self.agents):
+            if idxs[i] is None:
+                continue
+            if self.continuous:  # Adam with the actor's learning rate, as the member's own update
+                adam_update_(self.log_std[i], grads[2][i], a.log_std_adam, a.hp.lr)
+            a.learn_steps += 1
+        with torch.no_grad():
+            log_ratio = new_logp.detach() - f["logp"]
+            kl = (((log_ratio.exp() - 1) - log_ratio) * valid).sum(1) / valid.sum(1).clamp(min=1)
+        return kl, losses.detach()
+
+    @torch.no_grad()
+    def write_back(self) -> None:
+        super().write_back()
+        if self.continuous:
+            for i, a in enumerate(self.agents):
+                a.log_std.copy_(self.log_std[i])

@@ -1,0 +1,76 @@
+"""PPO's losses and minibatch schedule, written over any leading dimensions: a member's minibatch [B] or K
+members' minibatches [K, B] with per-member weights (each row's share of its member's mean)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def weighted_mean(x: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+    """The mean of `x` over its last dimension: plain, or with each row's `weight` (summing to 1 per member)."""
+    return x.mean(-1) if weight is None else (x * weight).sum(-1)
+
+
+def ppo_loss(new_logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, clip: float | torch.Tensor,
+             weight: torch.Tensor | None = None) -> torch.Tensor:
+    """Clipped surrogate (to minimise): mean of max(-A r, -A clip(r, 1 - c, 1 + c)), r = pi_new / pi_old.
+    `clip`: a number, or each member's [K, 1]."""
+    ratio = (new_logp - old_logp).exp()
+    return weighted_mean(torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1.0 - clip, 1.0 + clip)), weight)
+
+
+def value_loss(values: torch.Tensor, returns: torch.Tensor, old_values: torch.Tensor, clip: float | torch.Tensor | None,
+               weight: torch.Tensor | None = None) -> torch.Tensor:
+    """0.5 (V - R)^2, or with clipping 0.5 max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2), averaged."""
+    loss = (values - returns).square()
+    if clip is not None:
+        loss = torch.max(loss, (old_values + torch.clamp(values - old_values, -clip, clip) - returns).square())
+    return 0.5 * weighted_mean(loss, weight)
+
+
+def normalized_advantages(adv: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Each member's minibatch advantages [K, B] standardised over its `valid` rows (unbiased std; a minibatch
+    of one row is left as it is)."""
+    count = valid.sum(-1, keepdim=True)
+    mean = (adv * valid).sum(-1, keepdim=True) / count.clamp(min=1)
+    var = ((adv - mean).square() * valid).sum(-1, keepdim=True) / (count - 1).clamp(min=1)
+    return torch.where(count > 1, (adv - mean) / (var.sqrt() + 1e-8), adv)
+
+
+def minibatch_bounds(n: int, num_minibatches: int) -> list[tuple[int, int]]:
+    """(start, end) of `num_minibatches` minibatches covering `n` shuffled rows, sizes differing by at most one
+    (never a tail of a few rows that would weigh as much as a whole minibatch); fewer when n is smaller."""
+    m = max(1, min(num_minibatches, n))
+    size, extra = divmod(n, m)
+    out, start = [], 0
+    for i in range(m):
+        end = start + size + (1 if i < extra else 0)
+        out.append((start, end))
+        start = end
+    return out
+
+
+class MinibatchSchedule:
+    """One member's minibatches of a rollout update: a fresh permutation (its own generator) at each epoch's
+    start, split into ``num_minibatches`` near-equal minibatches, until its epochs end or its approximate KL
+    passes ``target_kl`` (:attr:`stopped`)."""
+
+    def __init__(self, agent, n: int) -> None:
+        self.agent, self.n = agent, n
+        self.bounds = minibatch_bounds(n, agent.hp.num_minibatches)
+        self.epoch, self.pos, self.perm, self.stopped = 0, len(self.bounds), None, False
+
+    def next(self) -> torch.Tensor | None:
+        """The next minibatch's row indices, or None once this member's update is over."""
+        if self.stopped:
+            return None
+        if self.pos >= len(self.bounds):
+            if self.perm is not None:
+                self.epoch += 1
+            if self.epoch >= self.agent.hp.update_epochs:
+                self.stopped = True
+                return None
+            self.perm, self.pos = torch.randperm(self.n, generator=self.agent.torch_gen), 0
+        start, end = self.bounds[self.pos]
+        self.pos += 1
+        return self.perm[start: end]
