@@ -70,14 +70,12 @@ def learn_alone_and_together(solo, buf, plan):
     """Each member's own learn steps per `plan` (rows: which members step), then a clone group's batched
     steps on the same plan; returns (the batched clones, each step's per-member losses)."""
     batched = [a.clone() for a in solo]
-    alone = [type(a).group([a]) for a in solo] if solo[0].learns_as_group else None  # alone: a group of one
+    alone = [type(a).group([a]) for a in solo]  # alone: a group of one
     for active in plan:
-        for slot, (a, on) in enumerate(zip(solo, active, strict=True)):
-            if on and alone is None:
-                a.learn(a.sample(buf, slot))
-            elif on:
-                alone[slot].learn_step(buf, [slot], [True])
-    for g in alone or ():
+        for slot, (g, on) in enumerate(zip(alone, active, strict=True)):
+            if on:
+                g.learn_step(buf, [slot], [True])
+    for g in alone:
         g.write_back()
     assert len({a.batch_key() for a in batched}) == 1
     group = type(batched[0]).group(batched)
@@ -337,6 +335,25 @@ def test_cql_learns_batched_as_alone():
     solo = [td3(60 + i, CQL, hidden=(16, 16) if i != 1 else (24, 8), **hp) for i, hp in enumerate(hps)]
     plan = [[True, True, True], [True, False, True], [True, True, True]]
     batched, _ = learn_alone_and_together(solo, continuous_buffer(3), plan)
+    assert_same_members(solo, batched, atol=1e-5)
+
+
+@pytest.mark.parametrize("continuous", [False, True], ids=["discrete", "box"])
+def test_bc_learns_batched_as_alone(continuous):
+    """Behaviour cloning members with their own learning rates and batch sizes, other widths and a member
+    sitting a step out: the batched step equals each member's own."""
+    from agilerl_core.algorithms.bc import BC
+    from agilerl_core.algorithms.bc_hp import BCHyperparameters
+
+    hps = [{"lr": 1e-3, "batch_size": 32}, {"lr": 3e-3, "batch_size": 24}, {"lr": 5e-4, "batch_size": 16}]
+    if continuous:
+        solo = [td3(70 + i, BC, hidden=(16, 16) if i != 1 else (24, 8), **hp) for i, hp in enumerate(hps)]
+    else:
+        arch = [initial_arch(SPEC, 2, NetworkConfig(hidden_sizes=list(w), min_nodes=1)) for w in ((16, 16), (24, 8),
+                                                                                                  (16, 16))]
+        solo = [BC(SPEC, 2, arch[i], BCHyperparameters(**hp), 70 + i) for i, hp in enumerate(hps)]
+    plan = [[True, True, True], [True, False, True], [True, True, True]]
+    batched, _ = learn_alone_and_together(solo, continuous_buffer(3) if continuous else filled_buffer(3), plan)
     assert_same_members(solo, batched, atol=1e-5)
 
 

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from gymnasium import spaces
 
+from agilerl_core.algorithms.group import StackedRows
 from agilerl_core.algorithms.maddpg import MADDPG, MATD3, gumbel_softmax
 from agilerl_core.algorithms.maddpg_hp import MADDPGHyperparameters, MATD3Hyperparameters
 from agilerl_core.buffers.replay import MultiAgentBatch, ReplayBuffer, multi_agent_fields
@@ -138,7 +139,9 @@ def test_matd3_target_on_a_known_batch():
     batch = _batch(SPEAKER_LISTENER, 12, seed=3)
     noise = {a: torch.randn(12, agent.action_specs[a].dim, generator=torch.Generator().manual_seed(9))
              for a in agent.agents}
-    got = agent.targets(batch, noise)
+    rows = StackedRows([torch.arange(12)], torch.device("cpu"))
+    y = MATD3.group([agent]).target_values(batch, rows, {a: n.unsqueeze(0) for a, n in noise.items()})
+    got = {a: y[0, i] for i, a in enumerate(agent.agents)}
     with torch.no_grad():
         acts = []
         for a in ("speaker_0", "listener_0"):

@@ -425,6 +425,7 @@ def test_a_width_mutation_keeps_adam_moments_over_the_overlap_and_new_units_star
 
 
 def test_ppo_minibatches_share_the_rows_evenly_and_log_std_is_clipped_with_the_actor(monkeypatch):
+    from agilerl_core.algorithms.group import StackedAdam
     from agilerl_core.algorithms.optim import FlatAdam
     from agilerl_core.algorithms.ppo import minibatch_bounds
     from tests.test_group import _Flat, ppo, rollout_data
@@ -435,13 +436,13 @@ def test_ppo_minibatches_share_the_rows_evenly_and_log_std_is_clipped_with_the_a
     agent = ppo(0, continuous=True, update_epochs=2, num_minibatches=4, max_grad_norm=0.5)
     data, adv, ret = rollout_data(1, 50, True, False)
     clipped = []
-    real = FlatAdam.clip_grad_norm
+    real = StackedAdam.clip_grad_norm
 
     def spy(self, max_norm, extra=None):
         clipped.append(extra is not None)
         return real(self, max_norm, extra)
 
-    monkeypatch.setattr(FlatAdam, "clip_grad_norm", spy)
+    monkeypatch.setattr(StackedAdam, "clip_grad_norm", spy)
     stats = agent.learn_rollout(_Flat(data), 50, adv, ret)
     assert stats["updates"] == 2 * 4  # before: 50 // 4 = 12 rows a minibatch and a fifth of 2 rows
     assert clipped.count(True) == 8  # the actor's clip counted log_std every time, the critic's did not
@@ -480,7 +481,10 @@ def test_team_target_and_gumbel_actions_respect_action_masks(algo):
                             {a: torch.zeros(b) for a in spec.agents}, {a: torch.ones(b) for a in spec.agents},
                             {"chooser_0": one_allowed}, {"chooser_0": one_allowed})
     agent = team(spec, 1, algo, policy_freq=1, batch_size=b)
-    target = agent.target_actions(nxt, None, {"chooser_0": one_allowed})["chooser_0"]
+    from agilerl_core.algorithms.group import StackedRows
+
+    rows = StackedRows([torch.arange(b)], torch.device("cpu"))
+    target = type(agent).group([agent]).next_actions(batch, rows)["chooser_0"]
     assert torch.equal(target.argmax(-1), only)
 
     def actors(a):

@@ -47,7 +47,6 @@ class RLAlgorithm(ABC):
     action_kinds: ClassVar[tuple[str, ...]] = ("discrete",)  # ActionSpec kinds the algorithm handles
     uses_replay: ClassVar[bool] = True  # off-policy: learns from the shared replay buffer
     mutation_kinds: ClassVar[frozenset[str]] = frozenset(MUTATION_KINDS)  # every kind (Evolvable protocol)
-    learns_as_group: ClassVar[bool] = False  # its learning is written once for a population (alone: K = 1)
     group_class: ClassVar[type | None] = None  # the MemberGroup that learns for this algorithm's members
 
     def __init__(self, obs_spec: ObsSpec, action: ActionSpec | int, arch: ArchSpec, hp: BaseModel, seed: int,

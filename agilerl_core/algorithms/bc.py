@@ -3,21 +3,58 @@ offline RL method is measured against (it matches the data's behaviour, not bett
 
 Discrete actions: cross-entropy of the policy's logits against the dataset's action. Continuous
 actions: mean squared error of the deterministic policy tanh(f(s)) against the dataset's action in
-the agent's [-1, 1] scale.
+the agent's [-1, 1] scale. Learning is written once for a population (:class:`BCGroup`); a member alone is
+a group of one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.bc_hp import BCHyperparameters
+from agilerl_core.algorithms.group import ReplayGroup, StackedRows, clipped_step
 from agilerl_core.buffers.replay import Transition
 from agilerl_core.envs.spaces import Obs
+from agilerl_core.networks.stacked import StackedNetwork
+
+
+def imitation_loss(out: torch.Tensor, action: torch.Tensor, discrete: bool) -> torch.Tensor:
+    """Each row's loss [...]: cross-entropy of logits `out` [..., A] against the taken action, or the mean
+    squared error of tanh(out) against the action [..., A]."""
+    if discrete:
+        return -torch.log_softmax(out, dim=-1).gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+    return (torch.tanh(out) - action).square().mean(-1)
+
+
+class BCGroup(ReplayGroup):
+    """K behaviour-cloning members: one stacked policy, each member on its own minibatches and learning rate."""
+
+    def __init__(self, agents: Sequence) -> None:
+        super().__init__(agents)
+        self.adam = self.adams["policy"]
+        self.adam.flat.requires_grad_(True)
+        self.policy = StackedNetwork([a.networks["policy"] for a in self.agents], self.adam.flat, self.adam.padded)
+        self.discrete = self.agents[0].action_spec.discrete
+        self.max_grad_norm = self.agents[0].hp.max_grad_norm
+
+    def explore(self, obs: Sequence, masks: Sequence) -> list[np.ndarray]:
+        return [a.greedy_action(o, m) for a, o, m in zip(self.agents, obs, masks, strict=True)]
+
+    def learn(self, batch: Transition, rows: StackedRows) -> torch.Tensor:
+        k = rows.k
+        out = self.policy(batch.obs)
+        action = batch.action.view(k, -1, *batch.action.shape[1:])
+        losses = (imitation_loss(out, action, self.discrete) * rows.weight).sum(1)
+        (self.adam.grad,) = torch.autograd.grad(losses.sum(), self.adam.flat)
+        clipped_step(self.adam, self.max_grad_norm, None if rows.all_active else rows.active)
+        for a, on in zip(self.agents, rows.active.tolist(), strict=True):
+            a.learn_steps += int(on)
+        return losses.detach()
 
 
 class BC(RLAlgorithm):
@@ -29,22 +66,11 @@ class BC(RLAlgorithm):
     target_networks: ClassVar[dict[str, str]] = {}
     action_kinds: ClassVar[tuple[str, ...]] = ("discrete", "box")
 
-    def loss(self, batch: Transition) -> torch.Tensor:
-        out = self.networks["policy"](batch.obs)
-        if self.action_spec.discrete:
-            return F.cross_entropy(out, batch.action)
-        return F.mse_loss(torch.tanh(out), batch.action)
+    group_class = BCGroup
 
-    def learn(self, batch: Transition) -> torch.Tensor:
-        opt = self.optimizers["policy"]
-        opt.zero_grad()
-        loss = self.loss(batch)
-        loss.backward()
-        if self.hp.max_grad_norm is not None:
-            opt.clip_grad_norm(self.hp.max_grad_norm)
-        opt.step()
-        self.learn_steps += 1
-        return loss.detach()
+    def batch_key(self) -> tuple:
+        """Members with equal keys learn as one group (same network structure up to hidden widths)."""
+        return self._group_key(self.hp.max_grad_norm, self.obs_norm is not None)
 
     @torch.no_grad()
     def greedy_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:

@@ -126,8 +126,6 @@ class StackedAdam:
             member_index(self.k * networks_per_member, [s[1:] for s in self.padded], self.flat.device)
         self.lr = torch.tensor([o.lr for o in opts], dtype=torch.float32, device=self.flat.device)
         self._lr_el = self.lr[self.owner]
-        self.layers: Layers = stacked_blocks(self.flat, self.k, self.padded)
-        self.grad_layers: Layers = stacked_blocks(self.grad, self.k, self.padded)
 
     def zero_grad(self) -> None:
         self.grad.zero_()
@@ -186,15 +184,12 @@ class MemberGroup(ABC):
         first = self.agents[0]
         self.device = first.device
         self.activation = first.arch.activation
-        self.net = first.networks[first.online_networks[0]]  # features(): a plain MLP's input, every member's
         self.adams = {n: StackedAdam(*spec) for n, spec in self.stacked_optimizers().items()}
         self.targets: dict[str, torch.Tensor] = {}
-        self.target_layers: dict[str, Layers] = {}
         self._target_sources = self.stacked_targets()
         for t, (online, flats) in self._target_sources.items():
             adam = self.adams[online]
             self.targets[t] = stack_flats(flats, adam.shapes, adam.padded)
-            self.target_layers[t] = stacked_blocks(self.targets[t], self.k, adam.padded)
 
     def stacked_optimizers(self) -> dict[str, tuple]:
         """What to stack: name -> :class:`StackedAdam`'s arguments (each member's Adam, each member's
@@ -208,19 +203,10 @@ class MemberGroup(ABC):
         return {t: (online, [a.target_flat[t] for a in self.agents])
                 for t, online in self.agents[0].target_networks.items()}
 
-    def features(self, obs, k: int) -> torch.Tensor:
-        """The networks' input for a member-major batch of observations ([K * B] rows): [K, B, D]."""
-        x = self.net.features(obs)
-        return x.view(k, -1, x.shape[-1])
-
     @staticmethod
     def joined(obs: Sequence) -> dict[str, torch.Tensor]:
         """Every member's observations (one batch each, the same size) as one member-major batch [K * N, ...]."""
         return {key: torch.cat([o[key] for o in obs]) for key in obs[0]}
-
-    def stacked_obs(self, obs: Sequence) -> torch.Tensor:
-        """Every member's observations (one batch each, the same size) as the networks' input [K, N, D]."""
-        return torch.stack([self.net.features(o) for o in obs])
 
     def hp_tensor(self, name: str) -> torch.Tensor:
         """Hyperparameter `name` of every member, [K] float32."""
@@ -288,11 +274,15 @@ class ReplayGroup(MemberGroup):
         """One step on `batch` (every field [K * B, ...], member-major, see :class:`StackedRows`); returns
         each member's loss [K]."""
 
+    def rows_in(self, batch) -> int:
+        """How many transitions `batch` holds."""
+        return batch.reward.shape[0]
+
     def learn_batch(self, batch) -> torch.Tensor:
         """One step on a given member-major batch (every member's rows the same count, uniform weights, or
         `batch.weight` as importance weights): what a test or a caller holding its own batches uses. Returns
         each member's loss [K]."""
-        b = batch.action.shape[0] // self.k
+        b = self.rows_in(batch) // self.k
         rows = [torch.arange(i * b, (i + 1) * b) for i in range(self.k)]
         weight = getattr(batch, "weight", None)
         importance = None if weight is None else list(weight.view(self.k, b))

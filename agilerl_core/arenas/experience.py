@@ -26,12 +26,6 @@ class ReplayLearning:
         self.steps = 0
         self.loss_sum = torch.zeros(())
 
-    def collected(self, env_steps: int) -> None:
-        """Take the gradient steps that `env_steps` more collected steps earn."""
-        agent = self.agent
-        for _ in range(self.earned(env_steps)):
-            self.record(agent.learn(agent.sample(self.buffer, self.slot)))
-
     def earned(self, env_steps: int) -> int:
         """How many gradient steps `env_steps` more collected steps earn (the caller takes them)."""
         agent, hp = self.agent, self.agent.hp

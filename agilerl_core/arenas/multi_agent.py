@@ -131,24 +131,13 @@ class _TeamCollector:
                            self.learning.mean_loss, wall_s)
 
 
-def train_team(agent, slot: int, env: ParallelVectorEnv, buffer: ReplayBuffer, evo_steps: int, seed: int,
-               fitness: TeamFitness) -> TrainResult:
-    """Collect `evo_steps` env steps (rounded up to whole vector steps) into `slot`'s staging area, learning
-    every `learn_step` steps once `learning_delay` steps have passed. The envs are reset with `seed` first."""
-    t0 = time.perf_counter()
-    c = _TeamCollector(agent, slot, env, buffer, seed)
-    vector_steps = math.ceil(evo_steps / c.num_envs)
-    for _ in range(vector_steps):
-        c.step(agent.explore_action(c.observation(), c.mask))
-        c.learning.collected(c.num_envs)
-    return c.finish(vector_steps, fitness, time.perf_counter() - t0)
-
-
 def train_team_group(group: ReplayGroup, slots: list[int], envs: list[ParallelVectorEnv], buffer: ReplayBuffer,
                      evo_steps: int, seeds: list[int], fitness: TeamFitness) -> list[TrainResult]:
-    """:func:`train_team` for the teams of a stacked group at once (see
+    """Collect `evo_steps` env steps per team (whole vector steps) into its staging slot, learning every
+    `learn_step` steps once `learning_delay` steps have passed (see
     :func:`agilerl_core.arenas.gym_off_policy.train_group`): one batched forward per agent acts in every
-    team's envs, each round of gradient steps is one batched step."""
+    team's envs, each round of gradient steps is one batched step. Each team's envs are reset with its seed
+    first; a team alone is a group of one."""
     t0 = time.perf_counter()
     cs = [_TeamCollector(a, s, envs[s], buffer, seed) for a, s, seed in zip(group.agents, slots, seeds, strict=True)]
     vector_steps = replay_group_phase(group, cs, buffer, slots, evo_steps)
@@ -261,8 +250,7 @@ class MultiAgentOffPolicyArena(SharedReplay, MultiAgentArena):
         self.slot_capacity = math.ceil(cfg.evo_steps / cfg.num_envs) * cfg.num_envs
 
     def train(self, member, slot: int, seed: int, steps: int) -> TrainResult:
-        self.buffer.reset_slot(slot)
-        return train_team(member, slot, self.envs[slot], self.buffer, steps, seed, self.fitness)
+        return self.train_group([member], [slot], [seed], steps)[0]  # learning is written for a population
 
     def batch_key(self, member):
         return member.batch_key()

@@ -22,24 +22,12 @@ from agilerl_core.hpo.evolution import TrainResult
 from agilerl_core.io.storage import s3_options
 
 
-def train_member_offline(agent: RLAlgorithm, slot: int, dataset: ReplayBuffer, learn_steps: int) -> TrainResult:
-    """`learn_steps` gradient steps on batches drawn from the dataset's buffer (no env interaction).
-
-    Batches come from the agent's own generator, which its checkpoint carries, so the result depends
-    only on the agent and the dataset; ``env_steps`` reports the gradient steps (the offline budget unit).
-    """
-    t0 = time.perf_counter()
-    loss_sum = torch.zeros(())
-    for _ in range(learn_steps):
-        loss_sum += agent.learn(agent.sample(dataset, slot))
-    return TrainResult(slot, learn_steps, learn_steps, 0, float("nan"), float(loss_sum) / max(learn_steps, 1),
-                       time.perf_counter() - t0)
-
-
 def train_group_offline(group: ReplayGroup, slots: list[int], dataset: ReplayBuffer, learn_steps: int
                         ) -> list[TrainResult]:
-    """:func:`train_member_offline` for the members of a stacked group at once: every gradient step is one
-    batched step, each member on its own batch drawn with its own generator."""
+    """`learn_steps` gradient steps of every member of a stacked group on the dataset's buffer (no env
+    interaction): every step is one batched step, each member on its own batch drawn with its own generator
+    (which its checkpoint carries), so the result depends only on the members and the dataset;
+    ``env_steps`` reports the gradient steps (the offline budget unit). A member alone is a group of one."""
     t0 = time.perf_counter()
     loss_sum = torch.zeros(group.k)
     everyone = [True] * group.k
@@ -78,9 +66,7 @@ class OfflineArena(GymArena):
         return agents
 
     def train(self, member: RLAlgorithm, slot: int, seed: int, steps: int) -> TrainResult:
-        if member.learns_as_group:  # its learning is written for a population: alone, a group of one
-            return self.train_group([member], [slot], [seed], steps)[0]
-        return train_member_offline(member, slot, self.dataset_buffer, steps)
+        return self.train_group([member], [slot], [seed], steps)[0]  # learning is written for a population
 
     def batch_key(self, member: RLAlgorithm):
         return member.batch_key()

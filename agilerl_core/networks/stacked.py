@@ -8,8 +8,8 @@ the kernel count, is what this saves.
 
 :class:`StackedNetwork` evaluates any :class:`~agilerl_core.networks.evolvable.EvolvableNetwork` structure
 (per-key and conv encoders, noisy layers, a dueling head, observation normalisation) and is differentiable:
-autograd reaches the flat buffer when it requires grad. The older helpers below (:func:`stacked_forward`,
-:func:`layer_blocks`) serve plain-MLP groups with hand-written backward passes.
+autograd reaches the flat buffer when it requires grad. :func:`stacked_forward` evaluates plain MLPs given
+as (weight, bias) blocks (MADDPG's critics: C x N networks per member, stacked once more over the members).
 """
 
 from __future__ import annotations
@@ -34,21 +34,6 @@ def stackable(nets: list[nn.Module]) -> bool:
     spec = first.mlp.spec
     return (all(n.plain_mlp and n.mlp.spec == spec for n in nets) and not spec.noisy and not spec.dueling
             and first.obs_norm is None)
-
-
-def layer_blocks(flat: torch.Tensor, nets: list[nn.Module]) -> Layers:
-    """The (weight, bias) blocks of stacked `nets` as views of `flat` (their stacked parameter buffer, or a
-    leaf tensor sharing its storage, so autograd reaches it), in layer order."""
-    k = len(nets)
-    shapes = [tuple(p.shape) for p in nets[0].parameters()]
-    views, i = [], 0
-    for shape in shapes:
-        n = k
-        for d in shape:
-            n *= d
-        views.append(flat[i: i + n].view(k, *shape))
-        i += n
-    return list(zip(views[0::2], views[1::2], strict=True))
 
 
 def stacked_layer(w: torch.Tensor, b: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

@@ -39,7 +39,6 @@ class ContinuousActorCritic(RLAlgorithm):
     optimizer_lrs: ClassVar[dict[str, str]] = {"actor": "lr_actor", "critic_1": "lr_critic", "critic_2": "lr_critic"}
     noise_networks: ClassVar[tuple[str, ...]] = ("actor",)
     delayed_targets: ClassVar[bool] = True  # targets move only with the actor (TD3); False: every critic step
-    learns_as_group = True
     group_class: ClassVar[type[ActorCriticGroup]]
 
     def network_io(self, name: str) -> tuple[int, int]:

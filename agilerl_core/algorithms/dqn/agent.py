@@ -38,7 +38,6 @@ class DQN(RLAlgorithm):
     online_networks = ("q",)
     target_networks: ClassVar[dict[str, str]] = {"q_target": "q"}
     group_class: ClassVar[type[DQNGroup]] = DQNGroup
-    learns_as_group = True
 
     def __init__(self, obs_spec, action, arch, hp, seed, device="cpu") -> None:
         super().__init__(obs_spec, action, arch, hp, seed, device)

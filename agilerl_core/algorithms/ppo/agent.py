@@ -38,7 +38,6 @@ class PPO(RLAlgorithm):
     online_networks = ("actor", "critic")
     target_networks: ClassVar[dict[str, str]] = {}
     noise_networks: ClassVar[tuple[str, ...]] = ("actor",)
-    learns_as_group = True
     group_class = PPOGroup
 
     def __init__(self, obs_spec, action, arch, hp, seed, device="cpu") -> None:

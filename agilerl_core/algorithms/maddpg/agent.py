@@ -16,8 +16,11 @@ the agent's own generator (so runs repeat bit for bit).
 
 All networks share one architecture template, so one architecture or activation mutation changes every
 agent's actor and critics together (and keeps their trained weights). The same template lets the critics
-live stacked in one buffer (``networks.stacked``): a learn step evaluates, back-propagates (by hand) and
-steps all of them at once; each critic keeps its own parameters, loss and Adam state.
+live stacked in one buffer, so a learn step evaluates and steps all of them at once; each critic keeps its
+own parameters, loss and Adam state.
+
+This module holds a team: its networks, acting and state. Learning is written once for a population of
+teams in :mod:`agilerl_core.algorithms.maddpg.group`; a team alone learns as a group of one.
 """
 
 from __future__ import annotations
@@ -31,25 +34,14 @@ import torch.nn.functional as F
 
 from agilerl_core.algorithms.actor_critic.noise import GaussianNoise, OUNoise
 from agilerl_core.algorithms.base import RLAlgorithm
-from agilerl_core.algorithms.fused_mlp import stacked_backward, stacked_forward_cached
-from agilerl_core.algorithms.maddpg_group import MADDPGGroup, masked_logits
+from agilerl_core.algorithms.maddpg.group import MADDPGGroup
+from agilerl_core.algorithms.maddpg.maths import masked_logits
 from agilerl_core.algorithms.maddpg_hp import MADDPGHyperparameters, MATD3Hyperparameters
 from agilerl_core.algorithms.optim import FlatAdam, stack_parameters
-from agilerl_core.buffers.replay import AgentTensors, MultiAgentBatch
+from agilerl_core.buffers.replay import AgentTensors
 from agilerl_core.envs.spaces import ActionSpec, MultiAgentSpec, Obs, ObsSpec
 from agilerl_core.networks.evolvable import ArchSpec, EvolvableNetwork
-from agilerl_core.networks.stacked import layer_blocks, stackable, stacked_forward
-
-
-def gumbel_softmax(logits: torch.Tensor, temperature: float, generator: torch.Generator | None,
-                   hard: bool = True) -> torch.Tensor:
-    """A (straight-through, when `hard`) Gumbel-softmax sample of `logits`, its noise from `generator`."""
-    u = torch.rand(logits.shape, generator=generator).to(logits.device).clamp_(1e-10, 1.0 - 1e-10)
-    soft = F.softmax((logits - torch.log(-torch.log(u))) / temperature, dim=-1)
-    if not hard:
-        return soft
-    onehot = F.one_hot(soft.argmax(-1), logits.shape[-1]).to(soft.dtype)
-    return onehot + soft - soft.detach()
+from agilerl_core.networks.stacked import stackable
 
 
 class MADDPG(RLAlgorithm):
@@ -58,6 +50,7 @@ class MADDPG(RLAlgorithm):
     name: ClassVar[str] = "maddpg"
     hp_model = MADDPGHyperparameters
     action_kinds: ClassVar[tuple[str, ...]] = ("discrete", "box")
+    group_class = MADDPGGroup
 
     def __init__(self, obs_spec: MultiAgentSpec, action: dict[str, ActionSpec] | None, arch: ArchSpec, hp,
                  seed: int, device: str | torch.device = "cpu") -> None:
@@ -170,18 +163,11 @@ class MADDPG(RLAlgorithm):
     def env_action(self, obs: Obs, action_mask=None) -> dict[str, np.ndarray]:
         return self.env_actions(self.greedy_action(obs, action_mask))
 
-    # ---- population-batched learning (agilerl_core.algorithms.maddpg_group) ---------------------------
-    def batch_key(self) -> tuple | None:
+    # ---- population-batched learning ----------------------------------------------------------------------
+    def batch_key(self) -> tuple:
+        """Teams with equal keys learn as one group: the same agents, architecture (hidden widths may differ)
+        and critics; rates, gamma, tau, noise, temperature and policy_freq are per team."""
         return self._group_key(self.critic_names, self.hp.max_grad_norm)
-
-    @staticmethod
-    def group(agents: list[MADDPG]):
-        return MADDPGGroup(agents)
-
-    # ---- learning ---------------------------------------------------------------------------------------
-    def sample(self, buffer, slot: int) -> MultiAgentBatch:
-        rows = buffer.sample_rows(self.hp.batch_size, slot, self.torch_gen)
-        return MultiAgentBatch.from_fields(buffer.gather(rows), self.agents)
 
     def joint_action(self, actions: AgentTensors) -> torch.Tensor:
         """The critics' action input: every agent's action (Discrete ones one-hot), concatenated in agent order."""
@@ -196,97 +182,10 @@ class MADDPG(RLAlgorithm):
         name = f"{critic}.{agent}" + (".target" if target else "")
         return self.networks[name](obs, joint_action).squeeze(1)
 
-    @torch.no_grad()
-    def target_actions(self, next_obs: Obs, smoothing_noise: AgentTensors | None = None,
-                       next_masks: AgentTensors | None = None) -> AgentTensors:
-        """Every agent's target-actor action on the next observations: Box ones with MATD3's clipped
-        smoothing noise (drawn from the agent's generator unless given), Discrete ones one-hot greedy among
-        the actions their next mask allows."""
-        hp = self.hp
-        out = {}
-        for a in self.agents:
-            y = self._actor_out(a, next_obs[a], target=True)
-            if self.action_specs[a].discrete:
-                y = masked_logits(y, None if next_masks is None else next_masks.get(a))
-                out[a] = F.one_hot(y.argmax(-1), y.shape[-1]).to(torch.float32)
-                continue
-            x = torch.tanh(y)
-            if hp.target_noise > 0:
-                eps = smoothing_noise[a] if smoothing_noise is not None else \
-                    torch.randn(x.shape, generator=self.torch_gen).to(x.device)
-                x = (x + (eps * hp.target_noise).clamp(-hp.target_noise_clip, hp.target_noise_clip)).clamp(-1.0, 1.0)
-            out[a] = x
-        return out
-
-    @torch.no_grad()
-    def target_values(self, batch: MultiAgentBatch, smoothing_noise: AgentTensors | None = None) -> torch.Tensor:
-        """y_i for every agent i, stacked [agents, batch] (see the module doc): every target critic in one
-        batched pass, the minimum over each agent's critics."""
-        next_vec, _ = self.ma.joint.preprocess(batch.next_obs)
-        x = torch.cat([next_vec, self.joint_action(self.target_actions(batch.next_obs, smoothing_noise,
-                                                                       batch.next_mask))], dim=1)
-        q_next = stacked_forward(self.critic_target_layers, x, self.arch.activation)
-        q_next = q_next.view(len(self.critic_names), len(self.agents), -1).min(0).values
-        reward = torch.stack([batch.reward[a] for a in self.agents])
-        terminated = torch.stack([batch.terminated[a] for a in self.agents])
-        return reward + self.hp.gamma * (1.0 - terminated) * q_next
-
-    def targets(self, batch: MultiAgentBatch, smoothing_noise: AgentTensors | None = None) -> AgentTensors:
-        """y_i for every agent i, by agent."""
-        y = self.target_values(batch, smoothing_noise)
-        return {a: y[i] for i, a in enumerate(self.agents)}
-
-    def learn(self, batch: MultiAgentBatch) -> torch.Tensor:
-        """One step of every critic (all in one batched pass, a hand-written backward and one Adam step);
-        every `policy_freq`-th call also every actor and the soft target updates. Returns the summed critic
-        loss."""
-        hp = self.hp
-        y = self.target_values(batch)
-        obs_vec, _ = self.ma.joint.preprocess(batch.obs)
-        x = torch.cat([obs_vec, self.joint_action(batch.action)], dim=1)
-        q, inputs = stacked_forward_cached(self.critic_layers, x, self.arch.activation)
-        critics, agents = len(self.critic_names), len(self.agents)
-        weight = torch.stack([batch.acted[a] for a in self.agents])  # rows where each agent acted
-        denom = weight.sum(1, keepdim=True).clamp_min(1.0)
-        err = q.view(critics, agents, -1) - y
-        loss = (weight * err.pow(2) / denom).sum()  # summed over critics: each has its own parameters
-        self.critic_adam.zero_grad()
-        stacked_backward(self.critic_layers, inputs, (2.0 * weight * err / denom).view(critics * agents, -1, 1),
-                         self.arch.activation, grads=self.critic_grads)
-        if hp.max_grad_norm is not None:
-            self.critic_adam.clip_grad_norm(hp.max_grad_norm)
-        self.critic_adam.step()
-        self.learn_steps += 1
-        if self.learn_steps % hp.policy_freq == 0:
-            self.actor_step(batch, obs_vec, weight, denom)
-            self.update_targets(hp.tau)
-        return loss
-
-    def actor_step(self, batch: MultiAgentBatch, obs_vec: torch.Tensor, weight: torch.Tensor,
-                   denom: torch.Tensor) -> None:
-        """Every actor i descends -Q_1,i(x, a_1, .., mu_i(o_i), .., a_N) over the rows where agent i acted:
-        the agents' critic_1 in one batched pass, its input gradient handed to autograd for the actors."""
-        mine = {}
-        for a in self.agents:
-            self.optimizers[f"actor.{a}"].zero_grad()
-            y = self._actor_out(a, batch.obs[a])
-            mine[a] = gumbel_softmax(masked_logits(y, batch.agent_mask(a)), self.hp.gumbel_temperature,
-                                     self.torch_gen) if self.action_specs[a].discrete else torch.tanh(y)
-        xs = torch.stack([torch.cat([obs_vec, self.joint_action({b: mine[a] if b == a else batch.action[b]
-                                                                 for b in self.agents})], dim=1)
-                          for a in self.agents])
-        with torch.no_grad():
-            _, inputs = stacked_forward_cached(self.critic_1_layers, xs.detach(), self.arch.activation)
-            grad_x = stacked_backward(self.critic_1_layers, inputs, (-weight / denom).unsqueeze(-1),
-                                      self.arch.activation, input_grad=True)
-        xs.backward(grad_x)
-        for a in self.agents:
-            self._step(f"actor.{a}")
-
     # ---- optimisers: the critics stacked ------------------------------------------------------------------
     def install_optimizers(self, online: dict[str, EvolvableNetwork], targets: dict[str, EvolvableNetwork]) -> None:
         """Actors keep an Adam each; every critic (and every target critic) lives in one stacked buffer, so a
-        learn step evaluates all of them in one batched pass and takes one Adam step (see networks.stacked)."""
+        learn step evaluates all of them in one batched pass and takes one Adam step."""
         critics = [n for n in self.online_networks if not n.startswith("actor.")]
         nets = [online[n] for n in critics]
         if not stackable(nets):
@@ -296,12 +195,7 @@ class MADDPG(RLAlgorithm):
         self.critic_adam = FlatAdam(nets, self.lr_for(critics[0]), stack=True)
         for n in critics:
             self.optimizers[n] = self.critic_adam.view(online[n])
-        self.critic_layers = layer_blocks(self.critic_adam.flat, nets)
-        self.critic_grads = layer_blocks(self.critic_adam.grad, nets)
-        self.critic_1_layers = [(w[:len(self.agents)], b[:len(self.agents)]) for w, b in self.critic_layers]
-        target_nets = [targets[f"{n}.target"] for n in critics]
-        self.critic_target_flat, _, _ = stack_parameters(target_nets, with_grad=False)
-        self.critic_target_layers = layer_blocks(self.critic_target_flat, target_nets)
+        self.critic_target_flat, _, _ = stack_parameters([targets[f"{n}.target"] for n in critics], with_grad=False)
 
     @torch.no_grad()
     def update_targets(self, tau: float) -> None:
@@ -310,12 +204,6 @@ class MADDPG(RLAlgorithm):
             self.critic_target_flat.copy_(self.critic_adam.flat)
         else:
             self.critic_target_flat.lerp_(self.critic_adam.flat, tau)
-
-    def _step(self, name: str) -> None:
-        opt = self.optimizers[name]
-        if self.hp.max_grad_norm is not None:
-            opt.clip_grad_norm(self.hp.max_grad_norm)
-        opt.step()
 
 
 class MATD3(MADDPG):
