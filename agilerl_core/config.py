@@ -1,7 +1,10 @@
-"""The experiment config: one pydantic model, loaded from YAML, validated before any work starts.
+"""The engine's experiment config: one pydantic model per kind of experiment, loaded from YAML, validated
+before any work starts. Every field carries a one-line description; errors name the field (dotted path) and
+the allowed values.
 
-The same object is the CLI's YAML, the flow parameter of the pipeline and what tracking logs. Every
-field carries a one-line description; errors name the field (dotted path) and the allowed values.
+The engine reads only what trains and evaluates a population (and where its checkpoints live). The pipeline
+extends each kind with its own sections (runner, tracking, schedule: :mod:`tasks.config`) through
+:class:`ConfigKinds`; the engine never reads them.
 """
 
 from __future__ import annotations
@@ -27,11 +30,11 @@ from pydantic import (
     model_validator,
 )
 
-from agilerl_core.algorithms.cql_hp import CQNHyperparameters
-from agilerl_core.algorithms.dqn_hp import DQNHyperparameters
-from agilerl_core.algorithms.hp_base import HP_TAG, BaseHyperparameters
-from agilerl_core.algorithms.llm_hp import GRPOHyperparameters
-from agilerl_core.algorithms.maddpg_hp import MATD3Hyperparameters
+from agilerl_core.algorithms.hyperparameters.base import HP_TAG, BaseHyperparameters
+from agilerl_core.algorithms.hyperparameters.cql import CQNHyperparameters
+from agilerl_core.algorithms.hyperparameters.dqn import DQNHyperparameters
+from agilerl_core.algorithms.hyperparameters.llm import GRPOHyperparameters
+from agilerl_core.algorithms.hyperparameters.maddpg import MATD3Hyperparameters
 from agilerl_core.algorithms.registry import ALGORITHMS, algorithms_for_kind
 from agilerl_core.errors import ConfigError
 from agilerl_core.hpo.space import HyperparameterSpec
@@ -150,20 +153,6 @@ class StorageConfig(_Strict):
                                                        "(every generation's elite is always kept).")
 
 
-class TrackingConfig(_Strict):
-    """MLflow tracking of the pipeline (the in-process --local loop does not track)."""
-
-    enabled: bool = Field(True, description="Log runs to MLflow.")
-    uri: str | None = Field(None, description="Tracking URI; None: $MLFLOW_TRACKING_URI, else a SQLite file in "
-                                              "output_dir.")
-    register_model: bool = Field(True, description="Register the final elite and alias it 'champion'.")
-    model_name: str | None = Field(None, description="Registered model name; None: the experiment name.")
-    flush_timeout: float = Field(60.0, ge=0, description="Seconds a run waits at its end for the tracking server "
-                                                         "to take what is still queued (it queues while the server "
-                                                         "is down and training goes on); after that the run ends "
-                                                         "with the rest pending, delivered by `agilerl-flow resume`.")
-
-
 class ChampionConfig(_Strict):
     """Which member a run registers, and when the registered model's ``champion`` alias moves to it."""
 
@@ -174,89 +163,6 @@ class ChampionConfig(_Strict):
         None, ge=1, description="Fresh-seed episodes each champion candidate (the final elite and the best member "
                                 "the run ever evaluated) is re-scored on before one is registered (LLM: passes over "
                                 "the held-out prompts); None: one evaluation's worth (eval_episodes; LLM: 1).")
-
-
-_CRON_NICKNAMES = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@hourly")
-
-
-class ScheduleConfig(_Strict):
-    """When the deployment made from this config runs by itself (``deployments/build.py`` turns the section
-    into the deployment's schedule; a config without it deploys unscheduled: runs start when triggered)."""
-
-    cron: str = Field(..., description="Cron expression: minute hour day-of-month month day-of-week, e.g. "
-                                       "'0 2 * * *' (02:00 every day), or @daily / @weekly / @hourly...")
-    timezone: str = Field("UTC", description="IANA time zone the cron is read in, e.g. Europe/London.")
-    active: bool = Field(True, description="Created active; false creates it paused (switch it on in the UI).")
-
-    @field_validator("cron")
-    @classmethod
-    def _cron(cls, value: str) -> str:
-        fields = value.split()
-        if value.strip() in _CRON_NICKNAMES:
-            return value.strip()
-        if len(fields) != 5 or not all(re.fullmatch(r"[0-9A-Za-z*/,\-?LW#]+", f) for f in fields):
-            raise ValueError(f"{value!r} is not a cron expression: give 5 fields (minute hour day-of-month month "
-                             f"day-of-week), e.g. '0 2 * * *' for 02:00 daily, or one of {', '.join(_CRON_NICKNAMES)}")
-        return " ".join(fields)
-
-    @field_validator("timezone")
-    @classmethod
-    def _timezone(cls, value: str) -> str:
-        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"{value!r} is not an IANA time zone (e.g. UTC, Europe/London, America/New_York)") \
-                from None
-        return value
-
-
-class RunnerConfig(_Strict):
-    """How the pipeline runs a generation's tasks: one task trains one group of members (a shard)."""
-
-    kind: Literal["threads", "dask", "ray", "deployments"] = Field(
-        "threads", description="threads: one process, shared buffer; dask / ray: worker processes (local, or "
-                               "the cluster at `address`), experience shards via storage; deployments: each "
-                               "group trains as a run of the `deployment` on its work pool (machines of "
-                               "their own), members and experience through storage.")
-    deployment: str = Field("train-group/train-group", description="deployments: the per-group train "
-                                                                   "deployment (FLOW/DEPLOYMENT), made by "
-                                                                   "`prefect deploy -n train-group`.")
-    deployment_timeout: float = Field(3600.0, gt=0, description="deployments: seconds a group's run may take.")
-    address: str | None = Field(None, description="Dask scheduler or Ray cluster address; None starts a local one.")
-    workers: int = Field(2, ge=1, description="Worker processes of the local Dask cluster; CPUs of the local Ray; "
-                                              "deployments: group runs at once.")
-    max_threads: int = Field(1, ge=1, description="Groups the thread runner trains at once. Keep 1 for CPU-bound "
-                                                  "small networks: their Python-heavy loops fight over the GIL "
-                                                  "(4 threads measured 2.7x slower); use dask or ray for CPU "
-                                                  "parallelism.")
-    batch_members: bool = Field(True, description="Population-batched learning: members of one architecture "
-                                                  "learn as one stacked group (one forward, backward and Adam "
-                                                  "step for all); the algorithms without a batched path train "
-                                                  "one by one and the run's summary says so.")
-    group_size: int | None = Field(None, ge=1, description="At most this many members per group (one task "
-                                                           "each). None: no limit for threads, the population "
-                                                           "shared out over `workers` for dask and ray. Groups "
-                                                           "depend only on the population and this size, so "
-                                                           "runners with the same size give the same result.")
-    gpus_per_shard: float = Field(0.0, ge=0, description="GPUs each group's task asks the engine for (ray: "
-                                                         "num_gpus, fractions allowed: 0.25 puts four on a GPU; "
-                                                         "dask: the GPU worker resource). 0: CPU.")
-    cpus_per_shard: float = Field(1.0, gt=0, description="CPUs each group's task asks Ray for (num_cpus). Dask "
-                                                         "workers are single-threaded and take one task at a "
-                                                         "time, so it does not apply there.")
-    worker_gpus: int = Field(0, ge=0, description="Local Dask cluster: GPUs to give one worker each (resource "
-                                                  "GPU=1 and its own CUDA_VISIBLE_DEVICES); local Ray: its GPU "
-                                                  "count. 0: none (or, for Ray, what it detects).")
-
-    def group_cap(self, population: int) -> int | None:
-        """The largest group a task trains (see `group_size`)."""
-        if self.group_size is not None:
-            return self.group_size
-        if self.kind == "threads":
-            return None if self.max_threads == 1 else -(-population // self.max_threads)
-        return -(-population // self.workers)
 
 
 class DatasetConfig(_Strict):
@@ -335,12 +241,8 @@ class _ExperimentBase(_Strict):
                                           "Ampere and later, ~1e-3 relative error); off keeps full float32.")
     torch_threads: int = Field(1, ge=1, description="Torch intra-op threads (small nets run fastest on 1).")
     storage: StorageConfig = Field(default_factory=StorageConfig, description="Pipeline persistence.")
-    tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow tracking.")
     champion: ChampionConfig = Field(default_factory=ChampionConfig, description="The registered champion: "
                                                                                 "candidates and promotion.")
-    runner: RunnerConfig = Field(default_factory=RunnerConfig, description="Task runner of the pipeline.")
-    schedule: ScheduleConfig | None = Field(None, description="When the deployment made from this config runs by "
-                                                              "itself; none: only when triggered.")
 
     @field_validator("device")
     @classmethod
@@ -660,23 +562,67 @@ def _kind_tag(value: Any) -> str:
     return getattr(value, "kind", "gym")
 
 
+class ConfigKinds:
+    """The kinds of experiment config one layer accepts (the engine's, or the pipeline's extensions of them),
+    discriminated by `kind` (default gym): validation with errors that name each bad field, YAML loading with
+    dotted overrides, and the JSON schema."""
+
+    def __init__(self, kinds: dict[str, type[_ExperimentBase]]) -> None:
+        self.kinds = dict(kinds)
+        members = tuple(Annotated[cls, Tag(kind)] for kind, cls in self.kinds.items())
+        self.annotation = Annotated[Union[members],  # noqa: UP007 (a tuple of members: only Union takes one)
+                                    Discriminator(_kind_tag, custom_error_type="kind",
+                                                  custom_error_message=f"kind: must be one of {', '.join(kinds)}")]
+        self.adapter = TypeAdapter(self.annotation)
+
+    def schema(self) -> dict[str, Any]:
+        """JSON schema of every kind."""
+        return self.adapter.json_schema()
+
+    def validate(self, data: dict[str, Any], source: str = "config") -> Any:
+        """A config from plain data, raising ConfigError that names each bad field."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"invalid config ({source}): expected a mapping of fields, got {type(data).__name__}")
+        try:
+            return self.adapter.validate_python(data)
+        except ValidationError as err:
+            model = self.kinds.get(_kind_tag(data), self.kinds["gym"])
+            raise ConfigError(_format_validation_error(err, source, model)) from None
+
+    def load(self, path: str | Path, overrides: dict[str, Any] | None = None) -> Any:
+        """Load a YAML config file and apply dotted overrides (`hyperparameters.lr`: 3e-4)."""
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist; pass the path of a YAML config "
+                              f"such as deployments/configs/cartpole_dqn.yaml")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {err}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {str(path)!r} must hold a mapping of fields at the top level")
+        for key, value in (overrides or {}).items():
+            _set_dotted(data, key, value)
+        return self.validate(data, source=str(path))
+
+
 EXPERIMENT_KINDS: dict[str, type[_ExperimentBase]] = {"gym": GymExperimentConfig,
                                                       "offline": OfflineExperimentConfig,
                                                       "multi_agent": MultiAgentExperimentConfig,
                                                       "llm": LLMExperimentConfig}
-ExperimentConfig = Annotated[
-    Annotated[GymExperimentConfig, Tag("gym")] | Annotated[OfflineExperimentConfig, Tag("offline")]
-    | Annotated[MultiAgentExperimentConfig, Tag("multi_agent")] | Annotated[LLMExperimentConfig, Tag("llm")],
-    Discriminator(_kind_tag, custom_error_type="kind",
-                  custom_error_message=f"kind: must be one of {', '.join(EXPERIMENT_KINDS)}"),
-]
-"""One evolution run, discriminated by `kind` (default gym)."""
-_ADAPTER = TypeAdapter(ExperimentConfig)
+ENGINE_KINDS = ConfigKinds(EXPERIMENT_KINDS)
+ExperimentConfig = ENGINE_KINDS.annotation
+"""One evolution run as the engine reads it, discriminated by `kind` (default gym)."""
 
 
 def config_schema() -> dict[str, Any]:
-    """JSON schema of every kind of experiment config."""
-    return _ADAPTER.json_schema()
+    """JSON schema of every kind of engine config."""
+    return ENGINE_KINDS.schema()
+
+
+def engine_data(cfg: Any) -> dict[str, Any]:
+    """A config's engine fields as JSON data: a pipeline config's own sections left out."""
+    return cfg.model_dump(mode="json", include=set(EXPERIMENT_KINDS[cfg.kind].model_fields))
 
 
 def _complete_space(algo: str, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -707,7 +653,7 @@ def _format_validation_error(err: ValidationError, source: str, kind_model: type
     for e in err.errors():
         parts = list(e["loc"])
         if parts and parts[0] in EXPERIMENT_KINDS:
-            parts.pop(0)  # the union member's tag: the kind, already named by the config
+            parts.pop(0)  # the union member's tag: the kind, already named by the config (same tags in the pipeline)
         raw = tuple(parts)
         if len(parts) > 1 and parts[0] == "hyperparameters" and parts[1] in ALGORITHMS:
             parts.pop(1)  # the algorithm's tag, already named by the config
@@ -773,31 +719,13 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
 
 
 def validate_config(data: dict[str, Any], source: str = "config") -> ExperimentConfig:
-    """Build an ExperimentConfig from plain data, raising ConfigError that names each bad field."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"invalid config ({source}): expected a mapping of fields, got {type(data).__name__}")
-    try:
-        return _ADAPTER.validate_python(data)
-    except ValidationError as err:
-        model = EXPERIMENT_KINDS.get(_kind_tag(data), GymExperimentConfig)
-        raise ConfigError(_format_validation_error(err, source, model)) from None
+    """Build an engine ExperimentConfig from plain data, raising ConfigError that names each bad field."""
+    return ENGINE_KINDS.validate(data, source)
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> ExperimentConfig:
-    """Load a YAML config file and apply dotted overrides (`hyperparameters.lr`: 3e-4)."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {str(path)!r} does not exist; pass the path of a YAML config "
-                          f"such as deployments/configs/cartpole_dqn.yaml")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {err}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {str(path)!r} must hold a mapping of fields at the top level")
-    for key, value in (overrides or {}).items():
-        _set_dotted(data, key, value)
-    return validate_config(data, source=str(path))
+    """Load a YAML engine config file and apply dotted overrides (`hyperparameters.lr`: 3e-4)."""
+    return ENGINE_KINDS.load(path, overrides)
 
 
 # ---- config fields that name code ---------------------------------------------------------------------------

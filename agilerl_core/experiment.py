@@ -23,18 +23,20 @@ def build_arena(cfg: ExperimentConfig):
     return arena_class(algorithm_info(cfg.algorithm).arenas[cfg.kind])(cfg, get_algorithm(cfg.algorithm))
 
 
-def build_evolution(cfg: ExperimentConfig) -> Evolution:
+def build_evolution(cfg: ExperimentConfig, batch_members: bool = True, group_cap: int | None = None) -> Evolution:
     """The Evolution of `cfg` in its arena: every check (device, env id, spaces, hyperparameter bounds,
-    dataset) happens here, before anything trains or is written."""
+    dataset) happens here, before anything trains or is written. Members of one batch key learn as one group
+    (`batch_members`; False: each alone), at most `group_cap` members per group (None: no limit)."""
     arena = build_arena(cfg)
-    return Evolution(arena, EvolutionSettings.from_config(cfg, arena.space, arena.arch_bounds))
+    return Evolution(arena, EvolutionSettings.from_config(cfg, arena.space, arena.arch_bounds, batch_members,
+                                                          group_cap))
 
 
 def train_local(cfg: ExperimentConfig, progress: bool = True, run_dir: str | Path | None = None,
-                evolution: Evolution | None = None) -> RunResult:
+                evolution: Evolution | None = None, batch_members: bool = True) -> RunResult:
     """Evolve a population until the target fitness or the budget, in this process; save the elite and the
-    population under `run_dir` (default OUTPUT_DIR/NAME-seedSEED)."""
-    evo = evolution or build_evolution(cfg)
+    population under `run_dir` (default OUTPUT_DIR/NAME-seedSEED). `batch_members`: see :func:`build_evolution`."""
+    evo = evolution or build_evolution(cfg, batch_members)
     t0 = time.perf_counter()
     steps0 = evo.global_steps
     bar = tqdm(total=cfg.max_env_steps, initial=evo.global_steps, unit="step", file=sys.stderr,

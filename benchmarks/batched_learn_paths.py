@@ -27,8 +27,8 @@ from gymnasium import spaces
 from torch.func import functional_call, grad, stack_module_state, vmap
 
 from agilerl_core.algorithms.dqn import DQN
-from agilerl_core.algorithms.dqn_hp import DQNHyperparameters
 from agilerl_core.algorithms.group import StackedRows
+from agilerl_core.algorithms.hyperparameters.dqn import DQNHyperparameters
 from agilerl_core.buffers.replay import Transition
 from agilerl_core.config import NetworkConfig
 from agilerl_core.envs.spaces import ObsSpec

@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 
 from agilerl_core.arenas.base import evaluate_member
-from agilerl_core.config import load_config
 from agilerl_core.envs.make import make_vector_env
 from agilerl_core.experiment import train_local
 from agilerl_core.io.checkpoint import load_member
+from tasks.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "deployments" / "configs"

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import torch
 
-from agilerl_core.config import load_config
 from agilerl_core.data.prompts import make_arithmetic, write_jsonl
 from agilerl_core.experiment import build_evolution
+from tasks.config import load_config
 
 CONFIG = Path(__file__).resolve().parents[1] / "deployments" / "configs" / "smollm2_arithmetic_grpo.yaml"
 

@@ -30,9 +30,9 @@ from pathlib import Path
 
 import torch
 
-from agilerl_core.config import validate_config
 from agilerl_core.data.prompts import write_jsonl
 from agilerl_core.experiment import build_evolution
+from tasks.config import validate_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peer import PEER_DIR, in_fresh_process  # beside this script

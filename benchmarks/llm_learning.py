@@ -22,9 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from agilerl_core.config import load_config
 from agilerl_core.data.prompts import make_arithmetic, write_jsonl
 from agilerl_core.experiment import build_evolution
+from tasks.config import load_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "deployments" / "configs"
 

@@ -42,8 +42,8 @@ def _peak_mib() -> float:
 
 
 def measure(pop: int, data: str) -> dict:
-    from agilerl_core.config import validate_config
     from agilerl_core.experiment import build_evolution
+    from tasks.config import validate_config
 
     t0 = time.perf_counter()
     evo = build_evolution(validate_config({

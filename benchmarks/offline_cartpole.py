@@ -28,12 +28,12 @@ import time
 from pathlib import Path
 
 from agilerl_core.arenas.base import evaluate_member
-from agilerl_core.config import load_config
 from agilerl_core.data.collect import collect_episodes, write_dataset
 from agilerl_core.data.loader import load_dataset
 from agilerl_core.envs.make import make_vector_env
 from agilerl_core.experiment import build_evolution, train_local
 from agilerl_core.io.checkpoint import load_member, save_member
+from tasks.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "deployments" / "configs"

@@ -53,10 +53,10 @@ def main() -> None:
         os.environ.update(env, PREFECT_LOGGING_LEVEL="WARNING", PREFECT_SERVER_ANALYTICS_ENABLED="false")
         import_s = _import_cost(env)
 
-        from agilerl_core.config import load_config
         from agilerl_core.experiment import train_local
         from flows.evolution import PREPARED_RUNS, prepare_run
         from flows.online import online_evolution
+        from tasks.config import load_config
 
         budget = args.evo_steps * args.population * args.generations
         base = {"evo_steps": args.evo_steps, "population_size": args.population, "max_env_steps": budget,

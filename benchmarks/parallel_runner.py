@@ -36,9 +36,9 @@ def main() -> None:
     args = p.parse_args()
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from agilerl_core.config import load_config
     from agilerl_core.experiment import train_local
     from flows.online import online_evolution
+    from tasks.config import load_config
 
     with tempfile.TemporaryDirectory(prefix="agilerl-bench-") as tmp:
         over = {"evo_steps": args.evo_steps, "population_size": 4, "target_fitness": None,
@@ -49,7 +49,7 @@ def main() -> None:
         seq = train_local(load_config(cfg_path, over), progress=False, run_dir=Path(tmp) / "seq")
         seq_total = time.perf_counter() - t0
         seq_gen = [h.wall_s for h in seq.history]
-        one = train_local(load_config(cfg_path, {**over, "runner.batch_members": False}), progress=False,
+        one = train_local(load_config(cfg_path, over), batch_members=False, progress=False,
                           run_dir=Path(tmp) / "one")  # the reference before population batching
         one_gen = [h.wall_s for h in one.history]
         runner = {"runner.kind": args.runner, "runner.workers": args.workers}

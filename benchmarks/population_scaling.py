@@ -29,14 +29,15 @@ CONFIGS = {
 
 
 def one(algo: str, pop: int, batch: bool, out: str) -> tuple[float, float]:
-    from agilerl_core.config import validate_config
     from agilerl_core.experiment import build_evolution
+    from tasks.config import validate_config
 
     data = {"name": f"scale-{algo}", "population_size": pop, "eval_episodes": 1, "seed": 0, "output_dir": out,
             "max_env_steps": 10**9, "network": {"hidden_sizes": [64, 64]},
             "mutation": {"no_mutation": 1.0, "architecture": 0, "parameters": 0, "activation": 0, "rl_hp": 0},
             "runner": {"batch_members": batch}, **CONFIGS[algo]}
-    evo = build_evolution(validate_config(data))
+    cfg = validate_config(data)
+    evo = build_evolution(cfg, batch_members=cfg.runner.batch_members)
     evo.run_generation()  # warm-up: buffers filled, envs built
     evo.evolve()
     t0 = time.perf_counter()

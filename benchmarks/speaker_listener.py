@@ -22,8 +22,8 @@ import json
 import tempfile
 from pathlib import Path
 
-from agilerl_core.config import load_config
 from agilerl_core.experiment import train_local
+from tasks.config import load_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "deployments" / "configs"
 THRESHOLD = -30.0

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from agilerl_core.config import load_config
 from agilerl_core.envs.multi_agent import make_parallel_vector_env
 from agilerl_core.experiment import train_local
+from tasks.config import load_config
 
 CONFIG = Path(__file__).resolve().parents[1] / "deployments" / "configs" / "spread_matd3.yaml"
 

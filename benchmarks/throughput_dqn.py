@@ -22,8 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from agilerl_core.config import GymExperimentConfig
 from agilerl_core.experiment import train_local
+from tasks.config import GymPipelineConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -31,7 +31,7 @@ from peer import run_peer  # noqa: E402  (beside this script)
 
 
 def ours(budget: int, evo_steps: int, seed: int, out: str, batch: bool = True) -> dict:
-    cfg = GymExperimentConfig(
+    cfg = GymPipelineConfig(
         name="throughput", env_id="CartPole-v1", num_envs=8, population_size=4, evo_steps=evo_steps,
         eval_episodes=1, max_env_steps=budget, target_fitness=None, seed=seed, output_dir=out,
         hyperparameters={"lr": 1e-3, "batch_size": 128, "learn_step": 1, "tau": 1e-3, "double": True,
@@ -42,7 +42,7 @@ def ours(budget: int, evo_steps: int, seed: int, out: str, batch: bool = True) -
         hp_space={"learn_step": None},  # keep one gradient step per env step, as the peer's run does
         runner={"batch_members": batch},
     )
-    res = train_local(cfg, progress=False)
+    res = train_local(cfg, progress=False, batch_members=cfg.runner.batch_members)
     return {"wall_s": res.wall_s, "train_env_steps": res.global_steps, "env_steps_per_s": res.env_steps_per_s,
             "group_sizes": [[len(g) for g in h.groups] for h in res.history]}
 

@@ -33,8 +33,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from agilerl_core.config import validate_config
 from agilerl_core.experiment import train_local
+from tasks.config import validate_config
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -59,8 +59,8 @@ def _config(budget: int, evo_steps: int, seed: int, out: str, **extra):
 def ours(budget: int, evo_steps: int, seed: int, out: str, env_workers: int = 0, batch: bool = True) -> dict:
     """The population in-process: teams stacked into one batched group (`batch`, the default) or one after
     another (what the peer does); with `env_workers`, the env copies step in that many worker processes."""
-    res = train_local(_config(budget, evo_steps, seed, out, vector_workers=env_workers,
-                              runner={"batch_members": batch}), progress=False)
+    res = train_local(_config(budget, evo_steps, seed, out, vector_workers=env_workers), progress=False,
+                      batch_members=batch)
     return {"wall_s": res.wall_s, "train_env_steps": res.global_steps, "env_steps_per_s": res.env_steps_per_s,
             "best_fitness": res.best_fitness}
 

@@ -93,8 +93,8 @@ class _Dumper(yaml.SafeDumper):
 
 
 def render(file: str = "prefect.yaml") -> str:
-    from agilerl_core.config import validate_config
     from flows.kinds import FLOW_ENTRYPOINTS
+    from tasks.config import validate_config
 
     pools = {"agilerl_process": {"name": WORK_POOL}, "agilerl_gpu": {"name": GPU_WORK_POOL}}
     schedules: dict[str, dict] = {}

@@ -117,7 +117,8 @@ def _storage_uri(arg: str | None) -> str:
 
 # ---- commands ----------------------------------------------------------------------------------------------
 def _run(args: argparse.Namespace) -> dict:
-    from agilerl_core.config import load_config, parse_overrides
+    from agilerl_core.config import parse_overrides
+    from tasks.config import grouping, load_config
 
     overrides = parse_overrides(args.overrides)
     if args.storage:
@@ -126,7 +127,7 @@ def _run(args: argparse.Namespace) -> dict:
     if args.local:
         from agilerl_core.experiment import build_evolution, train_local
 
-        evolution = build_evolution(cfg)  # every check (env id, spaces, bounds, dataset) happens here
+        evolution = build_evolution(cfg, **grouping(cfg))  # every check (env id, spaces, bounds, dataset) happens here
         return train_local(cfg, progress=not args.no_progress, run_dir=args.run_dir, evolution=evolution).summary()
     return _flow(cfg, args.run_id, not args.no_progress, args.debug)
 
@@ -316,9 +317,9 @@ def _prefect_defaults() -> None:
 
 
 def _resume(args: argparse.Namespace) -> dict:
-    from agilerl_core.config import validate_config
     from agilerl_core.io.run_store import RunStore
     from agilerl_core.io.storage import open_storage
+    from tasks.config import validate_config
 
     uri = _storage_uri(args.storage)
     store = RunStore(open_storage(uri), args.run_id)

@@ -34,7 +34,6 @@ from typing import Any
 from prefect import get_run_logger
 from tqdm import tqdm
 
-from agilerl_core.config import ExperimentConfig
 from agilerl_core.errors import CheckpointError, TrackingError
 from agilerl_core.experiment import build_evolution
 from agilerl_core.hpo.champion import choose_champion, eval_rounds
@@ -44,6 +43,7 @@ from agilerl_core.io.run_store import LeaseKeeper, RunStore, check_run_id
 from agilerl_core.io.storage import storage_from_config
 from flows.runners import check_deployment, check_runner, dask_cluster, placement, task_runner
 from tasks.artifacts import RunView, generation_rows, lineage_markdown
+from tasks.config import PipelineConfig, grouping
 from tasks.generation import (
     WORKER_RUNS,
     GenerationJob,
@@ -52,10 +52,12 @@ from tasks.generation import (
     commit_generation_task,
     dispatch_group_task,
     evaluate_group_task,
+    evaluate_shipped_group_task,
     fold_generation_task,
     group_label,
     select_and_mutate_task,
     train_group_task,
+    train_shipped_group_task,
 )
 from tasks.reports import elite_path, member_rows, render_lineage
 from tasks.tracking import (
@@ -102,12 +104,12 @@ def _name_flow_run(run_id: str, logger) -> None:
         logger.warning("run %s: could not rename the flow run after it: %s", run_id, err)
 
 
-def new_run_id(cfg: ExperimentConfig) -> str:
+def new_run_id(cfg: PipelineConfig) -> str:
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S-%f")
     return f"{cfg.name}-s{cfg.seed}-{stamp}"
 
 
-def stored_config(cfg: ExperimentConfig) -> dict[str, Any]:
+def stored_config(cfg: PipelineConfig) -> dict[str, Any]:
     """The config as persisted in run.json: JSON, secrets removed."""
     data = cfg.model_dump(mode="json")
     for dotted in SECRET_FIELDS:
@@ -120,7 +122,7 @@ def stored_config(cfg: ExperimentConfig) -> dict[str, Any]:
 class PreparedRun:
     """A run ready to train: checked, built and (when it has committed generations) resumed."""
 
-    cfg: ExperimentConfig
+    cfg: PipelineConfig
     run_id: str
     evo: Evolution
     store: RunStore
@@ -134,13 +136,13 @@ class PreparedRun:
             self.committed = self.latest
 
 
-def prepare_run(cfg: ExperimentConfig, run_id: str | None) -> PreparedRun:
+def prepare_run(cfg: PipelineConfig, run_id: str | None) -> PreparedRun:
     """Every check and all setup that needs no training, in the order a user would fix them: the config,
     env and dataset (building the Evolution), the storage URI and its credentials, the tracking server; then
     the run's record, and the last committed generation loaded back when the run id has one."""
     run_id = check_run_id(run_id or new_run_id(cfg))
     check_runner(cfg.runner)
-    evo = build_evolution(cfg)
+    evo = build_evolution(cfg, **grouping(cfg))
     dataset = getattr(evo.arena, "dataset", None)
     if dataset is not None and cfg.dataset.sha256 is None:
         # pin the data: the run's record, its MLflow params and every worker then name (and check) this content
@@ -184,7 +186,7 @@ class PreparedRuns:
         with self._lock:
             self._runs[prepared.run_id] = prepared
 
-    def take(self, cfg: ExperimentConfig, run_id: str | None) -> PreparedRun | None:
+    def take(self, cfg: PipelineConfig, run_id: str | None) -> PreparedRun | None:
         """The run prepared for `run_id` with exactly this config (removed from the cache), else None."""
         with self._lock:
             prepared = self._runs.pop(run_id, None) if run_id else None
@@ -207,7 +209,7 @@ def run_generation(job: GenerationJob, evo: Evolution, store: RunStore, runner, 
     groups = evo.groups()
     inline = job.mode == "threads" and job.config.runner.max_threads == 1
     members = evo.population.members  # a process runner ships each group's member states; threads, the live ones
-    shipped = [[MemberState(*members[s].agent.state()) for s in g] if job.mode == "process" else evo for g in groups]
+    shipped = [[MemberState(*members[s].agent.state()) for s in g] for g in groups] if job.mode == "process" else None
     if inline:  # one group at a time in this thread (no hand-off to a pool thread), evaluated right after
         trained_lists, evaluated_lists = [], []
         for g in groups:
@@ -221,15 +223,18 @@ def run_generation(job: GenerationJob, evo: Evolution, store: RunStore, runner, 
         trained_lists, evaluated_lists = [p[0] for p in pairs], [p[1] for p in pairs]
     else:
         with placement(job.config.runner):
-            trained = [runner.submit(train_group_task, {"job": job, "slots": g, "label": group_label(g),
-                                                        "members": m}) for g, m in zip(groups, shipped, strict=True)]
             if job.mode == "threads":  # the live members: evaluated once their training future is done
+                trained = [runner.submit(train_group_task, {"job": job, "slots": g, "label": group_label(g),
+                                                            "evolution": evo}) for g in groups]
                 evaluated = [runner.submit(evaluate_group_task, {"job": job, "slots": g, "label": group_label(g),
-                                                                 "members": evo}, wait_for=[t])
+                                                                 "evolution": evo}, wait_for=[t])
                              for g, t in zip(groups, trained, strict=True)]
-            else:  # the trained states travel as the training future's result
-                evaluated = [runner.submit(evaluate_group_task, {"job": job, "slots": g, "label": group_label(g),
-                                                                 "members": t})
+            else:  # the members travel as data; the trained states as the training future's result
+                trained = [runner.submit(train_shipped_group_task, {"job": job, "slots": g, "label": group_label(g),
+                                                                    "members": m})
+                           for g, m in zip(groups, shipped, strict=True)]
+                evaluated = [runner.submit(evaluate_shipped_group_task, {"job": job, "slots": g,
+                                                                         "label": group_label(g), "trained": t})
                              for g, t in zip(groups, trained, strict=True)]
         trained_lists = [f.result() for f in trained]
         evaluated_lists = [f.result() for f in evaluated]
@@ -244,7 +249,7 @@ def run_generation(job: GenerationJob, evo: Evolution, store: RunStore, runner, 
     return stats
 
 
-def run_evolution(cfg: ExperimentConfig, run_id: str | None, progress: bool) -> dict[str, Any]:
+def run_evolution(cfg: PipelineConfig, run_id: str | None, progress: bool) -> dict[str, Any]:
     """The body of every evolution flow (called inside a flow run): the prepared run (or prepare it now),
     one DAG per generation, the elite, tracking."""
     logger = get_run_logger()

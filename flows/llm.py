@@ -8,12 +8,12 @@ from typing import Any
 
 from prefect import flow
 
-from agilerl_core.config import LLMExperimentConfig
 from flows.evolution import flow_run_name, run_evolution
+from tasks.config import LLMPipelineConfig
 
 
 @flow(name="llm-evolution", flow_run_name=flow_run_name, validate_parameters=True)
-def llm_evolution(config: LLMExperimentConfig, run_id: str | None = None, progress: bool = False) -> dict[str, Any]:
+def llm_evolution(config: LLMPipelineConfig, run_id: str | None = None, progress: bool = False) -> dict[str, Any]:
     """Evolve LoRA adapters (their learning rate, beta, group size, temperature and rank) until the target
     fitness or the budget of training samples; the same `run_id` resumes a crashed run exactly."""
     return run_evolution(config, run_id, progress)

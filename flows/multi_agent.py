@@ -7,12 +7,12 @@ from typing import Any
 
 from prefect import flow
 
-from agilerl_core.config import MultiAgentExperimentConfig
 from flows.evolution import flow_run_name, run_evolution
+from tasks.config import MultiAgentPipelineConfig
 
 
 @flow(name="multi-agent-evolution", flow_run_name=flow_run_name, validate_parameters=True)
-def multi_agent_evolution(config: MultiAgentExperimentConfig, run_id: str | None = None,
+def multi_agent_evolution(config: MultiAgentPipelineConfig, run_id: str | None = None,
                           progress: bool = False) -> dict[str, Any]:
     """Evolve a population of teams in a PettingZoo parallel env until the target fitness or the budget.
 

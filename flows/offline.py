@@ -12,12 +12,12 @@ from typing import Any
 
 from prefect import flow
 
-from agilerl_core.config import OfflineExperimentConfig
 from flows.evolution import flow_run_name, run_evolution
+from tasks.config import OfflinePipelineConfig
 
 
 @flow(name="offline-evolution", flow_run_name=flow_run_name, validate_parameters=True)
-def offline_evolution(config: OfflineExperimentConfig, run_id: str | None = None,
+def offline_evolution(config: OfflinePipelineConfig, run_id: str | None = None,
                       progress: bool = False) -> dict[str, Any]:
     """Evolve a population on a dataset (`config.dataset`) until the target fitness or the budget of
     gradient steps; the same `run_id` resumes a crashed run exactly."""

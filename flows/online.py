@@ -7,12 +7,12 @@ from typing import Any
 
 from prefect import flow
 
-from agilerl_core.config import GymExperimentConfig
 from flows.evolution import flow_run_name, run_evolution
+from tasks.config import GymPipelineConfig
 
 
 @flow(name="online-evolution", flow_run_name=flow_run_name, validate_parameters=True)
-def online_evolution(config: GymExperimentConfig, run_id: str | None = None, progress: bool = False) -> dict[str, Any]:
+def online_evolution(config: GymPipelineConfig, run_id: str | None = None, progress: bool = False) -> dict[str, Any]:
     """Evolve a population on a Gymnasium env until the target fitness or the env-step budget.
 
     Running it again with the same `run_id` after a crash continues from the last committed generation

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from agilerl_core.config import ExperimentConfig, RunnerConfig
 from agilerl_core.errors import ConfigError
+from tasks.config import PipelineConfig, RunnerConfig
 
 # Dask's statistical profiler samples every task thread's stack every 10 ms; on a Python-heavy training loop
 # that costs ~40% of the worker's time (measured: 4 CartPole members on 2 workers, 22.3 s with it, 13.2 s
@@ -126,7 +126,7 @@ def check_deployment(runner: RunnerConfig) -> None:
                               f"pool (agilerl-flow stack up)") from None
 
 
-def task_runner(cfg: ExperimentConfig, dask_address: str | None):
+def task_runner(cfg: PipelineConfig, dask_address: str | None):
     if cfg.runner.kind == "dask":
         from prefect_dask import DaskTaskRunner
 

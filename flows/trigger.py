@@ -7,8 +7,9 @@ import json
 import os
 from typing import Any
 
-from agilerl_core.config import _set_dotted, parse_overrides, validate_config
+from agilerl_core.config import _set_dotted, parse_overrides
 from agilerl_core.errors import AgileRLError, ConfigError
+from tasks.config import validate_config
 
 
 class TriggerError(AgileRLError):

@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from agilerl_core.config import ExperimentConfig
+from tasks.config import PipelineConfig
 from tasks.reports import member_rows
 
 
@@ -28,7 +28,7 @@ def artifact_key(run_id: str, what: str) -> str:
     return f"{slug}-{what}"
 
 
-def subject(cfg: ExperimentConfig) -> str:
+def subject(cfg: PipelineConfig) -> str:
     """What the members act on, in words: the env id, or an LLM experiment's base model."""
     if cfg.kind == "llm":
         m = cfg.model
@@ -57,7 +57,7 @@ def generation_line(stats: dict[str, Any]) -> str:
             f"{mutations_line(stats['mutations'])}")
 
 
-def start_line(cfg: ExperimentConfig, run_id: str, storage_uri: str, mlflow_where: str | None,
+def start_line(cfg: PipelineConfig, run_id: str, storage_uri: str, mlflow_where: str | None,
                resumed_after: int | None) -> str:
     where = mlflow_where or "off (tracking.enabled: false)"
     resumed = f"; resuming after generation {resumed_after}" if resumed_after is not None else ""
@@ -135,7 +135,7 @@ class RunView:
     the flow run's context, so that a Prefect API that stops answering never holds training up (its client
     retries for tens of seconds per call): :meth:`close` waits for them, up to a timeout."""
 
-    def __init__(self, cfg: ExperimentConfig, run_id: str, logger) -> None:
+    def __init__(self, cfg: PipelineConfig, run_id: str, logger) -> None:
         self.cfg, self.run_id, self.logger = cfg, run_id, logger
         self._progress = None
         self._context = contextvars.copy_context()  # the flow run's: artifacts are linked to it

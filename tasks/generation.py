@@ -30,11 +30,11 @@ import torch
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from agilerl_core.config import ExperimentConfig
 from agilerl_core.experiment import build_evolution
 from agilerl_core.hpo.evolution import Evolution, TrainResult
 from agilerl_core.io.run_store import RunStore, ShardRef
 from agilerl_core.io.storage import storage_from_config
+from tasks.config import PipelineConfig, grouping, validate_config
 
 Mode = Literal["threads", "process"]
 
@@ -44,7 +44,7 @@ class GenerationJob:
     """What every task of one generation shares."""
 
     run_id: str
-    config: ExperimentConfig
+    config: PipelineConfig
     storage_uri: str
     generation: int
     steps: int  # budget units per member this generation (the last generation may be shorter)
@@ -102,7 +102,7 @@ class WorkerRuns:
             run = self._runs.get(self.key(job))
             if run is None:
                 store = RunStore(storage_from_config(job.config, job.storage_uri), job.run_id)
-                run = self._runs[self.key(job)] = WorkerRun(build_evolution(job.config), store)
+                run = self._runs[self.key(job)] = WorkerRun(build_evolution(job.config, **grouping(job.config)), store)
         with run.lock:
             target = job.generation - 1
             run.evo.arena.sync_experience(run.store, run.synced, target)
@@ -158,11 +158,15 @@ def placement() -> dict[str, Any]:
 
 
 @task(name="train-group", cache_policy=NO_CACHE, task_run_name="train g{job.generation} {label}")
-def train_group_task(job: GenerationJob, slots: tuple[int, ...], label: str,
-                     members: Evolution | list[MemberState]) -> list[TrainOutput]:
-    """Train one group of members for the job's steps (learning as it goes), together when they batch."""
-    if isinstance(members, Evolution):
-        return [TrainOutput(r) for r in members.train_group(slots, job.generation, job.steps)]
+def train_group_task(job: GenerationJob, slots: tuple[int, ...], label: str, evolution: Evolution) -> list[TrainOutput]:
+    """Train one group of the live members (thread runner) for the job's steps, learning as it goes."""
+    return [TrainOutput(r) for r in evolution.train_group(slots, job.generation, job.steps)]
+
+
+@task(name="train-group", cache_policy=NO_CACHE, task_run_name="train g{job.generation} {label}")
+def train_shipped_group_task(job: GenerationJob, slots: tuple[int, ...], label: str, members: list[MemberState]
+                             ) -> list[TrainOutput]:
+    """Train one group of members shipped as data to a worker process (Dask, Ray) for the job's steps."""
     return _train_in_worker(worker_run(job), job, slots, members)
 
 
@@ -184,16 +188,22 @@ def _train_in_worker(run: WorkerRun, job: GenerationJob, slots: tuple[int, ...],
 
 
 @task(name="evaluate-group", cache_policy=NO_CACHE, task_run_name="evaluate g{job.generation} {label}")
-def evaluate_group_task(job: GenerationJob, slots: tuple[int, ...], label: str,
-                        members: Evolution | list[TrainOutput]) -> list[Evaluation]:
-    """Fitness of each trained member of a group (the arena's: mean return of greedy episodes, held-out
-    reward...). A process runner evaluates copies, so what evaluation noted on them (per-agent returns,
-    sample completions) travels back with the fitness."""
-    if isinstance(members, Evolution):
-        return [Evaluation(f) for f in members.evaluate_group(slots, job.generation, own_env=True)]
+def evaluate_group_task(job: GenerationJob, slots: tuple[int, ...], label: str, evolution: Evolution
+                        ) -> list[Evaluation]:
+    """Fitness of each trained live member of a group (the arena's: mean return of greedy episodes, held-out
+    reward...), in the group's own evaluation envs."""
+    return [Evaluation(f) for f in evolution.evaluate_group(slots, job.generation, own_env=True)]
+
+
+@task(name="evaluate-group", cache_policy=NO_CACHE, task_run_name="evaluate g{job.generation} {label}")
+def evaluate_shipped_group_task(job: GenerationJob, slots: tuple[int, ...], label: str, trained: list[TrainOutput]
+                                ) -> list[Evaluation]:
+    """Fitness of each member a worker process trained (their states in `trained`): the worker evaluates
+    copies, so what evaluation noted on them (per-agent returns, sample completions) travels back with the
+    fitness."""
     run = worker_run(job)
-    for slot, trained in zip(slots, members, strict=True):
-        run.evo.load_member_state(slot, trained.state.tensors, trained.state.meta)
+    for slot, out in zip(slots, trained, strict=True):
+        run.evo.load_member_state(slot, out.state.tensors, out.state.meta)
     fitnesses = run.evo.evaluate_group(slots, job.generation)
     return [Evaluation(f, run.evo.evaluation_notes(s)) for s, f in zip(slots, fitnesses, strict=True)]
 
@@ -231,7 +241,6 @@ def train_stored_group(run_id: str, storage_uri: str, generation: int, steps: in
     """The deployment run's side of :func:`dispatch_group_task`: the run's config from its record (secrets
     stay out of it: the worker takes S3 credentials from its environment), the members from storage, one
     group's training and evaluation, everything written back to storage."""
-    from agilerl_core.config import validate_config
     from agilerl_core.io.storage import open_storage
     from tasks.trust import check_stored_run_code
 

@@ -28,9 +28,9 @@ from mlflow.tracking import MlflowClient
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from agilerl_core.config import ExperimentConfig
 from agilerl_core.errors import TrackingError
 from tasks.artifacts import champion_words, subject
+from tasks.config import PipelineConfig
 from tasks.reports import lineage_table, render_lineage
 
 SECRET_FIELDS = ("storage.access_key_id", "storage.secret_access_key")
@@ -38,7 +38,7 @@ CHAMPION_ALIAS = "champion"
 ML_VIEW = "?workflowType=machine_learning"  # MLflow 3's UI opens the GenAI view without it, "Model training" with it
 
 
-def tracking_uri(cfg: ExperimentConfig) -> str:
+def tracking_uri(cfg: PipelineConfig) -> str:
     """tracking.uri, else $MLFLOW_TRACKING_URI, else a SQLite file in output_dir."""
     uri = cfg.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI")
     if uri:
@@ -76,7 +76,7 @@ def warm_tracking_store(uri: str) -> None:
         raise TrackingError(f"tracking store {uri} (tracking.uri / MLFLOW_TRACKING_URI): {err.message}") from None
 
 
-def flat_params(cfg: ExperimentConfig) -> dict[str, str]:
+def flat_params(cfg: PipelineConfig) -> dict[str, str]:
     """The whole config as dotted params, secrets removed."""
     out: dict[str, str] = {}
 
@@ -104,7 +104,7 @@ def champion_requirements(kind: str, torch_version: str) -> list[str]:
     return reqs
 
 
-def _subject_tags(cfg: ExperimentConfig) -> dict[str, str]:
+def _subject_tags(cfg: PipelineConfig) -> dict[str, str]:
     """What the members act on: the env id, or an LLM experiment's base model and dataset."""
     if cfg.kind == "llm":
         m = cfg.model
@@ -125,7 +125,7 @@ def _finite(x: float) -> bool:
     return x is not None and math.isfinite(float(x))
 
 
-def run_description(cfg: ExperimentConfig, run_id: str, storage_uri: str, summary: dict[str, Any] | None = None,
+def run_description(cfg: PipelineConfig, run_id: str, storage_uri: str, summary: dict[str, Any] | None = None,
                     flow_run_url: str | None = None) -> str:
     """The parent run's description: what ran and, once it ended, how it did and where to look."""
     lines = [f"**{cfg.name}**: {cfg.kind} {cfg.algorithm} on `{subject(cfg)}`, population {cfg.population_size}, "
@@ -148,7 +148,7 @@ def run_description(cfg: ExperimentConfig, run_id: str, storage_uri: str, summar
 class Tracker:
     """Parent and child runs of one evolution run."""
 
-    def __init__(self, cfg: ExperimentConfig, run_id: str, storage_uri: str) -> None:
+    def __init__(self, cfg: PipelineConfig, run_id: str, storage_uri: str) -> None:
         # MLflow prints "View run ... at URL" for every run it ends: the flow logs the parent run's URL once
         os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         # MLflow's client retries a refused request 7 times over minutes; TrackingQueue retries generations itself,

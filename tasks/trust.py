@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from agilerl_core.config import check_code_allowed, code_references, trusted_modules_from_env, validate_config
+from agilerl_core.config import check_code_allowed, code_references, trusted_modules_from_env
+from tasks.config import validate_config
 
 
 def _deployment() -> tuple[str | None, dict[str, Any]]:

@@ -159,7 +159,7 @@ def with_overrides(data: dict, overrides: dict) -> dict:
 
 def tiny_config(**overrides):
     """A config that trains for a few hundred steps (for tests)."""
-    from agilerl_core.config import validate_config
+    from tasks.config import validate_config
 
     data = {"name": "test", "env_id": "CartPole-v1", "num_envs": 4, "population_size": 3, "evo_steps": 200,
             "eval_episodes": 2, "max_env_steps": 1200, "seed": 0,

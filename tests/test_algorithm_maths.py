@@ -11,10 +11,10 @@ from gymnasium import spaces
 
 from agilerl_core.algorithms.actor_critic import DDPG, SAC, TD3, alpha_loss, squashed_log_prob
 from agilerl_core.algorithms.dqn import DQN, categorical_projection
-from agilerl_core.algorithms.dqn_hp import DQNHyperparameters
 from agilerl_core.algorithms.group import StackedRows
-from agilerl_core.algorithms.sac_hp import SACHyperparameters
-from agilerl_core.algorithms.td3_hp import DDPGHyperparameters, TD3Hyperparameters
+from agilerl_core.algorithms.hyperparameters.dqn import DQNHyperparameters
+from agilerl_core.algorithms.hyperparameters.sac import SACHyperparameters
+from agilerl_core.algorithms.hyperparameters.td3 import DDPGHyperparameters, TD3Hyperparameters
 from agilerl_core.buffers.nstep import NStepCollector
 from agilerl_core.buffers.prioritized import MemberPriorities, SumTree
 from agilerl_core.buffers.replay import ReplayBuffer, Transition, n_step_return, transition_fields

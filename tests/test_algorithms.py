@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from agilerl_core.buffers.rollout import compute_gae
-from agilerl_core.config import load_config
 from agilerl_core.experiment import build_evolution, train_local
+from tasks.config import load_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "deployments" / "configs"
 SHIPPED = sorted(p.name for p in CONFIGS.glob("*.yaml"))

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from agilerl_core.config import load_config, parse_overrides, validate_config
+from agilerl_core.config import parse_overrides
 from agilerl_core.errors import ConfigError
 from agilerl_core.experiment import build_evolution
+from tasks.config import load_config, validate_config
 from tests.conftest import tiny_config
 
 SHIPPED = Path(__file__).resolve().parents[1] / "deployments" / "configs" / "cartpole_dqn.yaml"
@@ -84,3 +85,22 @@ def test_overrides_are_typed_and_dotted():
         parse_overrides(["lr"])
     with pytest.raises(ConfigError, match="not a section"):
         load_config(SHIPPED, {"seed.x": 1})
+
+
+def test_the_engine_config_holds_no_pipeline_sections():
+    """runner, tracking and schedule are the pipeline's (tasks.config); the engine's config refuses them, builds
+    and groups without them (the group size an argument), and takes a pipeline config as the kind it extends."""
+    from agilerl_core import config as engine
+    from tasks.config import grouping
+
+    for section in ("runner", "tracking", "schedule"):
+        assert section not in engine.GymExperimentConfig.model_fields
+    cfg = engine.validate_config({"env_id": "CartPole-v1", "population_size": 3})
+    assert build_evolution(cfg, group_cap=2).groups() == [(0, 1), (2,)]
+    assert build_evolution(cfg, batch_members=False).groups() == [(0,), (1,), (2,)]
+    with pytest.raises(ConfigError, match="runner: unknown field"):
+        engine.validate_config({"env_id": "CartPole-v1", "runner": {"group_size": 1}})
+    piped = validate_config({"env_id": "CartPole-v1", "runner": {"group_size": 1}, "tracking": {"enabled": False}})
+    assert isinstance(piped, engine.GymExperimentConfig)
+    assert grouping(piped) == {"batch_members": True, "group_cap": 1}
+    assert "runner" not in engine.engine_data(piped) and engine.validate_config(engine.engine_data(piped)).seed == 0

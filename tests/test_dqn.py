@@ -12,7 +12,7 @@ import torch
 from gymnasium import spaces
 
 from agilerl_core.algorithms.dqn import DQN, linear_epsilon
-from agilerl_core.algorithms.dqn_hp import DQNHyperparameters
+from agilerl_core.algorithms.hyperparameters.dqn import DQNHyperparameters
 from agilerl_core.algorithms.optim import FlatAdam
 from agilerl_core.buffers.replay import Transition
 from agilerl_core.config import NetworkConfig

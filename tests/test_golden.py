@@ -46,8 +46,8 @@ CONFIGS = {
 
 
 def run_short(name: str, tmp: Path) -> dict:
-    from agilerl_core.config import validate_config
     from agilerl_core.experiment import train_local
+    from tasks.config import validate_config
 
     data = {**BASE, "name": f"golden-{name}", **CONFIGS[name]}
     if data.get("kind") == "offline":
@@ -57,7 +57,8 @@ def run_short(name: str, tmp: Path) -> dict:
         data["dataset"] = {"uri": write_dataset(str(tmp / "cartpole.hdf5"),
                                                 collect_episodes("CartPole-v1", "random", 10, seed=0),
                                                 "CartPole-v1", "random")}
-    res = train_local(validate_config(data), progress=False, run_dir=tmp / name)
+    cfg = validate_config(data)
+    res = train_local(cfg, progress=False, run_dir=tmp / name, batch_members=cfg.runner.batch_members)
     pop = json.loads((tmp / name / "population" / "population.json").read_text())
     return {"fitnesses": [h.fitnesses for h in res.history], "global_steps": res.global_steps,
             "train_returns": [h.train_returns for h in res.history], "lineage": pop["lineage"]}

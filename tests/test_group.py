@@ -8,7 +8,7 @@ import torch
 from gymnasium import spaces
 
 from agilerl_core.algorithms.dqn import DQN
-from agilerl_core.algorithms.dqn_hp import DQNHyperparameters
+from agilerl_core.algorithms.hyperparameters.dqn import DQNHyperparameters
 from agilerl_core.buffers import ReplayBuffer, transition_fields
 from agilerl_core.buffers.replay import n_step_return
 from agilerl_core.config import NetworkConfig
@@ -139,7 +139,7 @@ def test_every_dqn_variant_learns_batched_as_alone(options):
     normalisation (each member's own statistics) and CQN's penalty (each member's own alpha): K = 3 batched
     equals each member alone (K = 1), other widths included."""
     from agilerl_core.algorithms.cql import CQN
-    from agilerl_core.algorithms.cql_hp import CQNHyperparameters
+    from agilerl_core.algorithms.hyperparameters.cql import CQNHyperparameters
 
     hps = [{"lr": 1e-3, "gamma": 0.99, "batch_size": 32}, {"lr": 3e-3, "gamma": 0.9, "batch_size": 48},
            {"lr": 5e-4, "gamma": 0.95, "batch_size": 16}]
@@ -241,8 +241,8 @@ def test_group_explores_as_each_member_would(make):
 
 
 def ppo(seed, continuous=False, hidden=(16, 16), **hp):
+    from agilerl_core.algorithms.hyperparameters.ppo import PPOHyperparameters
     from agilerl_core.algorithms.ppo import PPO
-    from agilerl_core.algorithms.ppo_hp import PPOHyperparameters
     from agilerl_core.envs.spaces import action_spec
 
     act = action_spec(spaces.Box(-1, 1, (2,), np.float32)) if continuous else 3
@@ -343,7 +343,7 @@ def test_bc_learns_batched_as_alone(continuous):
     """Behaviour cloning members with their own learning rates and batch sizes, other widths and a member
     sitting a step out: the batched step equals each member's own."""
     from agilerl_core.algorithms.bc import BC
-    from agilerl_core.algorithms.bc_hp import BCHyperparameters
+    from agilerl_core.algorithms.hyperparameters.bc import BCHyperparameters
 
     hps = [{"lr": 1e-3, "batch_size": 32}, {"lr": 3e-3, "batch_size": 24}, {"lr": 5e-4, "batch_size": 16}]
     if continuous:

@@ -152,8 +152,8 @@ def test_partial_hp_space_override_keeps_the_algorithms_kind():
     batch_size of 153.6 crashed a run)."""
     import numpy as np
 
-    from agilerl_core.config import load_config
     from agilerl_core.experiment import build_evolution
+    from tasks.config import load_config
     from tests.conftest import ROOT_DIR
 
     cfg = load_config(ROOT_DIR / "deployments/configs/cartpole_dqn.yaml")

@@ -120,12 +120,12 @@ def test_no_circle_in_the_import_graph(lazy):
 
 def test_the_config_imports_no_algorithm():
     graph = _graph()
-    implementations = {n for n in graph if n.startswith("agilerl_core.algorithms.")
-                       and not n.endswith(("_hp", ".hp_base", ".registry"))}
+    models = ("agilerl_core.algorithms.hyperparameters", "agilerl_core.algorithms.registry")
+    implementations = {n for n in graph if n.startswith("agilerl_core.algorithms.") and not n.startswith(models)}
     assert implementations, "the algorithm modules moved: update this test"
     loaded = _closure(graph, "agilerl_core.config")
     assert not loaded & implementations, f"agilerl_core.config imports {sorted(loaded & implementations)}"
-    assert "agilerl_core.algorithms.dqn_hp" in loaded  # it does read the hyperparameter models
+    assert "agilerl_core.algorithms.hyperparameters.dqn" in loaded  # it does read the hyperparameter models
 
 
 def test_the_config_never_imports_an_algorithm_even_lazily():
@@ -133,4 +133,5 @@ def test_the_config_never_imports_an_algorithm_even_lazily():
     spaces (a circle: algorithms imported the config): the registry now holds the traits as data."""
     for node in ast.walk(ast.parse((ROOT / "agilerl_core" / "config.py").read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("agilerl_core.algorithms."):
-            assert node.module.endswith(("_hp", ".hp_base", ".registry")), node.module
+            assert node.module.startswith(("agilerl_core.algorithms.hyperparameters.",
+                                           "agilerl_core.algorithms.registry")), node.module

@@ -14,11 +14,11 @@ import torch
 from agilerl_core.algorithms.dpo import dpo_loss
 from agilerl_core.algorithms.grpo import group_advantages, grpo_token_loss, k3_kl
 from agilerl_core.algorithms.registry import get_algorithm
-from agilerl_core.config import validate_config
 from agilerl_core.errors import AgileRLError, CheckpointError, ConfigError, DatasetError
 from agilerl_core.experiment import build_evolution
 from agilerl_core.hpo.evolvable import MutationSettings
 from agilerl_core.llm.adapter import LoraAdapter
+from tasks.config import validate_config
 from tests.conftest import committed_state, crash_and_resume, with_overrides
 
 TINY_MODEL = {"config": {"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 2, "n_positions": 32,

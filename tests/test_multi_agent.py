@@ -9,16 +9,16 @@ import torch.nn.functional as F
 from gymnasium import spaces
 
 from agilerl_core.algorithms.group import StackedRows
+from agilerl_core.algorithms.hyperparameters.maddpg import MADDPGHyperparameters, MATD3Hyperparameters
 from agilerl_core.algorithms.maddpg import MADDPG, MATD3, gumbel_softmax
-from agilerl_core.algorithms.maddpg_hp import MADDPGHyperparameters, MATD3Hyperparameters
 from agilerl_core.buffers.replay import MultiAgentBatch, ReplayBuffer, multi_agent_fields
-from agilerl_core.config import validate_config
 from agilerl_core.envs.multi_agent import ParallelVectorEnv, agent_group, make_parallel_vector_env
 from agilerl_core.envs.spaces import MultiAgentSpec
 from agilerl_core.errors import ConfigError
 from agilerl_core.experiment import build_evolution, train_local
 from agilerl_core.networks.evolvable import ArchSpec
 from agilerl_core.networks.mlp import MLPSpec
+from tasks.config import validate_config
 from tests.conftest import committed_state, crash_and_resume, with_overrides
 from tests.ma_envs import CueTeam
 
@@ -399,8 +399,8 @@ def test_ippo_with_one_agent_is_ppo(tmp_path):
 
 
 def test_ippo_shares_a_policy_per_group_and_round_trips():
+    from agilerl_core.algorithms.hyperparameters.ippo import IPPOHyperparameters
     from agilerl_core.algorithms.ippo import IPPO, policy_units
-    from agilerl_core.algorithms.ippo_hp import IPPOHyperparameters
 
     spread = MultiAgentSpec.from_spaces(
         ["agent_0", "agent_1", "adversary_0"],

@@ -240,7 +240,7 @@ def test_encoder_mutations_keep_the_function_and_respect_bounds():
 
 def test_dict_agent_round_trips_through_its_state():
     from agilerl_core.algorithms.dqn import DQN
-    from agilerl_core.algorithms.dqn_hp import DQNHyperparameters
+    from agilerl_core.algorithms.hyperparameters.dqn import DQNHyperparameters
 
     spec = ObsSpec(DICT_SPACE)
     arch = initial_arch(spec, 3, NetworkConfig(cnn=DICT_CNN))

@@ -14,10 +14,10 @@ import torch
 from gymnasium import spaces
 
 from agilerl_core.algorithms.bc import BC
-from agilerl_core.algorithms.bc_hp import BCHyperparameters
 from agilerl_core.algorithms.cql import CQL, CQN, discrete_penalty, sampled_logsumexp
-from agilerl_core.algorithms.cql_hp import CQLHyperparameters, CQNHyperparameters
 from agilerl_core.algorithms.group import StackedRows
+from agilerl_core.algorithms.hyperparameters.bc import BCHyperparameters
+from agilerl_core.algorithms.hyperparameters.cql import CQLHyperparameters, CQNHyperparameters
 from agilerl_core.buffers.replay import Transition
 from agilerl_core.config import NetworkConfig
 from agilerl_core.data.collect import collect_episodes, write_dataset

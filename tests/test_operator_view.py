@@ -75,8 +75,8 @@ def test_generation_tables_fit_each_kind_of_training(tmp_path):
     """Gymnasium and offline members show their training return, teams each agent's return, LLM members their
     training reward and completion length; every row its slot, member, parent, mutation, fitness, evolved
     hyperparameters and network."""
-    from agilerl_core.config import validate_config
     from agilerl_core.data.collect import collect_episodes, write_dataset
+    from tasks.config import validate_config
     from tests.conftest import tiny_config
     from tests.test_llm import TINY_MODEL
     from tests.test_multi_agent import ma_config
@@ -108,7 +108,7 @@ def test_generation_tables_fit_each_kind_of_training(tmp_path):
 
 
 def test_log_lines_say_what_ran_each_generation_and_the_end():
-    from agilerl_core.config import validate_config
+    from tasks.config import validate_config
 
     cfg = validate_config(yaml.safe_load(CONFIG))
     line = start_line(cfg, "r1", "s3://agilerl/runs/r1", "http://mlflow/#/experiments/1/runs/abc", None)

@@ -18,10 +18,12 @@ from tasks.generation import (
     by_slot,
     commit_generation_task,
     evaluate_group_task,
+    evaluate_shipped_group_task,
     fold_generation_task,
     group_label,
     select_and_mutate_task,
     train_group_task,
+    train_shipped_group_task,
 )
 from tests.conftest import tiny_config
 
@@ -41,9 +43,13 @@ def _generations(cfg, store, run_id: str, mode: str, n: int) -> Evolution:
             outs, fits = [], []
             for group in groups:
                 label = group_label(group)
-                ref = [MemberState(*members[s].agent.state()) for s in group] if mode == "process" else exp
-                outs.append(train_group_task.fn(job, group, label, ref))
-                fits.append(evaluate_group_task.fn(job, group, label, outs[-1] if mode == "process" else exp))
+                if mode == "process":
+                    outs.append(train_shipped_group_task.fn(job, group, label,
+                                                            [MemberState(*members[s].agent.state()) for s in group]))
+                    fits.append(evaluate_shipped_group_task.fn(job, group, label, outs[-1]))
+                else:
+                    outs.append(train_group_task.fn(job, group, label, exp))
+                    fits.append(evaluate_group_task.fn(job, group, label, exp))
             outs, fits = by_slot(groups, outs, fits)
             shards = fold_generation_task.fn(job, exp, store, outs, fits)
             info = commit_generation_task.fn(job, exp, store, shards)
@@ -101,7 +107,7 @@ def test_process_tasks_resync_a_fresh_worker_from_storage(tmp_path):
     exp.evolve()
     job = GenerationJob("r", cfg, str(tmp_path), 2, exp.generation_steps(), "process")
     try:
-        out, = train_group_task.fn(job, (1,), "m1", [MemberState(*exp.population.members[1].agent.state())])
+        out, = train_shipped_group_task.fn(job, (1,), "m1", [MemberState(*exp.population.members[1].agent.state())])
         exp.begin_generation()
         ref = exp.train(1)
     finally:

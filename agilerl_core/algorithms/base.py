@@ -17,7 +17,7 @@ import torch
 from pydantic import BaseModel
 
 from agilerl_core.algorithms.group import plain_mlp_shape_key
-from agilerl_core.algorithms.hp_base import Hyperparameters
+from agilerl_core.algorithms.hyperparameters.base import Hyperparameters
 from agilerl_core.algorithms.optim import FlatAdam, flatten_parameters
 from agilerl_core.envs.spaces import ActionSpec, Obs, ObsSpec
 from agilerl_core.hpo.evolvable import MUTATION_KINDS, MutationSettings

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from agilerl_core.algorithms.base import RLAlgorithm
-from agilerl_core.algorithms.bc_hp import BCHyperparameters
 from agilerl_core.algorithms.group import ReplayGroup, StackedRows, clipped_step
+from agilerl_core.algorithms.hyperparameters.bc import BCHyperparameters
 from agilerl_core.buffers.replay import Transition
 from agilerl_core.envs.spaces import Obs
 from agilerl_core.networks.stacked import StackedNetwork

@@ -23,9 +23,9 @@ from typing import ClassVar
 import torch
 
 from agilerl_core.algorithms.actor_critic import SAC, SACGroup
-from agilerl_core.algorithms.cql_hp import CQLHyperparameters, CQNHyperparameters
 from agilerl_core.algorithms.dqn import DQN, DQNGroup
 from agilerl_core.algorithms.group import StackedRows
+from agilerl_core.algorithms.hyperparameters.cql import CQLHyperparameters, CQNHyperparameters
 from agilerl_core.buffers.replay import Transition
 from agilerl_core.envs.spaces import Obs
 

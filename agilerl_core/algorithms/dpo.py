@@ -20,8 +20,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from agilerl_core.algorithms.hyperparameters.llm import DPOHyperparameters
 from agilerl_core.algorithms.llm_base import LLMAlgorithm, PhaseMetrics, batch_ids, chunks
-from agilerl_core.algorithms.llm_hp import DPOHyperparameters
 from agilerl_core.llm.base_model import SharedBase
 from agilerl_core.llm.sampling import completion_logprobs, pad_prompts
 

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from agilerl_core.algorithms.hyperparameters.llm import GRPOHyperparameters
 from agilerl_core.algorithms.llm_base import LLMAlgorithm, PhaseMetrics, chunks
-from agilerl_core.algorithms.llm_hp import GRPOHyperparameters
 from agilerl_core.llm.base_model import SharedBase
 from agilerl_core.llm.rewards import Rewards
 from agilerl_core.llm.sampling import completion_logprobs, sample

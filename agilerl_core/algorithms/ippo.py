@@ -17,14 +17,31 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from agilerl_core.algorithms.ippo_hp import IPPOHyperparameters
-from agilerl_core.algorithms.ppo import PPO
-from agilerl_core.algorithms.ppo_hp import PPOHyperparameters
+from agilerl_core.algorithms.hyperparameters.ippo import IPPOHyperparameters
+from agilerl_core.algorithms.hyperparameters.ppo import PPOHyperparameters
+from agilerl_core.algorithms.ppo import PPO, PPOGroup
 from agilerl_core.envs.multi_agent import agent_group
 from agilerl_core.envs.spaces import ActionSpec, MultiAgentSpec, Obs
 from agilerl_core.errors import ConfigError
 from agilerl_core.hpo.evolvable import MUTATION_KINDS, MutationSettings
 from agilerl_core.networks.evolvable import ArchSpec
+
+
+class IPPOGroup:
+    """IPPO teams learning as one population-batched group: each policy unit is stacked over the teams as a
+    :class:`~agilerl_core.algorithms.ppo.PPOGroup` (the unit's learners of every team: one forward to act, one
+    update per minibatch round), so K teams of U units cost U batched calls instead of K * U. Each team's
+    learners keep their own hyperparameters, generators and rollouts (a team's rows where an agent was out of
+    its episode are left out, as when it learns alone)."""
+
+    def __init__(self, teams: list) -> None:
+        self.agents = list(teams)
+        self.units = {u: PPOGroup([t.learners[u] for t in self.agents]) for u in self.agents[0].learners}
+
+    def write_back(self) -> None:
+        """Every unit's weights and optimiser state back into each team's learners (end of the phase)."""
+        for unit in self.units.values():
+            unit.write_back()
 
 
 def policy_units(spec: MultiAgentSpec, share: str) -> dict[str, tuple[str, ...]]:
@@ -160,19 +177,13 @@ class IPPO:
         team.env_steps, team.learn_steps = int(meta["env_steps"]), int(meta["learn_steps"])
         return team
 
-    # ---- population-batched learning (agilerl_core.algorithms.ippo_group) -----------------------------
-    def batch_key(self) -> tuple | None:
-        """Teams batch when every unit's learner does; equal keys: the same units, each stackable."""
-        keys = [learner.batch_key() for learner in self.learners.values()]
-        return None if None in keys else (self.name, tuple(self.units.items()), *keys)
-
-    def batch_refusal(self) -> str:
-        return f"{self.name}: only plain-MLP policies batch (no obs normalisation, no encoders)"
+    # ---- population-batched learning ----------------------------------------------------------------------
+    def batch_key(self) -> tuple:
+        """Teams with equal keys learn as one group: the same units, each unit's learners of one key."""
+        return (self.name, tuple(self.units.items()), *(learner.batch_key() for learner in self.learners.values()))
 
     @staticmethod
-    def group(teams: list[IPPO]):
-        from agilerl_core.algorithms.ippo_group import IPPOGroup  # it builds on this module
-
+    def group(teams: list[IPPO]) -> IPPOGroup:
         return IPPOGroup(teams)
 
     # ---- acting -----------------------------------------------------------------------------------------

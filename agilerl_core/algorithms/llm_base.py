@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from agilerl_core.algorithms.llm_hp import LLMHyperparameters
+from agilerl_core.algorithms.hyperparameters.llm import LLMHyperparameters
 from agilerl_core.errors import CheckpointError
 from agilerl_core.hpo.evolvable import MutationSettings
 from agilerl_core.llm.adapter import LoraAdapter

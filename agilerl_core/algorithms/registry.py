@@ -10,16 +10,16 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from agilerl_core.algorithms.bc_hp import BCHyperparameters
-from agilerl_core.algorithms.cql_hp import CQLHyperparameters, CQNHyperparameters
-from agilerl_core.algorithms.dqn_hp import DQNHyperparameters, RainbowHyperparameters
-from agilerl_core.algorithms.hp_base import Hyperparameters
-from agilerl_core.algorithms.ippo_hp import IPPOHyperparameters
-from agilerl_core.algorithms.llm_hp import DPOHyperparameters, GRPOHyperparameters
-from agilerl_core.algorithms.maddpg_hp import MADDPGHyperparameters, MATD3Hyperparameters
-from agilerl_core.algorithms.ppo_hp import PPOHyperparameters
-from agilerl_core.algorithms.sac_hp import SACHyperparameters
-from agilerl_core.algorithms.td3_hp import DDPGHyperparameters, TD3Hyperparameters
+from agilerl_core.algorithms.hyperparameters.base import Hyperparameters
+from agilerl_core.algorithms.hyperparameters.bc import BCHyperparameters
+from agilerl_core.algorithms.hyperparameters.cql import CQLHyperparameters, CQNHyperparameters
+from agilerl_core.algorithms.hyperparameters.dqn import DQNHyperparameters, RainbowHyperparameters
+from agilerl_core.algorithms.hyperparameters.ippo import IPPOHyperparameters
+from agilerl_core.algorithms.hyperparameters.llm import DPOHyperparameters, GRPOHyperparameters
+from agilerl_core.algorithms.hyperparameters.maddpg import MADDPGHyperparameters, MATD3Hyperparameters
+from agilerl_core.algorithms.hyperparameters.ppo import PPOHyperparameters
+from agilerl_core.algorithms.hyperparameters.sac import SACHyperparameters
+from agilerl_core.algorithms.hyperparameters.td3 import DDPGHyperparameters, TD3Hyperparameters
 
 
 @dataclass(frozen=True)

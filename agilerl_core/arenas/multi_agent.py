@@ -397,7 +397,7 @@ def train_team_group_on_policy(group, slots: list[int], envs: list[ParallelVecto
                                seeds: list[int], fitness: TeamFitness) -> list[TrainResult]:
     """:func:`train_team_on_policy` for the teams of a stacked group at once: per policy unit, one batched
     forward samples every team's actions and one batched PPO update per minibatch round (see
-    :class:`~agilerl_core.algorithms.ippo_group.IPPOGroup`)."""
+    :class:`~agilerl_core.algorithms.ippo.IPPOGroup`)."""
     t0 = time.perf_counter()
     cs = [_TeamRollouts(team, s, envs[s], seed, lambda u, obs, i=i: group.units[u].value(i, obs))
           for i, (team, s, seed) in enumerate(zip(group.agents, slots, seeds, strict=True))]

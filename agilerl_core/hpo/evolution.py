@@ -182,11 +182,12 @@ class EvolutionSettings:
     group_cap: int | None = None  # at most this many members per group (None: no limit)
 
     @classmethod
-    def from_config(cls, cfg, space: HyperparameterSpace, arch_bounds: Any) -> EvolutionSettings:
+    def from_config(cls, cfg, space: HyperparameterSpace, arch_bounds: Any, batch_members: bool = True,
+                    group_cap: int | None = None) -> EvolutionSettings:
+        """The settings of an engine config; grouping is the caller's (the pipeline's runner decides it)."""
         return cls(cfg.population_size, cfg.seed, cfg.evo_steps, cfg.max_env_steps, cfg.target_fitness,
                    TournamentSelection(cfg.tournament.size, cfg.tournament.elitism),
-                   Mutations.from_config(cfg.mutation, space, arch_bounds), cfg.runner.batch_members,
-                   cfg.runner.group_cap(cfg.population_size))
+                   Mutations.from_config(cfg.mutation, space, arch_bounds), batch_members, group_cap)
 
 
 class Evolution:
@@ -252,7 +253,7 @@ class Evolution:
     def batching_note(self) -> str:
         """What the run's summary says about batching (which members could not batch, and why)."""
         if not self.settings.batch_members:
-            return "off (runner.batch_members: false)"
+            return "off (batch_members: false)"
         key_of = getattr(self.arena, "batch_key", None)
         if key_of is None:
             return f"off: {self.arena.kind} members train one by one"

@@ -73,6 +73,7 @@ def _free_port() -> int:
 def train_data_parallel(arena, member, slot: int, seed: int, steps: int, processes: int):
     """Train `member` for one phase in `processes` processes; the member takes the trained state in place.
     Returns the phase's TrainResult (as rank 0 measured it)."""
+    from agilerl_core.config import engine_data
     from agilerl_core.hpo.evolution import TrainResult
 
     with tempfile.TemporaryDirectory(prefix="agilerl-dp-") as tmp:
@@ -80,7 +81,7 @@ def train_data_parallel(arena, member, slot: int, seed: int, steps: int, process
         (tmp_path / "in").mkdir()
         (tmp_path / "out").mkdir()
         _save(tmp_path / "in", *member.state())
-        cfg = arena.cfg.model_dump(mode="json")
+        cfg = engine_data(arena.cfg)
         cfg["model"]["data_parallel"] = 1  # the processes train in-process
         (tmp_path / "config.json").write_text(json.dumps(cfg))
         cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),

@@ -27,8 +27,8 @@ from agilerl_core.algorithms.actor_critic.group import ActorCriticGroup, SACGrou
 from agilerl_core.algorithms.actor_critic.maths import LOG_STD_MAX, LOG_STD_MIN, squashed_log_prob
 from agilerl_core.algorithms.actor_critic.noise import GaussianNoise, OUNoise
 from agilerl_core.algorithms.base import RLAlgorithm
-from agilerl_core.algorithms.sac_hp import SACHyperparameters
-from agilerl_core.algorithms.td3_hp import DDPGHyperparameters, TD3Hyperparameters
+from agilerl_core.algorithms.hyperparameters.sac import SACHyperparameters
+from agilerl_core.algorithms.hyperparameters.td3 import DDPGHyperparameters, TD3Hyperparameters
 from agilerl_core.envs.spaces import Obs
 
 

@@ -23,7 +23,7 @@ import torch
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.dqn.group import DQNGroup
 from agilerl_core.algorithms.dqn.maths import linear_epsilon, mask_invalid
-from agilerl_core.algorithms.dqn_hp import DQNHyperparameters, RainbowHyperparameters
+from agilerl_core.algorithms.hyperparameters.dqn import DQNHyperparameters, RainbowHyperparameters
 from agilerl_core.buffers.prioritized import MemberPriorities
 from agilerl_core.envs.spaces import Obs
 from agilerl_core.networks.evolvable import ArchSpec

@@ -34,9 +34,9 @@ import torch.nn.functional as F
 
 from agilerl_core.algorithms.actor_critic.noise import GaussianNoise, OUNoise
 from agilerl_core.algorithms.base import RLAlgorithm
+from agilerl_core.algorithms.hyperparameters.maddpg import MADDPGHyperparameters, MATD3Hyperparameters
 from agilerl_core.algorithms.maddpg.group import MADDPGGroup
 from agilerl_core.algorithms.maddpg.maths import masked_logits
-from agilerl_core.algorithms.maddpg_hp import MADDPGHyperparameters, MATD3Hyperparameters
 from agilerl_core.algorithms.optim import FlatAdam, stack_parameters
 from agilerl_core.buffers.replay import AgentTensors
 from agilerl_core.envs.spaces import ActionSpec, MultiAgentSpec, Obs, ObsSpec

@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 from agilerl_core.algorithms.base import RLAlgorithm
+from agilerl_core.algorithms.hyperparameters.ppo import PPOHyperparameters
 from agilerl_core.algorithms.ppo.group import PPOGroup
-from agilerl_core.algorithms.ppo_hp import PPOHyperparameters
 from agilerl_core.buffers.rollout import Rollout
 from agilerl_core.envs.spaces import Obs
 

@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from agilerl_core.algorithms.hp_base import OffPolicyHyperparameters
+from agilerl_core.algorithms.hyperparameters.base import OffPolicyHyperparameters
 from agilerl_core.hpo.space import LEARNING_RATE, HyperparameterSpace, HyperparameterSpec
 
 

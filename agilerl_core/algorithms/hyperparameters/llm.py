@@ -9,7 +9,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from agilerl_core.algorithms.hp_base import BaseHyperparameters
+from agilerl_core.algorithms.hyperparameters.base import BaseHyperparameters
 from agilerl_core.hpo.space import HyperparameterSpace, HyperparameterSpec
 
 LLM_LEARNING_RATE = HyperparameterSpec(min=1e-6, max=1e-1, kind="log", grow=1.5, shrink=1 / 1.5)

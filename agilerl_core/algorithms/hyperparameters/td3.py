@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from agilerl_core.algorithms.hp_base import ACTOR_CRITIC_SPACE, OffPolicyHyperparameters
+from agilerl_core.algorithms.hyperparameters.base import ACTOR_CRITIC_SPACE, OffPolicyHyperparameters
 from agilerl_core.hpo.space import HyperparameterSpace
 
 

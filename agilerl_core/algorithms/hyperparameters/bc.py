@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from agilerl_core.algorithms.hp_base import Hyperparameters
+from agilerl_core.algorithms.hyperparameters.base import Hyperparameters
 from agilerl_core.hpo.space import LEARNING_RATE, HyperparameterSpace, HyperparameterSpec
 
 

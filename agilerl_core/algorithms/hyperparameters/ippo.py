@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from agilerl_core.algorithms.ppo_hp import PPOHyperparameters
+from agilerl_core.algorithms.hyperparameters.ppo import PPOHyperparameters
 
 
 class IPPOHyperparameters(PPOHyperparameters):

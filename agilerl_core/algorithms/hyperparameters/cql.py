@@ -6,9 +6,9 @@ from typing import ClassVar
 
 from pydantic import Field, model_validator
 
-from agilerl_core.algorithms.dqn_hp import DQNHyperparameters
-from agilerl_core.algorithms.hp_base import ACTOR_CRITIC_SPACE
-from agilerl_core.algorithms.sac_hp import SACHyperparameters
+from agilerl_core.algorithms.hyperparameters.base import ACTOR_CRITIC_SPACE
+from agilerl_core.algorithms.hyperparameters.dqn import DQNHyperparameters
+from agilerl_core.algorithms.hyperparameters.sac import SACHyperparameters
 from agilerl_core.hpo.space import LEARNING_RATE, HyperparameterSpace, HyperparameterSpec
 
 CQL_ALPHA = HyperparameterSpec(min=0.05, max=20.0, kind="log", grow=1.5, shrink=1 / 1.5)
