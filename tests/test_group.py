@@ -438,3 +438,25 @@ def test_team_group_explores_as_each_member_would():
         for agent in x:
             np.testing.assert_allclose(x[agent], y[agent], atol=1e-6)
     assert (together[0]["chooser_0"] == 0).all()  # the mask held
+
+
+@pytest.mark.parametrize("family", ["dqn", "td3", "sac", "matd3"])
+def test_every_network_keeps_learning_step_after_step(family):
+    """Optimiser steps rewrite the stacked buffers in place: every later step must still reach each network
+    (a view of the trainable blocks kept across steps once silently lost its gradient: zero from step 2)."""
+    from agilerl_core.algorithms.actor_critic import SAC
+    from tests.test_multi_agent import SPEAKER_LISTENER
+
+    if family == "matd3":
+        member, buf = team(SPEAKER_LISTENER, 1, "matd3", policy_freq=1, batch_size=32), team_buffer(SPEAKER_LISTENER, 1)
+    elif family == "dqn":
+        member, buf = dqn(1, batch_size=32), filled_buffer(1)
+    else:
+        member, buf = td3(1, SAC if family == "sac" else None, policy_freq=1, batch_size=32), continuous_buffer(1)
+    group = type(member).group([member])
+    for step in range(3):  # (Adam's momentum would move them anyway: the gradient is what must arrive)
+        for a in group.adams.values():
+            a.grad = torch.zeros_like(a.flat)
+        group.learn_step(buf, [0], [True])
+        for n, a in group.adams.items():
+            assert a.grad.abs().sum() > 0, f"{n} got no gradient at step {step}"

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from agilerl_core.algorithms.base import RLAlgorithm
-from agilerl_core.algorithms.group import ReplayGroup, StackedRows, clipped_step
+from agilerl_core.algorithms.group import ReplayGroup, StackedRows, clipped_step, gradients
 from agilerl_core.algorithms.hyperparameters.bc import BCHyperparameters
 from agilerl_core.buffers.replay import Transition
 from agilerl_core.envs.spaces import Obs
@@ -37,8 +37,8 @@ class BCGroup(ReplayGroup):
     def __init__(self, agents: Sequence) -> None:
         super().__init__(agents)
         self.adam = self.adams["policy"]
-        self.adam.flat.requires_grad_(True)
-        self.policy = StackedNetwork([a.networks["policy"] for a in self.agents], self.adam.flat, self.adam.padded)
+        self.policy = StackedNetwork([a.networks["policy"] for a in self.agents], self.adam.flat, self.adam.padded,
+                                     trainable=True)
         self.discrete = self.agents[0].action_spec.discrete
         self.max_grad_norm = self.agents[0].hp.max_grad_norm
 
@@ -50,7 +50,7 @@ class BCGroup(ReplayGroup):
         out = self.policy(batch.obs)
         action = batch.action.view(k, -1, *batch.action.shape[1:])
         losses = (imitation_loss(out, action, self.discrete) * rows.weight).sum(1)
-        (self.adam.grad,) = torch.autograd.grad(losses.sum(), self.adam.flat)
+        (self.adam.grad,) = gradients(losses.sum(), self.policy.leaves)
         clipped_step(self.adam, self.max_grad_norm, None if rows.all_active else rows.active)
         for a, on in zip(self.agents, rows.active.tolist(), strict=True):
             a.learn_steps += int(on)

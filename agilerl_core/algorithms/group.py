@@ -217,9 +217,14 @@ class MemberGroup(ABC):
     def update_targets(self, weight: torch.Tensor) -> None:
         """Move every target towards its online network by each member's `weight` [K] (tau, 1 for a hard
         copy, 0 to leave it)."""
+        w = weight.tolist()
         for tname, flat in self.targets.items():
             adam = self.adams[self._target_sources[tname][0]]
-            flat.lerp_(adam.flat, weight[adam.owner])
+            if min(w) == max(w):  # one weight for all (every member active at one tau): a scalar lerp
+                if w[0] != 0.0:
+                    flat.lerp_(adam.flat, w[0])
+            else:
+                flat.lerp_(adam.flat, weight[adam.owner])
 
     @abstractmethod
     def explore(self, obs: Sequence, masks: Sequence) -> list:
@@ -298,6 +303,19 @@ def actor_turns(agents: Sequence, active: torch.Tensor, policy_freq: Sequence[in
     return turns
 
 
+def gradients(loss: torch.Tensor, *parts: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """The gradient of `loss` for each part (a network's leaf blocks, :attr:`StackedNetwork.leaves`, or any
+    list of leaves), flattened and concatenated in the part's order: laid out as the part's stacked buffer.
+    A block the loss does not reach gets zeros."""
+    leaves = [t for part in parts for t in part]
+    grads = torch.autograd.grad(loss, leaves, materialize_grads=True)
+    out, i = [], 0
+    for part in parts:
+        out.append(torch.cat([g.reshape(-1) for g in grads[i: i + len(part)]]))
+        i += len(part)
+    return out
+
+
 def clipped_step(adam: StackedAdam, max_grad_norm: float | None, active: torch.Tensor | None) -> None:
     """Clip each member's gradient to `max_grad_norm` (when set), then step (the `active` members)."""
     if max_grad_norm is not None:
@@ -313,21 +331,25 @@ class StackedRows:
 
     def __init__(self, rows: Sequence[torch.Tensor | None], device: torch.device,
                  importance: Sequence[torch.Tensor | None] | None = None) -> None:
-        b = max(r.shape[0] for r in rows if r is not None)
-        k = len(rows)
-        idx = torch.zeros(k, b, dtype=torch.long, device=device)
-        weight = torch.zeros(k, b, device=device)
-        for i, r in enumerate(rows):
-            if r is None:
-                continue
-            n = r.shape[0]
-            idx[i, :n] = r
-            weight[i, :n] = 1.0 / n
-            if importance is not None and importance[i] is not None:
-                weight[i, :n] *= importance[i].to(device)
+        counts = [0 if r is None else r.shape[0] for r in rows]
+        b, k = max(counts), len(rows)
+        self.all_active = all(counts)
+        if self.all_active and min(counts) == b:  # the common case: one batch size, nobody sitting out
+            idx = torch.stack(list(rows)).to(device)
+            weight = torch.full((k, b), 1.0 / b, device=device)
+        else:
+            idx = torch.zeros(k, b, dtype=torch.long, device=device)
+            weight = torch.zeros(k, b, device=device)
+            for i, (r, n) in enumerate(zip(rows, counts, strict=True)):
+                if n:
+                    idx[i, :n] = r
+                    weight[i, :n] = 1.0 / n
+        if importance is not None:
+            for i, w in enumerate(importance):
+                if w is not None:
+                    weight[i, : counts[i]] *= w.to(device)
         self.k, self.b = k, b
-        self.counts = [0 if r is None else r.shape[0] for r in rows]
+        self.counts = counts
         self.index = idx.view(-1)
         self.weight = weight
-        self.active = torch.tensor([r is not None for r in rows], device=device)
-        self.all_active = bool(self.active.all())
+        self.active = torch.tensor([n > 0 for n in counts], device=device)

@@ -72,6 +72,13 @@ def parameter_blocks(flat: torch.Tensor, k: int, padded: Sequence[tuple[int, ...
     return views
 
 
+def trainable_blocks(flat: torch.Tensor, k: int, padded: Sequence[tuple[int, ...]]) -> list[torch.Tensor]:
+    """:func:`parameter_blocks` as leaf tensors that require grad and share `flat`'s storage: autograd hands each
+    block its gradient directly (views of one leaf would each scatter theirs into a buffer the size of the
+    whole: measured a third of a small network's step), and an optimiser stepping `flat` in place moves them."""
+    return [b.requires_grad_(True) for b in parameter_blocks(flat.detach(), k, padded)]
+
+
 def _noise(x: torch.Tensor) -> torch.Tensor:
     return x.sign() * x.abs().sqrt()  # factorised Gaussian noise, as NoisyLinear draws it
 
@@ -82,17 +89,22 @@ class StackedNetwork:
 
     `flat` holds the parameters as :func:`parameter_blocks` reads them (`padded`: each parameter's stacked
     shape, in ``named_parameters`` order); the network only reads it, so an optimiser may step it in place.
+    A `trainable` network's blocks are leaves (:attr:`leaves`, :func:`trainable_blocks`) that autograd
+    differentiates.
     A padded hidden unit has zero weights in and out, so it outputs act(0) = 0 and every gradient reaching
     it is 0: each member computes what its own network computes."""
 
-    def __init__(self, nets: Sequence[nn.Module], flat: torch.Tensor, padded: Sequence[tuple[int, ...]]) -> None:
+    def __init__(self, nets: Sequence[nn.Module], flat: torch.Tensor, padded: Sequence[tuple[int, ...]],
+                 trainable: bool = False) -> None:
         first = nets[0]
         self.k = len(nets)
         self.obs_spec = first.obs_spec
         self.arch = first.arch
         self.norms = [n.obs_norm for n in nets] if first.obs_norm is not None else None
         names = [name for name, _ in first.named_parameters()]
-        self.p = dict(zip(names, parameter_blocks(flat, self.k, padded), strict=True))
+        blocks = trainable_blocks(flat, self.k, padded) if trainable else parameter_blocks(flat, self.k, padded)
+        self.leaves = blocks if trainable else []
+        self.p = dict(zip(names, blocks, strict=True))
         self.act = ACTIVATION_FNS[self.arch.activation]
         self.enc_act = ACTIVATION_FNS[self.arch.encoders[0][1].activation] if self.arch.encoders else None
         self.widths = [p.features for p in self.obs_spec.vector_parts] if self.arch.encoders else []
@@ -161,17 +173,26 @@ class StackedNetwork:
         return q.reshape(k, b, -1)
 
     def cnn(self, key: str, spec, x: torch.Tensor) -> torch.Tensor:
-        """A conv encoder of every member: images [K, B, C, H, W] -> latents [K, B, latent] (one grouped
-        convolution per layer)."""
+        """A conv encoder of every member: images [K, B, C, H, W] -> latents [K, B, latent]. On a GPU one grouped
+        convolution per layer; on a CPU each member's own convolutions, which measured 2-3x faster there than
+        one grouped convolution, forward and backward (benchmarks/population_flops.py, cnn_ppo)."""
         k, b = self.k, x.shape[1]
         act = ACTIVATION_FNS[spec.activation]
+        layers = [(self.p[f"cnns.{key}.convs.{i}.weight"], self.p[f"cnns.{key}.convs.{i}.bias"], stride)
+                  for i, stride in enumerate(spec.strides)]
+        if x.device.type == "cpu":
+            outs = []
+            for m in range(k):
+                h = x[m]
+                for w, bias, stride in layers:
+                    h = act(torch.nn.functional.conv2d(h, w[m], bias[m], stride=stride))
+                outs.append(h.reshape(b, -1))
+            return act(self.linear(f"cnns.{key}.proj", torch.stack(outs)))
         h = x.transpose(0, 1).reshape(b, -1, *x.shape[3:])  # [B, K * C, H, W]: member i's channels together
-        for i, stride in enumerate(spec.strides):
-            w, bias = self.p[f"cnns.{key}.convs.{i}.weight"], self.p[f"cnns.{key}.convs.{i}.bias"]
+        for w, bias, stride in layers:
             h = act(torch.nn.functional.conv2d(h, w.reshape(-1, *w.shape[2:]), bias.reshape(-1), stride=stride,
                                                groups=k))
-        h = h.reshape(b, k, -1).transpose(0, 1)
-        return act(self.linear(f"cnns.{key}.proj", h))
+        return act(self.linear(f"cnns.{key}.proj", h.reshape(b, k, -1).transpose(0, 1)))
 
     def features(self, obs: Obs) -> torch.Tensor:
         """The heads' input [K, B, D] for member-major observations (every tensor [K * B, ...])."""

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from agilerl_core.algorithms.actor_critic.maths import LOG_STD_MAX, LOG_STD_MIN, squashed_log_prob
-from agilerl_core.algorithms.group import ReplayGroup, StackedRows, actor_turns, clipped_step
+from agilerl_core.algorithms.group import ReplayGroup, StackedRows, actor_turns, clipped_step, gradients
 from agilerl_core.algorithms.optim import adam_update_
 from agilerl_core.buffers.replay import Transition
 from agilerl_core.networks.stacked import StackedNetwork
@@ -35,8 +35,8 @@ class ActorCriticGroup(ReplayGroup):
         self.nets: dict[str, StackedNetwork] = {}
         for name in first.online_networks:
             adam = self.adams[name]
-            adam.flat.requires_grad_(True)
-            self.nets[name] = StackedNetwork([a.networks[name] for a in self.agents], adam.flat, adam.padded)
+            self.nets[name] = StackedNetwork([a.networks[name] for a in self.agents], adam.flat, adam.padded,
+                                             trainable=True)
         for tname, online in first.target_networks.items():
             self.nets[tname] = StackedNetwork([a.networks[tname] for a in self.agents], self.targets[tname],
                                               self.adams[online].padded)
@@ -55,7 +55,7 @@ class ActorCriticGroup(ReplayGroup):
         """One clipped Adam step of network `name` of every member on the gradient of `loss` (the sum of the
         members' losses, so each member gets its own gradient)."""
         adam = self.adams[name]
-        (adam.grad,) = torch.autograd.grad(loss, adam.flat)
+        (adam.grad,) = gradients(loss, self.nets[name].leaves)
         clipped_step(adam, self.max_grad_norm, active)
 
     def learn(self, batch: Transition, rows: StackedRows) -> torch.Tensor:

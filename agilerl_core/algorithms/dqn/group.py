@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from agilerl_core.algorithms.dqn.maths import categorical_projection, mask_invalid, regression_loss
-from agilerl_core.algorithms.group import ReplayGroup, StackedRows, clipped_step
+from agilerl_core.algorithms.group import ReplayGroup, StackedRows, clipped_step, gradients
 from agilerl_core.buffers.replay import Transition
 from agilerl_core.networks.stacked import StackedNetwork
 
@@ -28,14 +28,13 @@ class DQNGroup(ReplayGroup):
         first = self.agents[0]
         hp = first.hp
         self.q = self.adams["q"]
-        self.q.flat.requires_grad_(True)
-        self.online = StackedNetwork([a.networks["q"] for a in self.agents], self.q.flat, self.q.padded)
+        self.online = StackedNetwork([a.networks["q"] for a in self.agents], self.q.flat, self.q.padded, trainable=True)
         self.target = StackedNetwork([a.networks["q_target"] for a in self.agents], self.targets["q_target"],
                                      self.q.padded)
         self.gamma, self.tau = self.hp_tensor("gamma"), self.hp_tensor("tau")
         self.hard_every, self.double, self.huber = hp.hard_update_every, hp.double, hp.loss == "huber"
         self.max_grad_norm = hp.max_grad_norm
-        self.noisy, self.support = hp.noisy, first.support
+        self.noisy, self.support, self.per = hp.noisy, first.support, hp.per
         self.actions = first.action_dim
         self.generators = [a.torch_gen for a in self.agents]
 
@@ -99,13 +98,14 @@ class DQNGroup(ReplayGroup):
             return ce, ce.detach()
         target = self.td_target(batch, k)
         q_taken = out.gather(2, action).squeeze(2)
-        return (regression_loss(q_taken, target, self.huber) + self.penalty(out, action.squeeze(2)),
-                (q_taken - target).detach().abs())
+        loss = regression_loss(q_taken, target, self.huber)
+        penalty = self.penalty(out, action.squeeze(2))
+        return loss if penalty is None else loss + penalty, (q_taken - target).detach().abs()
 
-    def penalty(self, q: torch.Tensor, action: torch.Tensor) -> torch.Tensor | float:
+    def penalty(self, q: torch.Tensor, action: torch.Tensor) -> torch.Tensor | None:
         """A per-sample term [K, B] added to the TD loss given all Q-values [K, B, A] and the actions taken
-        [K, B] (CQN's conservative penalty); none for DQN."""
-        return 0.0
+        [K, B] (CQN's conservative penalty); None for DQN."""
+        return None
 
     # ---- learning -------------------------------------------------------------------------------------
     def learn(self, batch: Transition, rows: StackedRows) -> torch.Tensor:
@@ -117,13 +117,13 @@ class DQNGroup(ReplayGroup):
             self.target.resample_noise(self.generators, active)
         per_sample, signal = self.sample_losses(batch, k)
         weighted = per_sample * rows.weight
-        (grad,) = torch.autograd.grad(weighted.sum(), self.q.flat)
-        self.q.grad = grad
+        (self.q.grad,) = gradients(weighted.sum(), self.online.leaves)
         clipped_step(self.q, self.max_grad_norm, None if rows.all_active else rows.active)
         for i, a in enumerate(self.agents):
             if active[i]:
                 a.learn_steps += 1
-                a.priorities_seen(signal[i, :rows.counts[i]])
+                if self.per:
+                    a.priorities_seen(signal[i, :rows.counts[i]])
         on = rows.active.to(self.tau.dtype)
         if self.hard_every is None:
             self.update_targets(self.tau * on)

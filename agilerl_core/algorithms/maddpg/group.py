@@ -17,10 +17,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from agilerl_core.algorithms.group import ReplayGroup, StackedRows, actor_turns, clipped_step, param_shapes, stacked_blocks
+from agilerl_core.algorithms.group import (
+    ReplayGroup,
+    StackedRows,
+    actor_turns,
+    clipped_step,
+    gradients,
+    param_shapes,
+    stacked_blocks,
+)
 from agilerl_core.algorithms.maddpg.maths import gumbel_noise, gumbel_softmax, masked_logits
 from agilerl_core.buffers.replay import AgentTensors, MultiAgentBatch
-from agilerl_core.networks.stacked import Layers, StackedNetwork, stacked_forward
+from agilerl_core.networks.stacked import Layers, StackedNetwork, stacked_forward, trainable_blocks
 
 
 def merged(layers: Layers) -> Layers:
@@ -43,15 +51,14 @@ class MADDPGGroup(ReplayGroup):
         self.policy_freq = [a.hp.policy_freq for a in self.agents]
         self.max_grad_norm = first.hp.max_grad_norm
         self.critics = self.adams["critics"]
-        self.critics.flat.requires_grad_(True)
-        self.critic_layers = merged(stacked_blocks(self.critics.flat, self.k, self.critics.padded))
+        self.critic_leaves = trainable_blocks(self.critics.flat, self.k, self.critics.padded)
         self.critic_target_layers = merged(stacked_blocks(self.targets["critics.target"], self.k, self.critics.padded))
         self.actors: dict[str, StackedNetwork] = {}
         self.actor_targets: dict[str, StackedNetwork] = {}
         for x in self.names:
             adam = self.adams[f"actor.{x}"]
-            adam.flat.requires_grad_(True)
-            self.actors[x] = StackedNetwork([a.networks[f"actor.{x}"] for a in self.agents], adam.flat, adam.padded)
+            self.actors[x] = StackedNetwork([a.networks[f"actor.{x}"] for a in self.agents], adam.flat, adam.padded,
+                                            trainable=True)
             self.actor_targets[x] = StackedNetwork([a.networks[f"actor.{x}.target"] for a in self.agents],
                                                    self.targets[f"actor.{x}.target"], adam.padded)
         self.columns: dict[str, slice] = {}  # each agent's action columns in the critics' input
@@ -59,6 +66,11 @@ class MADDPGGroup(ReplayGroup):
         for x in self.names:
             self.columns[x] = slice(start, start + self.specs[x].dim)
             start += self.specs[x].dim
+
+    def critic_layers(self) -> Layers:
+        """Every critic of every member as one network each, (weight, bias) per layer [K * C * N, ...]: views
+        of the leaves made for each pass (a view kept across optimiser steps would lose its way to them)."""
+        return merged(list(zip(self.critic_leaves[0::2], self.critic_leaves[1::2], strict=True)))
 
     # ---- what stacks --------------------------------------------------------------------------------------
     def stacked_optimizers(self) -> dict[str, tuple]:
@@ -151,10 +163,10 @@ class MADDPGGroup(ReplayGroup):
         weight = acted / acted.sum(2, keepdim=True).clamp_min(1.0)  # [K, N, B]: each agent's mean over its rows
         xa = self.joint(batch.obs, batch.action, k)
         b = xa.shape[1]
-        q = stacked_forward(self.critic_layers, xa.unsqueeze(1).expand(k, m, b, -1).reshape(k * m, b, -1),
+        q = stacked_forward(self.critic_layers(), xa.unsqueeze(1).expand(k, m, b, -1).reshape(k * m, b, -1),
                             self.activation).view(k, self.c, self.n, b)
         losses = (weight.unsqueeze(1) * (q - y.unsqueeze(1)).square()).sum((1, 2, 3))
-        (self.critics.grad,) = torch.autograd.grad(losses.sum(), self.critics.flat)
+        (self.critics.grad,) = gradients(losses.sum(), self.critic_leaves)
         clipped_step(self.critics, self.max_grad_norm, None if rows.all_active else rows.active)
         turns = actor_turns(self.agents, rows.active, self.policy_freq)
         turn = torch.tensor(turns, device=self.device)
@@ -181,11 +193,11 @@ class MADDPGGroup(ReplayGroup):
         xs = torch.stack(inputs, dim=1)  # [K, N, B, D]: row i holds agent i's own action
         m = self.c * self.n  # critic_1 of every agent: the first N of each member's C * N critics
         critic_1 = [(w.view(k, m, *w.shape[1:])[:, : self.n].reshape(-1, *w.shape[1:]),
-                     b.view(k, m, -1)[:, : self.n].reshape(-1, b.shape[1])) for w, b in self.critic_layers]
+                     b.view(k, m, -1)[:, : self.n].reshape(-1, b.shape[1])) for w, b in self.critic_layers()]
         q = stacked_forward(critic_1, xs.view(k * self.n, xs.shape[2], -1), self.activation)
         loss = -(weight * q.view(weight.shape)).sum()
         adams = [self.adams[f"actor.{x}"] for x in self.names]
-        grads = torch.autograd.grad(loss, [adam.flat for adam in adams])
+        grads = gradients(loss, *(self.actors[x].leaves for x in self.names))
         active = None if all(turns) else torch.tensor(turns, device=self.device)
         for adam, grad in zip(adams, grads, strict=True):
             adam.grad = grad

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from agilerl_core.algorithms.group import MemberGroup, clipped_step
+from agilerl_core.algorithms.group import MemberGroup, clipped_step, gradients
 from agilerl_core.algorithms.optim import adam_update_
 from agilerl_core.algorithms.ppo.maths import MinibatchSchedule, normalized_advantages, ppo_loss, value_loss
 from agilerl_core.networks.stacked import StackedNetwork
@@ -29,8 +29,8 @@ class PPOGroup(MemberGroup):
         self.nets: dict[str, StackedNetwork] = {}
         for name in ("actor", "critic"):
             adam = self.adams[name]
-            adam.flat.requires_grad_(True)
-            self.nets[name] = StackedNetwork([a.networks[name] for a in self.agents], adam.flat, adam.padded)
+            self.nets[name] = StackedNetwork([a.networks[name] for a in self.agents], adam.flat, adam.padded,
+                                             trainable=True)
         self.continuous = first.continuous
         self.clip, self.ent_coef, self.vf_coef = (self.hp_tensor(n) for n in ("clip_coef", "ent_coef", "vf_coef"))
         self.norm_adv, self.clip_vloss, self.max_grad_norm = first.hp.norm_adv, first.hp.clip_vloss, first.hp.max_grad_norm
@@ -125,8 +125,10 @@ class PPOGroup(MemberGroup):
                            clip if self.clip_vloss else None, w)
         losses = ppo_loss(new_logp, f["logp"], adv, clip, w) - self.ent_coef * (entropy * w).sum(1) \
             + self.vf_coef * vloss
-        leaves = [self.adams["actor"].flat, self.adams["critic"].flat] + ([ls_leaf] if self.continuous else [])
-        grads = torch.autograd.grad(losses.sum(), leaves)
+        grads = gradients(losses.sum(), self.nets["actor"].leaves, self.nets["critic"].leaves,
+                          *([[ls_leaf]] if self.continuous else []))
+        if self.continuous:
+            grads[2] = grads[2].view_as(ls_leaf)
         step_active = None if bool(active.all()) else active
         for name, grad in zip(("actor", "critic"), grads, strict=False):
             adam = self.adams[name]
