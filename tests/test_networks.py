@@ -295,7 +295,9 @@ def test_a_stacked_network_computes_what_each_member_computes(case):
         stacked.resample_noise([torch.Generator().manual_seed(100 + i) for i in range(3)])
         for i, n in enumerate(nets):
             n.resample_noise(torch.Generator().manual_seed(100 + i))
-    out = stacked({k: torch.cat([o[k] for o in obs]) for k in keys})
-    assert out.shape == (3, 5, 6)
-    for i, n in enumerate(nets):
-        torch.testing.assert_close(out[i], n(obs[i]), rtol=1e-5, atol=1e-5)
+    for grouped in (False, True) if spec.has_images else (False,):  # convolutions: each member's, or grouped
+        stacked.grouped_convs = grouped
+        out = stacked({k: torch.cat([o[k] for o in obs]) for k in keys})
+        assert out.shape == (3, 5, 6)
+        for i, n in enumerate(nets):
+            torch.testing.assert_close(out[i], n(obs[i]), rtol=1e-5, atol=1e-5)

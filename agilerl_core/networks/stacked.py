@@ -112,6 +112,7 @@ class StackedNetwork:
         self.noisy_layers = [[(name, m.in_dim, m.out_dim) for name, m in n.named_modules() if hasattr(m, "eps_in")]
                              for n in nets]
         self.eps: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
+        self.grouped_convs: bool | None = None  # one grouped convolution per layer; None: on GPUs only
 
     def member(self, i: int) -> StackedNetwork:
         """Member i alone: a stack of one viewing its rows of the parameters (current as they are stepped)."""
@@ -180,7 +181,7 @@ class StackedNetwork:
         act = ACTIVATION_FNS[spec.activation]
         layers = [(self.p[f"cnns.{key}.convs.{i}.weight"], self.p[f"cnns.{key}.convs.{i}.bias"], stride)
                   for i, stride in enumerate(spec.strides)]
-        if x.device.type == "cpu":
+        if not (self.grouped_convs if self.grouped_convs is not None else x.device.type != "cpu"):
             outs = []
             for m in range(k):
                 h = x[m]
