@@ -1,14 +1,15 @@
 """Which batched learning path is faster here: one DQN gradient step (double Q, MSE, Adam, soft target
 update) for K members of one architecture, three ways, on the same minibatches:
 
-* ``one_by_one``: each member's own fused step (hand-written backward, flat Adam), K calls;
-* ``stacked``: the group's step (`agilerl_core.algorithms.dqn_group`): batched matmuls, hand-written
-  backward, one stacked Adam step - what the pipeline uses;
+* ``one_by_one``: each member alone, a group of one (K calls of the population code at K = 1);
+* ``stacked``: the group's step (`agilerl_core.algorithms.dqn.group`): stacked networks, autograd, one
+  stacked Adam step - what the pipeline uses;
 * ``vmap``: torch.func (`stack_module_state` + `vmap(grad(loss))` through `functional_call`), then the
   same Adam maths on the stacked parameters.
 
 Shipped CartPole DQN sizes (64x64 MLP, batch 128), one torch thread, medians of `--repeats` timings of
 `--steps` steps each. Prints one JSON object (microseconds per step for all K members together).
+benchmarks/population_flops.py measures the group step of every family against the GEMM peak.
 
     python benchmarks/batched_learn_paths.py [--ks 1,4,16] [--steps 200] [--repeats 5]
 """
@@ -66,7 +67,8 @@ def one_by_one(k: int, b: int):
     parts = [Transition({"obs": full.obs["obs"][i * b:(i + 1) * b]}, full.action[i * b:(i + 1) * b],
                         full.reward[i * b:(i + 1) * b], {"obs": full.next_obs["obs"][i * b:(i + 1) * b]},
                         full.terminated[i * b:(i + 1) * b]) for i in range(k)]
-    return lambda: [a.learn(p) for a, p in zip(agents, parts, strict=True)]
+    groups = [DQN.group([a]) for a in agents]
+    return lambda: [g.learn_batch(p) for g, p in zip(groups, parts, strict=True)]
 
 
 def stacked(k: int, b: int):
