@@ -11,6 +11,7 @@ target entropy, and draws its minibatches and noise from its own generator in th
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -80,13 +81,13 @@ class ActorCriticGroup(ReplayGroup):
         self.update_targets(self.tau * moved.to(self.tau.dtype))
         return total
 
+    @abstractmethod
     def target(self, batch: Transition, rows: StackedRows) -> torch.Tensor:
         """The critics' regression target y [K, B] (no gradient)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def actor_step(self, batch: Transition, rows: StackedRows, turns: torch.Tensor) -> None:
         """The actor step of the members whose turn it is (`turns` [K] bool)."""
-        raise NotImplementedError
 
     def critic_penalty(self, batch: Transition, rows: StackedRows) -> Penalty | None:
         """A term added to each critic's loss (CQL); None: plain TD regression."""
