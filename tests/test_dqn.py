@@ -133,23 +133,38 @@ def test_act_never_picks_masked_actions():
     assert set(acts.tolist()) == {0, 1}
 
 
-def test_flat_adam_matches_torch_adam():
+def test_stacked_adam_matches_torch_adam():
+    """Two members with their own learning rates (and other widths) stepped as one stacked Adam, gradients
+    clipped per member: each ends where torch.optim.Adam and clip_grad_norm_ take its own copy."""
+    from agilerl_core.algorithms.group import StackedAdam, padded_shapes, param_shapes, stack_flats
+
     torch.manual_seed(0)
-    a = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
-    b = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
-    b.load_state_dict(a.state_dict())
-    ours, ref = FlatAdam(a, 1e-2), torch.optim.Adam(b.parameters(), 1e-2)
+    ours = [torch.nn.Sequential(torch.nn.Linear(4, w), torch.nn.Tanh(), torch.nn.Linear(w, 2)) for w in (8, 5)]
+    refs = [torch.nn.Sequential(torch.nn.Linear(4, w), torch.nn.Tanh(), torch.nn.Linear(w, 2)) for w in (8, 5)]
+    for a, b in zip(ours, refs, strict=True):
+        b.load_state_dict(a.state_dict())
+    flats = [FlatAdam(a, lr) for a, lr in zip(ours, (1e-2, 3e-3), strict=True)]
+    shapes = [param_shapes(a) for a in ours]
+    opts = [torch.optim.Adam(b.parameters(), lr) for b, lr in zip(refs, (1e-2, 3e-3), strict=True)]
     for _ in range(20):
         x = torch.randn(16, 4)
-        ours.zero_grad()
-        a(x).square().mean().backward()
-        ours.step()
-        ref.zero_grad()
-        b(x).square().mean().backward()
-        ref.step()
-    for p, q in zip(a.parameters(), b.parameters(), strict=True):
-        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
-    assert a[0].weight.grad.data_ptr() == ours.grad.data_ptr()  # grads still live in the flat buffer
+        adam = StackedAdam(flats, shapes)
+        for a in ours:
+            for p in a.parameters():
+                p.grad.zero_()
+            (a(x).square().mean() * 10).backward()  # grads land in each FlatAdam's flat gradient buffer
+        adam.grad = stack_flats([f.grad for f in flats], shapes, padded_shapes(shapes))
+        adam.clip_grad_norm(0.5)
+        adam.step()
+        adam.write_back()
+        for b, opt in zip(refs, opts, strict=True):
+            opt.zero_grad()
+            (b(x).square().mean() * 10).backward()
+            torch.nn.utils.clip_grad_norm_(b.parameters(), 0.5)
+            opt.step()
+    for a, b in zip(ours, refs, strict=True):
+        for p, q in zip(a.parameters(), b.parameters(), strict=True):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
 
 
 def reference_step(net, target, opt, b: Transition, hp) -> float:

@@ -448,11 +448,12 @@ def test_ppo_minibatches_share_the_rows_evenly_and_log_std_is_clipped_with_the_a
     assert clipped.count(True) == 8  # the actor's clip counted log_std every time, the critic's did not
     # the joint norm: a module's gradient and an outside one scaled together to max_norm
     net = torch.nn.Linear(2, 1, bias=False)
-    opt = FlatAdam(net, 1e-3)
+    from agilerl_core.algorithms.group import param_shapes
+
+    opt = StackedAdam([FlatAdam(net, 1e-3)], [param_shapes(net)])
     opt.grad.copy_(torch.tensor([3.0, 0.0]))
-    extra = torch.tensor([4.0])
-    norm = opt.clip_grad_norm(1.0, extra)
-    assert float(norm) == pytest.approx(5.0)
+    extra = torch.tensor([[4.0]])  # 3-4-5: scaled to norm 1 together
+    opt.clip_grad_norm(1.0, extra)
     assert torch.allclose(opt.grad, torch.tensor([0.6, 0.0]), atol=1e-6) and float(extra) == pytest.approx(0.8, abs=1e-6)
 
 

@@ -127,9 +127,6 @@ class StackedAdam:
         self.lr = torch.tensor([o.lr for o in opts], dtype=torch.float32, device=self.flat.device)
         self._lr_el = self.lr[self.owner]
 
-    def zero_grad(self) -> None:
-        self.grad.zero_()
-
     @torch.no_grad()
     def clip_grad_norm(self, max_norm: float, extra: torch.Tensor | None = None) -> None:
         """Scale each member's (network's) gradient to a norm of at most `max_norm` (as FlatAdam.clip_grad_norm

@@ -73,10 +73,12 @@ def _state_view(buffer: torch.Tensor, flat: torch.Tensor, p: torch.Tensor) -> to
 
 
 class FlatAdam:
-    """Adam (Kingma & Ba, 2015) on parameters that live in one flat buffer: those of one module, or of
-    several identically shaped modules stacked (``stack=True``, see :func:`stack_parameters`), which then
-    take one step together. :meth:`view` gives each stacked module its own optimiser handle (its state
-    and scalars) for checkpoints and mutations."""
+    """A member's Adam (Kingma & Ba, 2015) state for parameters that live in one flat buffer: those of one
+    module, or of several identically shaped modules stacked (``stack=True``, see :func:`stack_parameters`).
+    It holds the weights, moments, step powers and scalars that checkpoints save and mutations keep; the steps
+    themselves are taken by :class:`~agilerl_core.algorithms.group.StackedAdam` for a group of members (a
+    member alone: a group of one). :meth:`view` gives each stacked module its own handle (its state and
+    scalars) for checkpoints and mutations."""
 
     def __init__(self, module: nn.Module | Sequence[nn.Module], lr: float, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, stack: bool = False) -> None:
@@ -94,44 +96,6 @@ class FlatAdam:
         self.v = torch.zeros_like(self.flat)
         self.beta1_pow = torch.ones_like(self.flat)  # beta1^t per element
         self.beta2_pow = torch.ones_like(self.flat)
-
-    def zero_grad(self) -> None:
-        self.grad.zero_()
-
-    @torch.no_grad()
-    def clip_grad_norm(self, max_norm: float, extra: torch.Tensor | None = None) -> torch.Tensor:
-        """Scale each module's gradient to a global norm of at most `max_norm` (as
-        torch.nn.utils.clip_grad_norm_ on that module alone). `extra`: gradients of parameters kept outside
-        the module (PPO's log_std; [K, ...] when stacked) counted in the norm and scaled with it."""
-        if not self.blocks:
-            sq = self.grad.pow(2).sum() + (0.0 if extra is None else extra.pow(2).sum())
-            norm = sq.sqrt()
-            scale = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
-            self.grad.mul_(scale)
-            if extra is not None:
-                extra.mul_(scale)
-            return norm
-        k = len(self.modules)
-        sq = torch.stack([g.reshape(k, -1).pow(2).sum(1) for _, g in self.blocks]).sum(0)
-        if extra is not None:
-            sq = sq + extra.reshape(k, -1).pow(2).sum(1)
-        norm = sq.sqrt()
-        scale = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
-        for _, g in self.blocks:
-            g.mul_(scale.view(k, *([1] * (g.dim() - 1))))
-        if extra is not None:
-            extra.mul_(scale.view(k, *([1] * (extra.dim() - 1))))
-        return norm
-
-    @torch.no_grad()
-    def step(self) -> None:
-        b1, b2 = self.betas
-        self.beta1_pow.mul_(b1)
-        self.beta2_pow.mul_(b2)
-        self.m.lerp_(self.grad, 1.0 - b1)
-        self.v.mul_(b2).addcmul_(self.grad, self.grad, value=1.0 - b2)
-        denom = self.v.div(1.0 - self.beta2_pow).sqrt_().add_(self.eps)
-        self.flat.addcdiv_(self.m.div(1.0 - self.beta1_pow), denom, value=-self.lr)
 
     def state_tensors(self, module: nn.Module | None = None) -> dict[str, torch.Tensor]:
         """Per-parameter state of `module` (default: the only one): `m/<name>`, `v/<name>`,
