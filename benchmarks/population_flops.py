@@ -5,13 +5,17 @@ FLOPs counted by torch's FlopCounterMode (forward and backward, as executed) and
 * dqn: CartPole-sized DQN (obs 4, MLP 64x64, 2 actions, batch 128; double Q, soft target);
 * ppo: CartPole-sized PPO minibatch (obs 4, actor and critic MLP 64x64, minibatch 256);
 * cnn_ppo: MinAtar-sized frames (10x10x4 uint8, conv 16 3x3 stride 1, latent 128, MLP 64x64), minibatch 256;
-* matd3: simple_speaker_listener-sized MATD3 team (obs 3 and 11, actions 3 and 5, MLP 64x64, batch 128).
+* matd3: simple_speaker_listener-sized MATD3 team (obs 3 and 11, actions 3 and 5, MLP 64x64, batch 128);
+* grpo: one GRPO learn step of K LoRA adapters (rank 8 on c_attn, c_proj, c_fc) on one shared GPT-2 built from a
+  config (n_embd 64, 2 layers, the GRPO speed benchmark's), 8 prompts x group 8 per member, 4 new tokens at
+  temperature 1, one update epoch, no reference pass: sampling with the KV cache plus the loss's forward and
+  backward, the K members' rows through one forward of the base.
 
 Beside it, the single-thread GEMM peak: float32 `torch.mm` of square matrices (256 to 1024, the best median).
 On a CPU a population is compute-bound once its matmuls are large enough, so the figure to chase is the
 share of that peak; small members leave it to per-op overhead. One torch thread throughout.
 
-    python benchmarks/population_flops.py [--ks 1,4,16,64] [--algos dqn,ppo,cnn_ppo,matd3] [--steps 20] [--repeats 5]
+    python benchmarks/population_flops.py [--ks 1,4,16,64] [--algos dqn,ppo,cnn_ppo,matd3,grpo] [--steps 20] [--repeats 5]
 
 Prints one JSON object: per algorithm and K the median µs per step, µs per member-step, GFLOP per step,
 achieved GFLOP/s and its share of the GEMM peak.
@@ -122,7 +126,37 @@ def matd3_step(k: int):
     return lambda: group.learn_batch(batch)
 
 
-STEPS = {"dqn": dqn_step, "ppo": ppo_step, "cnn_ppo": cnn_ppo_step, "matd3": matd3_step}
+def grpo_step(k: int):
+    import tempfile
+    from pathlib import Path
+
+    from agilerl_core.algorithms.grpo import GRPO
+    from agilerl_core.data.prompts import write_jsonl
+    from agilerl_core.experiment import build_arena
+    from tasks.config import validate_config
+
+    with tempfile.TemporaryDirectory() as tmp:
+        data = str(write_jsonl(Path(tmp) / "digit_sum.jsonl", [{"prompt": f"{a}+{b}=", "answer": str((a + b) % 10)}
+                                                               for a in range(10) for b in range(10)]))
+        arena = build_arena(validate_config({
+            "kind": "llm", "name": "grpo-flops", "algorithm": "grpo", "population_size": k, "seed": 1,
+            "model": {"config": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 2, "n_positions": 128,
+                                 "attn_pdrop": 0.0, "embd_pdrop": 0.0, "resid_pdrop": 0.0},
+                      "tokenizer_chars": "0123456789+=", "lora": {"rank": 8, "alpha": 16,
+                                                                  "targets": ["c_attn", "c_proj", "c_fc"]}},
+            "dataset": {"uri": data, "held_out": 10},
+            "hyperparameters": {"batch_size": 8, "group_size": 8, "beta": 0.0, "max_new_tokens": 4,
+                                "temperature": 1.0, "micro_batch_size": 4096, "generation_batch_size": 4096},
+            "kl_metric": False}))
+    members = arena.build_members(list(range(k)))
+    gens = [torch.Generator().manual_seed(i) for i in range(k)]
+    rng = np.random.default_rng(0)
+    n = len(arena.train_data)
+    return lambda: GRPO.learn_group(members, [rng.choice(n, 8, replace=False).tolist() for _ in members],
+                                    arena.train_data, arena.rewards, gens, kl_metric=False)
+
+
+STEPS = {"dqn": dqn_step, "ppo": ppo_step, "cnn_ppo": cnn_ppo_step, "matd3": matd3_step, "grpo": grpo_step}
 
 
 def measure(make, k: int, steps: int, repeats: int) -> tuple[float, float]:
@@ -144,7 +178,7 @@ def measure(make, k: int, steps: int, repeats: int) -> tuple[float, float]:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--ks", default="1,4,16,64")
-    p.add_argument("--algos", default="dqn,ppo,cnn_ppo,matd3")
+    p.add_argument("--algos", default="dqn,ppo,cnn_ppo,matd3,grpo")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args()

@@ -430,3 +430,45 @@ def test_a_group_evaluates_with_every_adapter_in_one_batch_as_each_alone(data_di
 def _logits_of(model, member):
     ids, mask = member.prompt_batch(member.base.encode(["1+2=", "3+4="], False))
     return model(input_ids=ids, attention_mask=mask).logits
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "dpo"])
+def test_a_group_trains_in_shared_forwards_as_each_member_alone(data_dir, algorithm):
+    """Three members with other adapters, ranks and hyperparameters (GRPO: temperature, group size, beta, update
+    epochs; DPO: beta, NLL weight) train their phases as one group, every learn step's rows through one forward of
+    the base (each row through its member's adapter, micro-batches cutting across members). Each member's samples
+    (drawn from its own generator), metrics, adapter and Adam state equal its phase alone (float tolerance); the
+    group's fitness equals each member's own."""
+    over = {"algorithm": algorithm, "population_size": 3, "hyperparameters.micro_batch_size": 24}
+    if algorithm == "grpo":
+        over.update({"hyperparameters.max_new_tokens": 3, "hyperparameters.generation_batch_size": 40,
+                     "hyperparameters.beta": 0.1})
+    evo = build_evolution(llm_config(data_dir, **over))
+    arena, members = evo.arena, [m.agent for m in evo.population.members]
+    members[2].set_rank(8, 5)
+    g = torch.Generator().manual_seed(4)
+    for m in members:  # adapters that change the completions
+        for n in m.adapter.names:
+            m.adapter.b[n].data.normal_(0, 0.3, generator=g)
+    if algorithm == "grpo":
+        for m, (temp, size, beta, epochs) in zip(members, [(1.0, 8, 0.1, 1), (0.7, 5, 0.0, 2), (1.3, 8, 0.3, 1)], strict=True):
+            m.hp.temperature, m.hp.group_size, m.hp.beta, m.hp.update_epochs = temp, size, beta, epochs
+    else:
+        for m, (beta, nll) in zip(members, [(0.5, 0.0), (0.1, 0.2), (1.0, 0.0)], strict=True):
+            m.hp.beta, m.hp.nll_weight = beta, nll
+    assert len({arena.batch_key(m) for m in members}) == 1
+    alone = [m.clone() for m in members]
+    seeds, budget = [11, 12, 13], 200 if algorithm == "grpo" else 64
+    one_by_one = [arena.train(c, s, seed, budget) for s, (c, seed) in enumerate(zip(alone, seeds, strict=True))]
+    together = arena.train_group(members, [0, 1, 2], seeds, budget)
+    for a, t, ma, mt in zip(one_by_one, together, alone, members, strict=True):
+        assert (a.env_steps, a.learn_steps) == (t.env_steps, t.learn_steps)
+        for k, v in a.metrics.items():
+            assert t.metrics[k] == pytest.approx(v, rel=1e-4, abs=1e-5), k
+        (ta, meta_a), (tt, meta_t) = ma.state(), mt.state()
+        assert meta_a["adam_step"] == meta_t["adam_step"] > 1
+        for k in ta:
+            torch.testing.assert_close(tt[k], ta[k], atol=1e-5, rtol=1e-4, msg=k)
+    assert not torch.allclose(members[0].adapter.b["lm_head"], members[1].adapter.b["lm_head"][:, :4])
+    assert arena.evaluate_group(members, 0, [0, 1, 2]) == [arena.evaluate(c, 0) for c in alone]
+    assert "training and evaluation" in evo.batching_note()

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from agilerl_core.algorithms.hyperparameters.llm import DPOHyperparameters
-from agilerl_core.algorithms.llm_base import LLMAlgorithm, PhaseMetrics, batch_ids, chunks
+from agilerl_core.algorithms.llm_base import LLMAlgorithm, PhaseMetrics, batch_ids, row_pieces
 from agilerl_core.llm.base_model import SharedBase
 from agilerl_core.llm.sampling import completion_logprobs, pad_prompts
 
@@ -89,52 +89,94 @@ class DPO(LLMAlgorithm):
                               [completion(t) for t in records.chosen], [completion(t) for t in records.rejected],
                               list(records.prompts), list(records.chosen), list(records.rejected))
 
-    def _policy_logps(self, model, data: PreferenceData, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(sequence log-probs [n, 2] (chosen, rejected), chosen token counts [n]) under the bound adapter."""
+    @staticmethod
+    def _policy_logps(model, data: PreferenceData, piece: list[tuple[int, list[int]]]
+                      ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each member's (sequence log-probs [n, 2] (chosen, rejected), chosen token counts [n]) of its pairs
+        in `piece` ((member, pair indices) segments), every row through its member's adapter, in one forward
+        (the chosen rows of every segment, then their rejected rows)."""
+        idx = [p for _, pairs in piece for p in pairs]
         ids, mask, comp, cmask = data.batch(idx)
-        lp = (completion_logprobs(model, ids, mask, comp, cmask) * cmask).sum(dim=1)
-        return lp.reshape(2, -1).T, cmask[: len(idx)].sum(dim=1)
+        rows = [(i, len(pairs)) for i, pairs in piece]
+        lp = (completion_logprobs(model, ids, mask, comp, cmask, rows=rows + rows)
+              * cmask).sum(dim=1).reshape(2, -1).T
+        ntok = cmask[: len(idx)].sum(dim=1)
+        out, start = [], 0
+        for _, pairs in piece:
+            out.append((lp[start:start + len(pairs)], ntok[start:start + len(pairs)]))
+            start += len(pairs)
+        return out
+
+    @staticmethod
+    def _pieces(members: list[DPO], pairs: list[list[int]]) -> list[list[tuple[int, list[int]]]]:
+        """The group's pairs cut into micro-batches of ``micro_batch_size / 2`` pairs (two rows each)."""
+        size = max(members[0].hp.micro_batch_size // 2, 1)
+        return [[(i, pairs[i][s]) for i, s in piece] for piece in row_pieces([len(p) for p in pairs], size)]
 
     def train_phase(self, data: PreferenceData, budget: int, seed: int) -> PhaseMetrics:
-        """Learn steps until `budget` pairs were used (the last step is whole)."""
-        return self._run_phase(len(data), budget, seed, lambda idx: (len(idx), self.learn(data, idx)))
+        """Learn steps until `budget` pairs were used (the last step is whole): a group of one."""
+        return DPO.train_group([self], data, budget, [seed])[0]
 
-    def learn(self, data: PreferenceData, idx: list[int]) -> dict[str, float]:
-        """One DPO step on the pairs `idx`."""
-        hp = self.hp
-        ref = data.reference(idx)
-        n = len(idx)
-        loss_sum = acc = margin_sum = 0.0
-        with self.base.bound(self.adapter) as model:
-            for s in self.my_parts(chunks(n, max(hp.micro_batch_size // 2, 1))):
-                lp, ntok = self._policy_logps(model, data, idx[s])
-                r = ref[s]
-                losses = dpo_loss(lp[:, 0], lp[:, 1], r[:, 0], r[:, 1], hp.beta)
-                if hp.nll_weight > 0:
-                    losses = losses + hp.nll_weight * (-lp[:, 0] / ntok.clamp(min=1))
-                loss = losses.sum() / n
-                loss.backward()
-                margin = ((lp[:, 0] - r[:, 0]) - (lp[:, 1] - r[:, 1])).detach()
-                loss_sum += float(loss.detach())
-                acc += float((margin > 0).float().sum() + 0.5 * (margin == 0).float().sum())
-                margin_sum += float(margin.sum())
-            norm = self._step()
-        loss_sum, acc, margin_sum = self.summed(loss_sum, acc, margin_sum)
-        return {"loss": loss_sum, "accuracy": acc / n, "margin": margin_sum / n, "grad_norm": norm}
+    @staticmethod
+    def train_group(members: list[DPO], data: PreferenceData, budget: int, seeds: list[int]) -> list[PhaseMetrics]:
+        """Every member's training phase, their learn steps taken together (:meth:`learn_group`); member i's
+        batches come from seeds[i] alone."""
+
+        def step(who: list[int], batches: list[list[int]]) -> list[tuple[int, dict[str, float]]]:
+            values = DPO.learn_group([members[i] for i in who], data, batches)
+            return [(len(b), v) for b, v in zip(batches, values, strict=True)]
+
+        return LLMAlgorithm.run_group_phase(members, len(data), budget, seeds, step)
+
+    @staticmethod
+    def learn_group(members: list[DPO], data: PreferenceData, batches: list[list[int]]) -> list[dict[str, float]]:
+        """One DPO step of each member on its own pairs: the group's rows through one forward of the base per
+        micro-batch, each row through its member's adapter; each member's loss, then its Adam step."""
+        sums = [[0.0, 0.0, 0.0] for _ in members]  # loss, accuracy, margin
+        with members[0].base.bound_many([m.adapter for m in members]) as model:
+            for piece in LLMAlgorithm.group_parts(members, DPO._pieces(members, batches)):
+                losses = []
+                for (i, pairs), (lp, ntok) in zip(piece, DPO._policy_logps(model, data, piece), strict=True):
+                    hp, n = members[i].hp, len(batches[i])
+                    r = data.reference(pairs)
+                    per_pair = dpo_loss(lp[:, 0], lp[:, 1], r[:, 0], r[:, 1], hp.beta)
+                    if hp.nll_weight > 0:
+                        per_pair = per_pair + hp.nll_weight * (-lp[:, 0] / ntok.clamp(min=1))
+                    losses.append(per_pair.sum() / n)
+                    margin = ((lp[:, 0] - r[:, 0]) - (lp[:, 1] - r[:, 1])).detach()
+                    sums[i][0] += float(losses[-1].detach())
+                    sums[i][1] += float((margin > 0).float().sum() + 0.5 * (margin == 0).float().sum())
+                    sums[i][2] += float(margin.sum())
+                (losses[0] if len(losses) == 1 else torch.stack(losses).sum()).backward()
+            norms = [m._step() for m in members]
+        out = []
+        for m, b, total, norm in zip(members, batches, sums, norms, strict=True):
+            loss_sum, acc, margin_sum = m.summed(*total)
+            out.append({"loss": loss_sum, "accuracy": acc / len(b), "margin": margin_sum / len(b), "grad_norm": norm})
+        return out
 
     @torch.no_grad()
     def evaluate(self, data: PreferenceData, n_samples: int = 0) -> float:
         """Held-out preference accuracy (a tie counts half); keeps the first `n_samples` pairs' margins as
         :attr:`samples`."""
+        return DPO.evaluate_many([self], data, n_samples)[0]
+
+    @staticmethod
+    @torch.no_grad()
+    def evaluate_many(members: list[DPO], data: PreferenceData, n_samples: int = 0) -> list[float]:
+        """:meth:`evaluate` of several members, their held-out pairs scored in shared forwards of the base."""
         idx = list(range(len(data)))
         ref = data.reference(idx)
-        margins = []
-        with self.base.bound(self.adapter) as model:
-            for s in chunks(len(idx), max(self.hp.micro_batch_size // 2, 1)):
-                lp, _ = self._policy_logps(model, data, idx[s])
-                r = ref[s]
-                margins.append((lp[:, 0] - r[:, 0]) - (lp[:, 1] - r[:, 1]))
-        m = torch.cat(margins).cpu()
-        self.samples = [{"prompt": data.prompts[i], "chosen": data.chosen[i], "rejected": data.rejected[i],
-                         "margin": float(m[i])} for i in idx[:n_samples]]
-        return float(((m > 0).float() + 0.5 * (m == 0).float()).mean())
+        margins: list[list[torch.Tensor]] = [[] for _ in members]
+        with members[0].base.bound_many([m.adapter for m in members]) as model:
+            for piece in DPO._pieces(members, [idx] * len(members)):
+                for (i, pairs), (lp, _) in zip(piece, DPO._policy_logps(model, data, piece), strict=True):
+                    r = ref[pairs]
+                    margins[i].append((lp[:, 0] - r[:, 0]) - (lp[:, 1] - r[:, 1]))
+        out = []
+        for member, parts in zip(members, margins, strict=True):
+            m = torch.cat(parts).cpu()
+            member.samples = [{"prompt": data.prompts[i], "chosen": data.chosen[i], "rejected": data.rejected[i],
+                               "margin": float(m[i])} for i in idx[:n_samples]]
+            out.append(float(((m > 0).float() + 0.5 * (m == 0).float()).mean()))
+        return out

@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 
 from agilerl_core.algorithms.hyperparameters.llm import GRPOHyperparameters
-from agilerl_core.algorithms.llm_base import LLMAlgorithm, PhaseMetrics, chunks
+from agilerl_core.algorithms.llm_base import LLMAlgorithm, PhaseMetrics, chunks, row_pieces
 from agilerl_core.llm.base_model import SharedBase
 from agilerl_core.llm.rewards import Rewards
-from agilerl_core.llm.sampling import completion_logprobs, sample
+from agilerl_core.llm.sampling import RowBlock, completion_logprobs, pad_prompts, sample
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-4) -> torch.Tensor:
@@ -83,63 +83,133 @@ class GRPO(LLMAlgorithm):
         return PromptData(base.encode(records.prompts, chat_template), list(records.prompts), list(answers))
 
     def batch_key(self) -> tuple | None:
-        return (self.algorithm_name, self.hp.max_new_tokens)
+        return (self.algorithm_name, self.hp.max_new_tokens)  # one sampling loop for the group
 
     # ---- training ----------------------------------------------------------------------------------------
     def train_phase(self, data: PromptData, rewards: Rewards, budget: int, seed: int, kl_metric: bool = True
                     ) -> PhaseMetrics:
-        """Learn steps until `budget` completions were sampled (the last step is whole)."""
-        gen = torch.Generator().manual_seed(seed)
+        """Learn steps until `budget` completions were sampled (the last step is whole): a group of one."""
+        return GRPO.train_group([self], data, rewards, budget, [seed], kl_metric)[0]
 
-        def learn_on(idx: list[int]) -> tuple[int, dict[str, float]]:
-            step = self.learn([data.ids[i] for i in idx], [data.prompts[i] for i in idx],
-                              [data.answers[i] for i in idx], rewards, gen, kl_metric)
-            return len(idx) * self.hp.group_size, step
+    @staticmethod
+    def train_group(members: list[GRPO], data: PromptData, rewards: Rewards, budget: int, seeds: list[int],
+                    kl_metric: bool = True) -> list[PhaseMetrics]:
+        """Every member's training phase (:meth:`train_phase`), their learn steps taken together
+        (:meth:`learn_group`); member i's prompt batches and samples come from seeds[i] alone."""
+        gens = [torch.Generator().manual_seed(s) for s in seeds]
 
-        return self._run_phase(len(data), budget, seed, learn_on)
+        def step(who: list[int], batches: list[list[int]]) -> list[tuple[int, dict[str, float]]]:
+            group = [members[i] for i in who]
+            values = GRPO.learn_group(group, batches, data, rewards, [gens[i] for i in who], kl_metric)
+            return [(len(b) * m.hp.group_size, v) for m, b, v in zip(group, batches, values, strict=True)]
 
-    def learn(self, prompt_ids: list[list[int]], prompts: list[str], answers: list[str | None], rewards: Rewards,
-              generator: torch.Generator, kl_metric: bool = True) -> dict[str, float]:
-        """One GRPO step on a batch of prompts; returns its metrics (mean reward, KL, completion length...)."""
-        hp, base = self.hp, self.base
-        g = hp.group_size
-        ids, mask = self.prompt_batch([p for p in prompt_ids for _ in range(g)])
-        parts = chunks(ids.shape[0], hp.micro_batch_size)
-        with base.bound(self.adapter) as model:
-            comp, cmask = _pad_right([sample(model, ids[s], mask[s], hp.max_new_tokens, hp.temperature, base.eos_id,
-                                             base.pad_id, generator)
-                                      for s in chunks(ids.shape[0], hp.generation_batch_size)], base.pad_id)
-            texts = base.decode(comp, cmask)
-            r = rewards(texts, [a for a in answers for _ in range(g)], [p for p in prompts for _ in range(g)])
-            adv = group_advantages(torch.as_tensor(r, dtype=torch.float32), g).to(ids.device)
-            fmask = cmask.float()
-            ntok = fmask.sum().clamp(min=1)
-            ref = old = None
-            temp = hp.temperature  # the sampling policy's: ratio, KL and gradient all belong to it
-            with torch.no_grad():
-                if hp.beta > 0 or kl_metric:
+        return LLMAlgorithm.run_group_phase(members, len(data), budget, seeds, step)
+
+    @staticmethod
+    def learn_group(members: list[GRPO], batches: list[list[int]], data: PromptData, rewards: Rewards,
+                    generators: list[torch.Generator], kl_metric: bool = True) -> list[dict[str, float]]:
+        """One GRPO step of each member on its own batch of prompts (indices into `data`); returns each one's
+        metrics (mean reward, KL, completion length...).
+
+        The group's rows go through one forward of the shared base, each row through its own member's adapter
+        (K members: one base pass where K would run). Member i samples at its own temperature from
+        generators[i], its rows in the chunks (of ``generation_batch_size``) and the order it samples them
+        alone. Advantages, the clipped loss and the KL are each member's own; micro-batches of
+        ``micro_batch_size`` rows cut across members, each member's loss summed over its pieces, then each
+        member's Adam step."""
+        first = members[0]
+        base, k = first.base, len(members)
+        hps = [m.hp for m in members]
+        if any(m.base is not base or h.max_new_tokens != hps[0].max_new_tokens for m, h in zip(members, hps, strict=True)):
+            raise ValueError("learn_group: members must share the base and max_new_tokens")
+        rows = [[data.ids[p] for p in idx for _ in range(h.group_size)] for idx, h in zip(batches, hps, strict=True)]
+        width = max(len(r) for member_rows in rows for r in member_rows)  # every prompt left-padded alike
+        with base.bound_many([m.adapter for m in members]) as model:
+            # sampling: the j-th chunk of every member's rows in one batch
+            cuts = [chunks(len(r), h.generation_batch_size) for r, h in zip(rows, hps, strict=True)]
+            pieces: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in members]
+            for j in range(max(len(c) for c in cuts)):
+                who = [i for i in range(k) if j < len(cuts[i])]
+                prompt_rows, blocks = [], []
+                for i in who:
+                    part = rows[i][cuts[i][j]]
+                    blocks.append(RowBlock(slice(len(prompt_rows), len(prompt_rows) + len(part)), hps[i].temperature,
+                                           generators[i]))
+                    prompt_rows += part
+                ids, mask = pad_prompts(prompt_rows, base.pad_id, base.device, width)
+                comp, cmask = sample(model, ids, mask, hps[0].max_new_tokens, 0.0, base.eos_id, base.pad_id,
+                                     rows=[(i, b.rows.stop - b.rows.start) for i, b in zip(who, blocks, strict=True)],
+                                     blocks=blocks)
+                for i, b in zip(who, blocks, strict=True):
+                    pieces[i].append((comp[b.rows], cmask[b.rows]))
+            comps = [_pad_right(p, base.pad_id) for p in pieces]
+            r, adv = [], []
+            for i, (idx, h) in enumerate(zip(batches, hps, strict=True)):
+                texts = base.decode(*comps[i])
+                g = h.group_size
+                r.append(rewards(texts, [data.answers[p] for p in idx for _ in range(g)],
+                                 [data.prompts[p] for p in idx for _ in range(g)]))
+                adv.append(group_advantages(torch.as_tensor(r[i], dtype=torch.float32), g).to(base.device))
+            fmask = [c[1].float() for c in comps]
+            ntok = [f.sum().clamp(min=1) for f in fmask]
+            parts = LLMAlgorithm.group_parts(members, row_pieces([len(x) for x in rows], hps[0].micro_batch_size))
+
+            def forward(piece: list[tuple[int, slice]], reference: bool = False) -> list[torch.Tensor]:
+                """Each member's completion log-probs [its rows in the piece, its width], at the temperature
+                it sampled at (the reference: the base alone, scored likewise)."""
+                ids, mask = pad_prompts([x for i, s in piece for x in rows[i][s]], base.pad_id, base.device, width)
+                comp, cmask = _pad_right([(comps[i][0][s], comps[i][1][s]) for i, s in piece], base.pad_id)
+                temp = hps[piece[0][0]].temperature if k == 1 else torch.tensor(
+                    [hps[i].temperature for i, s in piece for _ in range(s.stop - s.start)])
+                blocks = [(i, s.stop - s.start) for i, s in piece]
+                if reference:
                     with base.reference():
-                        ref = torch.cat([completion_logprobs(model, ids[s], mask[s], comp[s], cmask[s], temp) for s in parts])
-                if hp.update_epochs > 1:
-                    old = torch.cat([completion_logprobs(model, ids[s], mask[s], comp[s], cmask[s], temp) for s in parts])
-            loss_sum, kl_sum, norm = 0.0, 0.0, 0.0
-            for epoch in range(hp.update_epochs):
-                for s in self.my_parts(parts):
-                    logp = completion_logprobs(model, ids[s], mask[s], comp[s], cmask[s], temp)
-                    ref_s = None if ref is None else ref[s]
-                    tok = grpo_token_loss(logp, logp.detach() if old is None else old[s], ref_s, adv[s], hp.clip,
-                                          hp.beta)
-                    loss = (tok * fmask[s]).sum() / ntok
-                    loss.backward()
-                    if epoch == 0:
-                        loss_sum += float(loss.detach())
-                        if ref_s is not None:
-                            kl_sum += float((k3_kl(logp.detach(), ref_s) * fmask[s]).sum() / ntok)
-                norm = self._step()
-            loss_sum, kl_sum = self.summed(loss_sum, kl_sum)
-        return {"reward": float(np.mean(r)), "reward_std": float(np.std(r)), "loss": loss_sum,
-                "kl": kl_sum if ref is not None else float("nan"),
-                "completion_length": float(fmask.sum(dim=1).mean()), "grad_norm": norm}
+                        lp = completion_logprobs(model, ids, mask, comp, cmask, temp, blocks)
+                else:
+                    lp = completion_logprobs(model, ids, mask, comp, cmask, temp, blocks)
+                out, start = [], 0
+                for i, s in piece:
+                    out.append(lp[start:start + s.stop - s.start, :comps[i][0].shape[1]])
+                    start += s.stop - s.start
+                return out
+
+            ref = old = None
+            with torch.no_grad():
+                if any(h.beta > 0 for h in hps) or kl_metric:
+                    ref = [forward(piece, reference=True) for piece in parts]
+                if any(h.update_epochs > 1 for h in hps):
+                    old = [forward(piece) for piece in parts]
+            sums = [[0.0, 0.0] for _ in members]  # loss, KL
+            norms = [0.0] * k
+            for epoch in range(max(h.update_epochs for h in hps)):
+                for j, piece in enumerate(parts):
+                    live = [n for n, (i, _) in enumerate(piece) if epoch < hps[i].update_epochs]
+                    if not live:
+                        continue
+                    logps = forward([piece[n] for n in live])
+                    losses = []
+                    for n, logp in zip(live, logps, strict=True):
+                        i, s = piece[n]
+                        h = hps[i]
+                        ref_s = None if ref is None else ref[j][n]
+                        tok = grpo_token_loss(logp, logp.detach() if old is None else old[j][n], ref_s, adv[i][s],
+                                              h.clip, h.beta)
+                        losses.append((tok * fmask[i][s]).sum() / ntok[i])
+                        if epoch == 0:
+                            sums[i][0] += float(losses[-1].detach())
+                            if ref_s is not None:
+                                sums[i][1] += float((k3_kl(logp.detach(), ref_s) * fmask[i][s]).sum() / ntok[i])
+                    (losses[0] if len(losses) == 1 else torch.stack(losses).sum()).backward()
+                for i, m in enumerate(members):
+                    if epoch < hps[i].update_epochs:
+                        norms[i] = m._step()
+        out = []
+        for i, m in enumerate(members):
+            loss_sum, kl_sum = m.summed(*sums[i])
+            out.append({"reward": float(np.mean(r[i])), "reward_std": float(np.std(r[i])), "loss": loss_sum,
+                        "kl": kl_sum if ref is not None else float("nan"),
+                        "completion_length": float(fmask[i].sum(dim=1).mean()), "grad_norm": norms[i]})
+        return out
 
     # ---- fitness -------------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -169,11 +239,11 @@ class GRPO(LLMAlgorithm):
         ids, mask = first.prompt_batch(data.ids)
         k = len(members)
         texts: list[list[str]] = [[] for _ in members]
-        with base.bound_many([m.adapter for m in members]) as (model, names):
+        with base.bound_many([m.adapter for m in members]) as model:
             for s in chunks(len(data), hp.generation_batch_size):
                 rows = ids[s].shape[0]
                 comp, cmask = sample(model, ids[s].repeat(k, 1), mask[s].repeat(k, 1), hp.max_new_tokens, 0.0,
-                                     base.eos_id, base.pad_id, adapter_names=[n for n in names for _ in range(rows)])
+                                     base.eos_id, base.pad_id, rows=[(i, rows) for i in range(k)])
                 decoded = base.decode(comp, cmask)
                 for i in range(k):
                     texts[i] += decoded[i * rows:(i + 1) * rows]

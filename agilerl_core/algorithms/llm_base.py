@@ -60,6 +60,24 @@ def chunks(n: int, size: int) -> list[slice]:
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
 
+def row_pieces(sizes: list[int], size: int) -> list[list[tuple[int, slice]]]:
+    """The rows of several members (member i has sizes[i], in member order) cut into pieces of at most `size`
+    rows: each piece is a list of (member, that member's rows in it). A group's micro-batches: memory per
+    forward stays what `size` says, whatever the group's size; the maths is the same for any cut."""
+    pieces: list[list[tuple[int, slice]]] = []
+    room = 0
+    for i, n in enumerate(sizes):
+        start = 0
+        while start < n:
+            if room == 0:
+                pieces.append([])
+                room = size
+            take = min(room, n - start)
+            pieces[-1].append((i, slice(start, start + take)))
+            start, room = start + take, room - take
+    return pieces
+
+
 def batch_ids(seqs: list[list[int]], pad_id: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded (ids, mask) of completion token lists."""
     width = max(1, max(len(s) for s in seqs))
@@ -213,30 +231,44 @@ class LLMAlgorithm:
         return member
 
     # ---- learning helpers -------------------------------------------------------------------------------------
-    def _run_phase(self, n: int, budget: int, seed: int,
-                   learn_on: Callable[[list[int]], tuple[int, dict[str, float]]]) -> PhaseMetrics:
-        """Learn steps on seeded random batches of `batch_size` of the `n` records until `budget` samples were
-        used (the last step is whole). `learn_on(indices)` runs one step and returns (samples used, metrics)."""
-        rng = np.random.default_rng(seed)
-        metrics = PhaseMetrics()
-        while metrics.samples < budget:
-            used, values = learn_on(rng.choice(n, size=min(self.hp.batch_size, n), replace=False).tolist())
-            metrics.add(used, **values)
-        self.samples_seen += metrics.samples
-        self.train_metrics = metrics.means()
+    @staticmethod
+    def run_group_phase(members: list[LLMAlgorithm], n: int, budget: int, seeds: list[int],
+                        step: Callable[[list[int], list[list[int]]], list[tuple[int, dict[str, float]]]]
+                        ) -> list[PhaseMetrics]:
+        """Every member's training phase at once: member i takes learn steps on random batches of
+        `batch_size` of the `n` records, drawn from its own seeded generator, until `budget` samples were
+        used (the last step is whole). ``step(who, batches)`` runs one step of the members `who` (indices
+        into `members`, those still short of the budget) on their batches, returning each one's (samples
+        used, metrics). A member alone is a group of one."""
+        rngs = [np.random.default_rng(s) for s in seeds]
+        metrics = [PhaseMetrics() for _ in members]
+        while who := [i for i, m in enumerate(metrics) if m.samples < budget]:
+            batches = [rngs[i].choice(n, size=min(members[i].hp.batch_size, n), replace=False).tolist() for i in who]
+            for i, (used, values) in zip(who, step(who, batches), strict=True):
+                metrics[i].add(used, **values)
+        for member, m in zip(members, metrics, strict=True):
+            member.samples_seen += m.samples
+            member.train_metrics = m.means()
         return metrics
 
     # ---- population batching --------------------------------------------------------------------------------
     def batch_key(self) -> tuple | None:
-        """Members with equal keys evaluate as one group (their generation shared); None: alone."""
-        return None
+        """Members with equal keys train and evaluate as one group (their rows through one forward of the
+        base, each row through its own member's adapter)."""
+        return (self.algorithm_name,)
 
     def batch_refusal(self) -> str:
-        return f"{self.algorithm_name}: its fitness is scored member by member (no generation to share)"
+        return f"{self.algorithm_name}: members with other generation settings train apart"
 
-    def my_parts(self, parts: list) -> list:
-        """The micro-batches of a step whose backward this process runs (all of them unless data-parallel)."""
-        return parts if self.parallel is None else self.parallel.mine(parts)
+    @staticmethod
+    def group_parts(members: list[LLMAlgorithm], parts: list) -> list:
+        """The micro-batches of a group step whose backward this process runs: all of them, unless a member
+        alone trains data-parallel (its share of them)."""
+        if len(members) == 1 and members[0].parallel is not None:
+            return members[0].parallel.mine(parts)
+        if any(m.parallel is not None for m in members):
+            raise ValueError("a data-parallel member trains alone (a group of one)")
+        return parts
 
     def summed(self, *values: float) -> list[float]:
         """Per-micro-batch sums (loss, KL...) added up over the data-parallel processes (as they are alone)."""

@@ -60,8 +60,7 @@ class LLMArena(OwnExperience):
 
     kind = "llm"
     evaluation_notes = ("samples",)  # the held-out completions the fitness was scored on (first few)
-    batch_scope = "evaluation: a group's greedy completions in shared batches, one adapter per row; " \
-                  "training phases one by one"
+    batch_scope = "training and evaluation: a group's rows through one forward of the base, one adapter per row"
 
     def __init__(self, cfg, algo_cls: type[LLMAlgorithm]) -> None:
         self.cfg = cfg
@@ -113,28 +112,40 @@ class LLMArena(OwnExperience):
         `model.data_parallel` processes when it is above 1."""
         if self.cfg.model.data_parallel > 1 and member.parallel is None:
             return train_data_parallel(self, member, slot, seed, steps, self.cfg.model.data_parallel)
-        t0 = time.perf_counter()
-        if self.rewards is not None:
-            metrics = member.train_phase(self.train_data, self.rewards, steps, seed, self.cfg.kl_metric)
-        else:
-            metrics = member.train_phase(self.train_data, steps, seed)
-        means = metrics.means()
-        score = means.get("reward", means.get("accuracy", float("nan")))
-        return TrainResult(slot, metrics.samples, metrics.steps, 0, score, means.get("loss", float("nan")),
-                           time.perf_counter() - t0, means)
+        return self.train_group([member], [slot], [seed], steps)[0]
 
-    # ---- population batching: members share evaluation's generation (see LLMAlgorithm.batch_key) ------------
+    # ---- population batching: a group's rows share the base's forwards (see LLMAlgorithm.batch_key) ---------
     def batch_key(self, member: LLMAlgorithm):
         return member.batch_key()
 
     def train_group(self, members: list[LLMAlgorithm], slots: list[int], seeds: list[int], steps: int
                     ) -> list[TrainResult]:
-        """Each member's own training phase, one after another (they take turns on the base anyway)."""
-        return [self.train(m, s, seed, steps) for m, s, seed in zip(members, slots, seeds, strict=True)]
+        """The members' training phases together (``GRPO.train_group`` / ``DPO.train_group``: each learn
+        step's rows of every member through one forward of the base). With ``model.data_parallel`` above 1
+        each member trains alone across its processes instead."""
+        if self.cfg.model.data_parallel > 1 and any(m.parallel is None for m in members):
+            return [self.train(m, s, seed, steps) for m, s, seed in zip(members, slots, seeds, strict=True)]
+        t0 = time.perf_counter()
+        if self.rewards is not None:
+            phases = self.algo_cls.train_group(members, self.train_data, self.rewards, steps, seeds, self.cfg.kl_metric)
+        else:
+            phases = self.algo_cls.train_group(members, self.train_data, steps, seeds)
+        wall = time.perf_counter() - t0  # the group's time, as every arena reports a group's members
+        out = []
+        for slot, metrics in zip(slots, phases, strict=True):
+            means = metrics.means()
+            score = means.get("reward", means.get("accuracy", float("nan")))
+            out.append(TrainResult(slot, metrics.samples, metrics.steps, 0, score, means.get("loss", float("nan")),
+                                   wall, means))
+        return out
 
     def evaluate_group(self, members: list[LLMAlgorithm], seed: int, slots: list[int]) -> list[float]:
-        """Every member's fitness, the group's generation shared (:meth:`GRPO.evaluate_many`)."""
-        return self.algo_cls.evaluate_many(members, self.eval_data, self.rewards, self.cfg.sample_completions)
+        """Every member's fitness, the group's forwards shared (``GRPO.evaluate_many``: generation;
+        ``DPO.evaluate_many``: the pairs' log-probabilities)."""
+        n = self.cfg.sample_completions
+        if self.rewards is not None:
+            return self.algo_cls.evaluate_many(members, self.eval_data, self.rewards, n)
+        return self.algo_cls.evaluate_many(members, self.eval_data, n)
 
     def evaluate(self, member: LLMAlgorithm, seed: int, slot: int | None = None) -> float:
         n = self.cfg.sample_completions

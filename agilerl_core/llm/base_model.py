@@ -9,8 +9,8 @@ tensors) names it in every checkpoint, so a member is never loaded on another ba
 peft injects one LoRA slot into the target modules. Whichever member works binds its own adapter tensors into
 that slot (:meth:`SharedBase.bound`: a pointer swap, no copy), so the base exists once in memory whatever the
 population size; the reference policy is the same model with the slot disabled (:meth:`SharedBase.reference`).
-Several members generate in one batch through more slots (:meth:`SharedBase.bound_many`, peft's mixed-batch
-forward: one base pass for every row, each row's LoRA term from its own member's adapter).
+Several members run in one batch (:meth:`SharedBase.bound_many`): one base pass for every row, each member's
+block of rows gaining its own LoRA term through batched matmuls over the members' stacked A and B.
 """
 
 from __future__ import annotations
@@ -24,12 +24,93 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from agilerl_core.errors import ConfigError
 from agilerl_core.io.digest import sha256_file, tree_digest
 from agilerl_core.llm.adapter import LoraAdapter
 
 SLOT = "member"  # the peft adapter name every member binds into
+
+
+class GroupLora:
+    """The LoRA terms of K members' adapters over one batch whose rows come in member blocks.
+
+    A forward hook on every LoRA target adds, to each block's rows, ``scale * (x @ A.T) @ B.T`` of the block's
+    member. Blocks of equal size (the usual case: members step on equal batches) take two batched matmuls over
+    the members' A and B stacked (ranks zero-padded to the largest: a padded row of A and column of B add nothing
+    and get no gradient); unequal blocks take one pair of matmuls per block. The stacks are rebuilt for each
+    forward, so gradients reach every member's own tensors and an optimiser step is seen at the next call."""
+
+    def __init__(self, adapters: list[LoraAdapter], base: SharedBase) -> None:
+        self.adapters = adapters
+        self.base = base
+        self.rows: list[tuple[int, int]] | None = None
+        self._stacks: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def clear(self) -> None:
+        self.rows, self._stacks = None, {}
+
+    def _stacked(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(A [K, r, in], scale * B transposed [K, r, out]) of every member, ranks zero-padded to the largest."""
+        if name not in self._stacks:
+            rank = max(a.rank for a in self.adapters)
+            a = torch.stack([F.pad(ad.a[name], (0, 0, 0, rank - ad.rank)) for ad in self.adapters])
+            b = torch.stack([F.pad(ad.b[name] * ad.scale, (0, rank - ad.rank)).T for ad in self.adapters])
+            self._stacks[name] = (a, b)
+        return self._stacks[name]
+
+    def added(self, name: str, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+        """`output` (the base module's, rows in member blocks) plus each block's LoRA term of input `x`."""
+        rows = self.rows
+        if rows is None:
+            raise RuntimeError("a forward through several members' adapters needs rows=[(member, count), ...]")
+        members = [i for i, _ in rows]
+        x = x.to(self.adapters[0].a[name].dtype)
+        if len({c for _, c in rows}) == 1:
+            a, b = self._stacked(name)
+            if members != list(range(len(self.adapters))):
+                index = torch.as_tensor(members, device=a.device)
+                a, b = a[index], b[index]
+            k = len(members)
+            xa = torch.bmm(x.reshape(k, -1, x.shape[-1]), a.transpose(1, 2))
+            out = torch.baddbmm(output.reshape(k, -1, output.shape[-1]), xa.to(b.dtype), b.to(output.dtype)
+                                if output.dtype != b.dtype else b)
+            return out.reshape(output.shape)
+        parts, start = [], 0
+        for i, count in rows:
+            ad = self.adapters[i]
+            lora = (x[start:start + count] @ ad.a[name].T) @ (ad.b[name] * ad.scale).T
+            parts.append(output[start:start + count] + lora.to(output.dtype))
+            start += count
+        return torch.cat(parts)
+
+    def hook(self, name: str):
+        def add_lora(module, args, output):
+            if self.base._reference:  # the reference policy: the base alone
+                return None
+            return self.added(name, args[0], output)
+        return add_lora
+
+
+class MemberRows:
+    """A model for :meth:`SharedBase.bound_many`: ``model(..., rows=[(member, count), ...])`` runs each block of
+    rows through its member's adapter (the rows are ignored when one adapter is bound)."""
+
+    def __init__(self, model: Any, lora: GroupLora | None) -> None:
+        self.model = model
+        self.lora = lora
+
+    def __call__(self, *args: Any, rows: list[tuple[int, int]] | None = None, **kwargs: Any) -> Any:
+        if self.lora is None:
+            return self.model(*args, **kwargs)
+        if rows is None or sum(c for _, c in rows) != kwargs["input_ids"].shape[0]:
+            raise ValueError(f"rows {rows} must cover the batch's {kwargs['input_ids'].shape[0]} rows in member blocks")
+        self.lora.rows, self.lora._stacks = rows, {}
+        try:
+            return self.model(*args, **kwargs)
+        finally:
+            self.lora.rows, self.lora._stacks = None, {}
 
 
 def tensors_sha256(tensors: dict[str, torch.Tensor]) -> str:
@@ -185,8 +266,10 @@ class SharedBase:
         self.pad_id = int(tokenizer.pad_token_id)
         self._lock = threading.RLock()
         self._empty = {n: (m.lora_A[SLOT].weight, m.lora_B[SLOT].weight) for n, m in self.layers.items()}
-        self._targets = targets
-        self._slots = [SLOT]  # peft adapter names: the members' slot, then the extra ones bound_many adds
+        for pair in self._empty.values():  # the unbound slot (B = 0) takes no gradient
+            for p in pair:
+                p.requires_grad_(False)
+        self._reference = 0  # > 0 while the reference policy runs: a group's LoRA terms stay out
 
     @classmethod
     def load(cls, spec: Any, device: str) -> SharedBase:
@@ -203,42 +286,54 @@ class SharedBase:
     @contextlib.contextmanager
     def bound(self, adapter: LoraAdapter):
         """The model with `adapter` in its LoRA slot (one member at a time: other threads wait)."""
-        with self.bound_many([adapter]) as (model, _):
-            yield model
+        with self._lock:
+            for n, layer in self.layers.items():
+                layer.lora_A[SLOT].weight = adapter.a[n]
+                layer.lora_B[SLOT].weight = adapter.b[n]
+                layer.scaling[SLOT] = adapter.scale
+            try:
+                yield self.model
+            finally:  # never keep a member's tensors alive through the base
+                for n, layer in self.layers.items():
+                    layer.lora_A[SLOT].weight, layer.lora_B[SLOT].weight = self._empty[n]
 
     @contextlib.contextmanager
     def bound_many(self, adapters: list[LoraAdapter]):
-        """The model with adapter i in LoRA slot i, and the slots' names: a forward (or :func:`sample`) given
-        ``adapter_names`` (one name per row) runs each row through its own adapter in one batch; without
-        them, only the first slot is active."""
-        from peft import LoraConfig
-
+        """A model that runs a batch whose rows come in member blocks, each block through its own member's
+        adapter, in one forward of the base: call it with ``rows=[(member, row count), ...]`` (members index
+        `adapters`, blocks in row order; :func:`~agilerl_core.llm.sampling.sample` and
+        :func:`~agilerl_core.llm.sampling.completion_logprobs` pass it on). One adapter binds into the LoRA
+        slot as :meth:`bound` does (`rows` is then ignored); several add their LoRA terms as batched matmuls
+        over their stacked A and B (:class:`GroupLora`), differentiable to every member's own tensors."""
+        if len(adapters) == 1:
+            with self.bound(adapters[0]) as model:
+                yield MemberRows(model, None)
+            return
         with self._lock:
-            while len(self._slots) < len(adapters):  # a slot once added stays (weights unbound between uses)
-                name = f"{SLOT}{len(self._slots)}"
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    self.model.add_adapter(name, LoraConfig(r=1, lora_alpha=1, lora_dropout=0.0,
-                                                            target_modules=self._targets))
-                self._slots.append(name)
-            names = self._slots[:len(adapters)]
-            for slot, adapter in zip(names, adapters, strict=True):
-                for n, layer in self.layers.items():
-                    layer.lora_A[slot].weight = adapter.a[n]
-                    layer.lora_B[slot].weight = adapter.b[n]
-                    layer.scaling[slot] = adapter.scale
+            lora = GroupLora(adapters, self)
+            hooks = [layer.register_forward_hook(lora.hook(name)) for name, layer in self.layers.items()]
             try:
-                yield self.model, names
-            finally:  # never keep a member's tensors alive through the base
-                for slot in names:
-                    for n, layer in self.layers.items():
-                        layer.lora_A[slot].weight, layer.lora_B[slot].weight = self._empty[n]
+                yield MemberRows(self.model, lora)
+            finally:  # never keep the members' tensors alive through the base
+                for h in hooks:
+                    h.remove()
+                lora.clear()
 
     @contextlib.contextmanager
     def reference(self):
-        """The base model alone (the LoRA slot disabled): the reference policy (inside :meth:`bound` too)."""
-        with self._lock, self.model.disable_adapter():
-            yield self.model
+        """The base model alone (the LoRA slots disabled): the reference policy (inside :meth:`bound` and
+        :meth:`bound_many` too). peft's disabling switches the slots' ``requires_grad`` off and back on only
+        for its active slot; the bound members' tensors get their own flags back."""
+        with self._lock:
+            flags = [(p, p.requires_grad) for n, p in self.model.named_parameters() if "lora_" in n]
+            self._reference += 1
+            try:
+                with self.model.disable_adapter():
+                    yield self.model
+            finally:
+                self._reference -= 1
+                for p, flag in flags:
+                    p.requires_grad_(flag)
 
     def encode(self, texts: list[str], chat_template: bool) -> list[list[int]]:
         """Token ids of prompts (through the tokenizer's chat template when `chat_template`)."""

@@ -9,14 +9,15 @@ completions whatever else runs in the process.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
 
-def pad_prompts(prompts: Sequence[Sequence[int]], pad_id: int, device: str | torch.device = "cpu"
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(ids, attention mask) of token-id lists, left-padded to the longest."""
-    width = max(len(p) for p in prompts)
+def pad_prompts(prompts: Sequence[Sequence[int]], pad_id: int, device: str | torch.device = "cpu",
+                width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, attention mask) of token-id lists, left-padded to the longest (or to `width`)."""
+    width = max(len(p) for p in prompts) if width is None else width
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
     for i, p in enumerate(prompts):
@@ -31,17 +32,42 @@ def positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.cumsum(-1) - 1).clamp(min=0)
 
 
+@dataclass(frozen=True)
+class RowBlock:
+    """Consecutive rows of a batch that one population member samples: at its own temperature, from its own
+    generator (drawn exactly as when the member samples these rows alone)."""
+
+    rows: slice
+    temperature: float
+    generator: torch.Generator | None = None
+
+
+def _draw(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row: greedy at temperature 0, else drawn from softmax(logits / temperature)."""
+    if temperature <= 0:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    if generator is not None and probs.device != generator.device:
+        return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(logits.device)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+
 @torch.no_grad()
 def sample(model, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int, temperature: float, eos_id: int,
-           pad_id: int, generator: torch.Generator | None = None, adapter_names: list[str] | None = None
-           ) -> tuple[torch.Tensor, torch.Tensor]:
+           pad_id: int, generator: torch.Generator | None = None, rows: list[tuple[int, int]] | None = None,
+           blocks: Sequence[RowBlock] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Complete every prompt: (completion ids, completion mask), both [batch, T] with T <= max_new_tokens.
 
     `temperature` 0 is greedy. A completion ends with its EOS token (kept, masked 1: the policy chose it);
-    what follows is `pad_id`, masked 0. `adapter_names` (one per row) runs each row through its own LoRA
-    adapter in one batch (:meth:`~agilerl_core.llm.base_model.SharedBase.bound_many`)."""
+    what follows is `pad_id`, masked 0. `rows` ([(member, row count), ...]) runs each member's block of rows
+    through its own LoRA adapter in one batch (:meth:`~agilerl_core.llm.base_model.SharedBase.bound_many`);
+    `blocks` (replacing
+    `temperature` and `generator`) gives each member's rows their own temperature and generator. A block
+    whose rows have all ended draws nothing more, so each generator is drawn from as if its rows were
+    sampled alone."""
     batch = ids.shape[0]
-    extra = {} if adapter_names is None else {"adapter_names": adapter_names}
+    blocks = [RowBlock(slice(0, batch), temperature, generator)] if blocks is None else list(blocks)
+    extra = {} if rows is None else {"rows": rows}
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True, logits_to_keep=1,
                 **extra)
     past, logits = out.past_key_values, out.logits[:, -1]
@@ -49,14 +75,13 @@ def sample(model, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int, te
     done = torch.zeros(batch, dtype=torch.bool, device=ids.device)
     tokens, live = [], []
     for t in range(max_new_tokens):
-        if temperature > 0:
-            probs = torch.softmax(logits.float() / temperature, dim=-1)
-            if generator is not None and probs.device != generator.device:
-                tok = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(ids.device)
-            else:
-                tok = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        if len(blocks) == 1:
+            tok = _draw(logits, blocks[0].temperature, blocks[0].generator)
         else:
-            tok = logits.argmax(-1)
+            tok = torch.full((batch,), pad_id, dtype=torch.long, device=ids.device)
+            for b in blocks:
+                if not bool(done[b.rows].all()):
+                    tok[b.rows] = _draw(logits[b.rows], b.temperature, b.generator)
         tok = torch.where(done, torch.full_like(tok, pad_id), tok)
         tokens.append(tok)
         live.append(~done)
@@ -72,16 +97,22 @@ def sample(model, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int, te
 
 
 def completion_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, comp_ids: torch.Tensor,
-                        comp_mask: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+                        comp_mask: torch.Tensor, temperature: float | torch.Tensor = 1.0,
+                        rows: list[tuple[int, int]] | None = None) -> torch.Tensor:
     """Log-probability of every completion token under `model` at `temperature` ([batch, T]; padding positions
     hold garbage, weigh them with `comp_mask`). Only the completion's logits are computed (``logits_to_keep``).
     Score at the temperature the completions were sampled at: that is the policy whose ratio, KL and gradient
-    GRPO takes (0, greedy, scores at 1)."""
+    GRPO takes (0, greedy, scores at 1). A tensor `temperature` holds one per row (0 scores at 1);
+    `rows` runs each member's block of rows through its own adapter, as in :func:`sample`."""
     ids = torch.cat([prompt_ids, comp_ids], dim=1)
     mask = torch.cat([prompt_mask, comp_mask], dim=1)
     width = comp_ids.shape[1]
+    extra = {} if rows is None else {"rows": rows}
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=False,
-                   logits_to_keep=width + 1).logits[:, :-1].float()
-    if temperature > 0 and temperature != 1.0:
+                   logits_to_keep=width + 1, **extra).logits[:, :-1].float()
+    if isinstance(temperature, torch.Tensor):
+        t = torch.where(temperature > 0, temperature, torch.ones_like(temperature)).float()
+        logits = logits / t.to(logits.device)[:, None, None]
+    elif temperature > 0 and temperature != 1.0:
         logits = logits / temperature
     return torch.gather(logits, -1, comp_ids[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
