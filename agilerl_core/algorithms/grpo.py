@@ -124,19 +124,28 @@ class GRPO(LLMAlgorithm):
             raise ValueError("learn_group: members must share the base and max_new_tokens")
         rows = [[data.ids[p] for p in idx for _ in range(h.group_size)] for idx, h in zip(batches, hps, strict=True)]
         width = max(len(r) for member_rows in rows for r in member_rows)  # every prompt left-padded alike
+        prompts = [pad_prompts(r, base.pad_id, base.device, width) for r in rows]
+
+        def joined(segments: list[tuple[int, slice]]) -> tuple[torch.Tensor, torch.Tensor]:
+            """The prompts (ids, mask) of (member, rows) segments, in order."""
+            if len(segments) == 1:
+                i, s = segments[0]
+                return prompts[i][0][s], prompts[i][1][s]
+            return (torch.cat([prompts[i][0][s] for i, s in segments]),
+                    torch.cat([prompts[i][1][s] for i, s in segments]))
+
         with base.bound_many([m.adapter for m in members]) as model:
             # sampling: the j-th chunk of every member's rows in one batch
             cuts = [chunks(len(r), h.generation_batch_size) for r, h in zip(rows, hps, strict=True)]
             pieces: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in members]
             for j in range(max(len(c) for c in cuts)):
                 who = [i for i in range(k) if j < len(cuts[i])]
-                prompt_rows, blocks = [], []
+                blocks, start = [], 0
                 for i in who:
-                    part = rows[i][cuts[i][j]]
-                    blocks.append(RowBlock(slice(len(prompt_rows), len(prompt_rows) + len(part)), hps[i].temperature,
-                                           generators[i]))
-                    prompt_rows += part
-                ids, mask = pad_prompts(prompt_rows, base.pad_id, base.device, width)
+                    n = cuts[i][j].stop - cuts[i][j].start
+                    blocks.append(RowBlock(slice(start, start + n), hps[i].temperature, generators[i]))
+                    start += n
+                ids, mask = joined([(i, cuts[i][j]) for i in who])
                 comp, cmask = sample(model, ids, mask, hps[0].max_new_tokens, 0.0, base.eos_id, base.pad_id,
                                      rows=[(i, b.rows.stop - b.rows.start) for i, b in zip(who, blocks, strict=True)],
                                      blocks=blocks)
@@ -157,7 +166,7 @@ class GRPO(LLMAlgorithm):
             def forward(piece: list[tuple[int, slice]], reference: bool = False) -> list[torch.Tensor]:
                 """Each member's completion log-probs [its rows in the piece, its width], at the temperature
                 it sampled at (the reference: the base alone, scored likewise)."""
-                ids, mask = pad_prompts([x for i, s in piece for x in rows[i][s]], base.pad_id, base.device, width)
+                ids, mask = joined(piece)
                 comp, cmask = _pad_right([(comps[i][0][s], comps[i][1][s]) for i, s in piece], base.pad_id)
                 temp = hps[piece[0][0]].temperature if k == 1 else torch.tensor(
                     [hps[i].temperature for i, s in piece for _ in range(s.stop - s.start)])

@@ -46,32 +46,31 @@ class GroupLora:
         self.adapters = adapters
         self.base = base
         self.rows: list[tuple[int, int]] | None = None
-        self._stacks: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._stacks: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def clear(self) -> None:
         self.rows, self._stacks = None, {}
 
-    def _stacked(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """(A [K, r, in], scale * B transposed [K, r, out]) of every member, ranks zero-padded to the largest."""
-        if name not in self._stacks:
-            rank = max(a.rank for a in self.adapters)
-            a = torch.stack([F.pad(ad.a[name], (0, 0, 0, rank - ad.rank)) for ad in self.adapters])
-            b = torch.stack([F.pad(ad.b[name] * ad.scale, (0, rank - ad.rank)).T for ad in self.adapters])
-            self._stacks[name] = (a, b)
-        return self._stacks[name]
+    def _stacked(self, name: str, members: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(A [n, r, in], scale * B transposed [n, r, out]) of the `members`, ranks zero-padded to the largest."""
+        key = (name, members)
+        if key not in self._stacks:
+            adapters = [self.adapters[i] for i in members]
+            rank = max(a.rank for a in adapters)
+            a = torch.stack([F.pad(ad.a[name], (0, 0, 0, rank - ad.rank)) for ad in adapters])
+            b = torch.stack([F.pad(ad.b[name] * ad.scale, (0, rank - ad.rank)).T for ad in adapters])
+            self._stacks[key] = (a, b)
+        return self._stacks[key]
 
     def added(self, name: str, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
         """`output` (the base module's, rows in member blocks) plus each block's LoRA term of input `x`."""
         rows = self.rows
         if rows is None:
             raise RuntimeError("a forward through several members' adapters needs rows=[(member, count), ...]")
-        members = [i for i, _ in rows]
+        members = tuple(i for i, _ in rows)
         x = x.to(self.adapters[0].a[name].dtype)
-        if len({c for _, c in rows}) == 1:
-            a, b = self._stacked(name)
-            if members != list(range(len(self.adapters))):
-                index = torch.as_tensor(members, device=a.device)
-                a, b = a[index], b[index]
+        if len(rows) > 1 and len({c for _, c in rows}) == 1:
+            a, b = self._stacked(name, members)
             k = len(members)
             xa = torch.bmm(x.reshape(k, -1, x.shape[-1]), a.transpose(1, 2))
             out = torch.baddbmm(output.reshape(k, -1, output.shape[-1]), xa.to(b.dtype), b.to(output.dtype)
@@ -80,10 +79,10 @@ class GroupLora:
         parts, start = [], 0
         for i, count in rows:
             ad = self.adapters[i]
-            lora = (x[start:start + count] @ ad.a[name].T) @ (ad.b[name] * ad.scale).T
-            parts.append(output[start:start + count] + lora.to(output.dtype))
+            lora = (x[start:start + count] @ ad.a[name].T) @ ad.b[name].T * ad.scale
+            parts.append(lora.to(output.dtype))
             start += count
-        return torch.cat(parts)
+        return output + (parts[0] if len(parts) == 1 else torch.cat(parts))
 
     def hook(self, name: str):
         def add_lora(module, args, output):
@@ -309,7 +308,7 @@ class SharedBase:
             with self.bound(adapters[0]) as model:
                 yield MemberRows(model, None)
             return
-        with self._lock:
+        with self._lock, self._slot_off():  # the members' terms come from the hooks alone
             lora = GroupLora(adapters, self)
             hooks = [layer.register_forward_hook(lora.hook(name)) for name, layer in self.layers.items()]
             try:
@@ -320,20 +319,29 @@ class SharedBase:
                 lora.clear()
 
     @contextlib.contextmanager
+    def _slot_off(self):
+        """peft's LoRA slot switched off in every target (the base layers alone). peft's own switch
+        (``disable_adapter``) also flips the slot tensors' ``requires_grad`` and back on only for the active
+        slot; this sets the layers' flag alone, so every member's tensors keep theirs."""
+        before = {name: layer._disable_adapters for name, layer in self.layers.items()}
+        for layer in self.layers.values():
+            layer._disable_adapters = True
+        try:
+            yield
+        finally:
+            for name, layer in self.layers.items():
+                layer._disable_adapters = before[name]
+
+    @contextlib.contextmanager
     def reference(self):
-        """The base model alone (the LoRA slots disabled): the reference policy (inside :meth:`bound` and
-        :meth:`bound_many` too). peft's disabling switches the slots' ``requires_grad`` off and back on only
-        for its active slot; the bound members' tensors get their own flags back."""
-        with self._lock:
-            flags = [(p, p.requires_grad) for n, p in self.model.named_parameters() if "lora_" in n]
+        """The base model alone (no member's LoRA term): the reference policy (inside :meth:`bound` and
+        :meth:`bound_many` too)."""
+        with self._lock, self._slot_off():
             self._reference += 1
             try:
-                with self.model.disable_adapter():
-                    yield self.model
+                yield self.model
             finally:
                 self._reference -= 1
-                for p, flag in flags:
-                    p.requires_grad_(flag)
 
     def encode(self, texts: list[str], chat_template: bool) -> list[list[int]]:
         """Token ids of prompts (through the tokenizer's chat template when `chat_template`)."""
