@@ -98,6 +98,7 @@ def test_every_shipped_config_trains(name, tmp_path):
         assert res.generations == 3 and res.global_steps == cfg.max_env_steps
     assert all(np.isfinite(h.fitnesses).all() for h in res.history)
     assert (tmp_path / "elite" / "weights.safetensors").is_file()
+    assert res.batching.startswith("on"), res.batching  # every shipped config's members learn as groups
 
 
 def _agent_tensors(exp):
