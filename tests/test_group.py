@@ -460,3 +460,57 @@ def test_every_network_keeps_learning_step_after_step(family):
         group.learn_step(buf, [0], [True])
         for n, a in group.adams.items():
             assert a.grad.abs().sum() > 0, f"{n} got no gradient at step {step}"
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_hand_written_mlp_backward_equals_autograd(activation):
+    """StackedNetwork.backward (the plain-MLP trunk's hand-written backward) gives autograd's gradient for
+    every parameter block of three members of other widths (zero-padded), for an arbitrary output gradient;
+    networks it cannot take (dueling, noisy) say so."""
+    from agilerl_core.algorithms.group import gradients
+
+    def member(i, hidden, **hp):
+        arch = initial_arch(SPEC, 2, NetworkConfig(hidden_sizes=list(hidden), min_nodes=1, activation=activation))
+        return DQN(SPEC, 2, arch, DQNHyperparameters(**hp), i)
+
+    stack = DQN.group([member(i, h) for i, h in enumerate([(16, 16), (32, 8), (8, 24)])]).online
+    assert stack.hand_backward and stack.arch.mlp.activation == activation
+    g = torch.Generator().manual_seed(3)
+    obs = {"obs": torch.rand(3 * 20, 3, generator=g) * 2 - 1}
+    grad_out = torch.randn(3, 20, 2, generator=g)
+    (want,) = gradients((stack(obs) * grad_out).sum(), stack.leaves)
+    out, saved = stack.forward_saving(obs)
+    torch.testing.assert_close(out, stack(obs).detach(), rtol=0, atol=0)
+    torch.testing.assert_close(stack.backward(saved, grad_out), want, rtol=1e-6, atol=1e-7)
+    assert not DQN.group([member(1, (16, 16), dueling=True)]).online.hand_backward
+    assert not DQN.group([member(1, (16, 16), noisy=True)]).online.hand_backward
+
+
+@pytest.mark.parametrize("options", [{"double": True, "loss": "mse"}, {"double": False, "loss": "huber"},
+                                     {"distributional": True, "num_atoms": 11, "v_min": -5.0, "v_max": 5.0}, "cqn"])
+def test_dqn_steps_with_the_hand_written_trunk_backward_as_with_autograd(options, monkeypatch):
+    """The DQN family's learn step takes the trunk's gradient by hand when the network is a plain MLP: three
+    members' four steps equal the same steps differentiated by autograd throughout."""
+    from agilerl_core.algorithms.cql import CQN
+    from agilerl_core.algorithms.hyperparameters.cql import CQNHyperparameters
+    from agilerl_core.networks.stacked import StackedNetwork
+
+    def make(i):
+        if options == "cqn":
+            arch = initial_arch(SPEC, 2, NetworkConfig(hidden_sizes=[16, 16], min_nodes=1))
+            return CQN(SPEC, 2, arch, CQNHyperparameters(batch_size=24 + 8 * i), i)
+        return dqn(i, batch_size=24 + 8 * i, **options)
+
+    hand, auto = [make(i) for i in range(3)], [make(i) for i in range(3)]
+    buf = filled_buffer(3)
+    group = type(hand[0]).group(hand)
+    assert group.online.hand_backward
+    for _ in range(4):
+        group.learn_step(buf, [0, 1, 2], [True] * 3)
+    group.write_back()
+    monkeypatch.setattr(StackedNetwork, "hand_backward", property(lambda self: False))
+    group = type(auto[0]).group(auto)
+    for _ in range(4):
+        group.learn_step(buf, [0, 1, 2], [True] * 3)
+    group.write_back()
+    assert_same_members(hand, auto, atol=1e-6)

@@ -79,6 +79,13 @@ def trainable_blocks(flat: torch.Tensor, k: int, padded: Sequence[tuple[int, ...
     return [b.requires_grad_(True) for b in parameter_blocks(flat.detach(), k, padded)]
 
 
+# d act(z) / dz times an upstream gradient, from the activation's output (as autograd computes them)
+_DERIVATIVES = {
+    "relu": lambda grad, out: torch.ops.aten.threshold_backward(grad, out, 0),
+    "tanh": lambda grad, out: torch.ops.aten.tanh_backward(grad, out),
+}
+
+
 def _noise(x: torch.Tensor) -> torch.Tensor:
     return x.sign() * x.abs().sqrt()  # factorised Gaussian noise, as NoisyLinear draws it
 
@@ -221,6 +228,46 @@ class StackedNetwork:
         parts += [self.cnn(p.key, specs[p.key], x.view(k, -1, *x.shape[1:]))
                   for p, x in zip(self.obs_spec.image_parts, images, strict=True)]
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
+
+    # ---- a hand-written backward for plain MLPs ----------------------------------------------------------
+    @property
+    def hand_backward(self) -> bool:
+        """Whether :meth:`forward_saving` and :meth:`backward` apply: a plain MLP (no encoders, noisy layers or
+        dueling head) with a ReLU or tanh activation. On small networks autograd's per-node cost is about
+        half of a learn step (benchmarks/batched_learn_paths.py); these take it out of the trunk."""
+        arch, spec = self.arch, self.arch.mlp
+        return (not arch.cnns and not arch.encoders and not spec.noisy and not spec.dueling
+                and spec.activation in _DERIVATIVES and not any(n.endswith("_mu") for n in self.p))
+
+    @torch.no_grad()
+    def forward_saving(self, obs: Obs) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """:meth:`forward` of a :attr:`hand_backward` network, without autograd: (outputs [K, B, out], what
+        :meth:`backward` needs)."""
+        h = self.features(obs)
+        saved = [h]
+        spec = self.arch.mlp
+        for i in range(len(spec.hidden)):
+            h = self.act(self.linear(f"mlp.hidden.{i}", h))
+            saved.append(h)
+        return self.linear("mlp.out", h), saved
+
+    @torch.no_grad()
+    def backward(self, saved: list[torch.Tensor], grad_out: torch.Tensor) -> torch.Tensor:
+        """The gradient of a loss for every parameter, given its gradient for the outputs of
+        :meth:`forward_saving` ([K, B, out]): flattened and concatenated in parameter order (laid out as
+        the stacked buffer, what :func:`~agilerl_core.algorithms.group.gradients` returns). The same
+        products autograd takes for ``baddbmm`` and the activation (tests check it against autograd)."""
+        derivative = _DERIVATIVES[self.arch.mlp.activation]
+        layers = [f"mlp.hidden.{i}" for i in range(len(self.arch.mlp.hidden))] + ["mlp.out"]
+        grads: dict[str, torch.Tensor] = {}
+        g = grad_out
+        for i in range(len(layers) - 1, -1, -1):
+            name, x = layers[i], saved[i]
+            grads[f"{name}.weight"] = torch.bmm(x.transpose(1, 2), g).transpose(1, 2)
+            grads[f"{name}.bias"] = g.sum(1)
+            if i:
+                g = derivative(torch.bmm(g, self.p[f"{name}.weight"]), x)
+        return torch.cat([grads[n].reshape(-1) for n in self.p])
 
     def forward(self, obs: Obs, action: torch.Tensor | None = None) -> torch.Tensor:
         """Every member's outputs [K, B, out]; a Q(s, a) critic also takes the actions [K, B, A]."""

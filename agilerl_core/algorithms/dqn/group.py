@@ -86,10 +86,12 @@ class DQNGroup(ReplayGroup):
         return None if m is None else m.view(k, -1, m.shape[-1])
 
     # ---- losses ---------------------------------------------------------------------------------------
-    def sample_losses(self, batch: Transition, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample_losses(self, batch: Transition, k: int, out: torch.Tensor | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
         """(per-sample loss [K, B] (differentiable), per-sample priority signal [K, B]): the TD error's
-        regression loss, or the cross-entropy to the projected target (C51)."""
-        out = self.online(batch.obs)
+        regression loss, or the cross-entropy to the projected target (C51). `out`: the online network's
+        outputs on ``batch.obs`` when already computed."""
+        out = self.online(batch.obs) if out is None else out
         action = batch.action.view(k, -1, 1)
         if self.support is not None:
             logits = out.view(k, out.shape[1], self.actions, -1)
@@ -115,9 +117,17 @@ class DQNGroup(ReplayGroup):
         if self.noisy:  # independent noise for the online and target networks at every step
             self.online.resample_noise(self.generators, active)
             self.target.resample_noise(self.generators, active)
-        per_sample, signal = self.sample_losses(batch, k)
-        weighted = per_sample * rows.weight
-        (self.q.grad,) = gradients(weighted.sum(), self.online.leaves)
+        if self.online.hand_backward:  # autograd for the loss on the outputs, the trunk's backward by hand
+            out, saved = self.online.forward_saving(batch.obs)
+            out.requires_grad_(True)
+            per_sample, signal = self.sample_losses(batch, k, out)
+            weighted = per_sample * rows.weight
+            (grad_out,) = torch.autograd.grad(weighted.sum(), (out,))
+            self.q.grad = self.online.backward(saved, grad_out)
+        else:
+            per_sample, signal = self.sample_losses(batch, k)
+            weighted = per_sample * rows.weight
+            (self.q.grad,) = gradients(weighted.sum(), self.online.leaves)
         clipped_step(self.q, self.max_grad_norm, None if rows.all_active else rows.active)
         for i, a in enumerate(self.agents):
             if active[i]:
