@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from agilerl_core.algorithms.dqn.maths import categorical_projection, mask_invalid, regression_loss
+from agilerl_core.algorithms.dqn.maths import categorical_projection, mask_invalid, regression_loss, regression_loss_grad
 from agilerl_core.algorithms.group import ReplayGroup, StackedRows, clipped_step, gradients
 from agilerl_core.buffers.replay import Transition
 from agilerl_core.networks.stacked import StackedNetwork
@@ -104,6 +104,18 @@ class DQNGroup(ReplayGroup):
         penalty = self.penalty(out, action.squeeze(2))
         return loss if penalty is None else loss + penalty, (q_taken - target).detach().abs()
 
+    @torch.no_grad()
+    def td_loss_and_grad(self, batch: Transition, k: int, out: torch.Tensor, weight: torch.Tensor
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The TD regression loss of :meth:`sample_losses` without autograd: (per-sample loss [K, B], priority
+        signal [K, B], the gradient of sum(weight * loss) for the outputs `out` [K, B, A])."""
+        target = self.td_target(batch, k)
+        action = batch.action.view(k, -1, 1)
+        q_taken = out.gather(2, action).squeeze(2)
+        diff = q_taken - target
+        grad = torch.zeros_like(out).scatter_(2, action, (weight * regression_loss_grad(diff, self.huber)).unsqueeze(2))
+        return regression_loss(q_taken, target, self.huber), diff.abs(), grad
+
     def penalty(self, q: torch.Tensor, action: torch.Tensor) -> torch.Tensor | None:
         """A per-sample term [K, B] added to the TD loss given all Q-values [K, B, A] and the actions taken
         [K, B] (CQN's conservative penalty); None for DQN."""
@@ -117,12 +129,16 @@ class DQNGroup(ReplayGroup):
         if self.noisy:  # independent noise for the online and target networks at every step
             self.online.resample_noise(self.generators, active)
             self.target.resample_noise(self.generators, active)
-        if self.online.hand_backward:  # autograd for the loss on the outputs, the trunk's backward by hand
+        if self.online.hand_backward:  # the trunk's backward by hand (StackedNetwork.backward)
             out, saved = self.online.forward_saving(batch.obs)
-            out.requires_grad_(True)
-            per_sample, signal = self.sample_losses(batch, k, out)
-            weighted = per_sample * rows.weight
-            (grad_out,) = torch.autograd.grad(weighted.sum(), (out,))
+            if self.support is None and type(self).penalty is DQNGroup.penalty:
+                per_sample, signal, grad_out = self.td_loss_and_grad(batch, k, out, rows.weight)
+                weighted = per_sample * rows.weight
+            else:  # autograd for the loss on the outputs
+                out.requires_grad_(True)
+                per_sample, signal = self.sample_losses(batch, k, out)
+                weighted = per_sample * rows.weight
+                (grad_out,) = torch.autograd.grad(weighted.sum(), (out,))
             self.q.grad = self.online.backward(saved, grad_out)
         else:
             per_sample, signal = self.sample_losses(batch, k)

@@ -29,6 +29,11 @@ def regression_loss(pred: torch.Tensor, target: torch.Tensor, huber: bool) -> to
     return (pred - target).square()
 
 
+def regression_loss_grad(diff: torch.Tensor, huber: bool) -> torch.Tensor:
+    """d regression_loss / d pred at ``diff = pred - target``: 2 diff, or Huber's clamp(diff, -1, 1)."""
+    return diff.clamp(-1.0, 1.0) if huber else 2.0 * diff
+
+
 def categorical_projection(next_probs: torch.Tensor, reward: torch.Tensor, discount: torch.Tensor,
                            support: torch.Tensor) -> torch.Tensor:
     """C51's projection (Bellemare et al. 2017, Algorithm 1) of the target distribution onto `support`.
