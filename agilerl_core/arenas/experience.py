@@ -35,10 +35,10 @@ class ReplayLearning:
         steps, self.credit = divmod(self.credit, hp.learn_step)
         return steps
 
-    def record(self, loss: torch.Tensor) -> None:
-        """One gradient step taken, with its loss."""
-        self.loss_sum += loss
-        self.steps += 1
+    def record(self, loss_sum: torch.Tensor, steps: int) -> None:
+        """`steps` more gradient steps taken, their losses summing to `loss_sum`."""
+        self.loss_sum += loss_sum
+        self.steps += steps
 
     @property
     def mean_loss(self) -> float:
@@ -54,16 +54,18 @@ def replay_group_phase(group: Any, collectors: list, buffer: ReplayBuffer, slots
     A collector has `num_envs`, `mask`, `learning` (its :class:`ReplayLearning`), `observation()` and
     `step(actions)`."""
     vector_steps = math.ceil(evo_steps / collectors[0].num_envs)
+    loss_sums = torch.zeros(len(collectors), device=group.device)  # each member's losses (0 when it sat out)
+    steps = [0] * len(collectors)
     for _ in range(vector_steps):
         obs = [c.observation() for c in collectors]
         for c, actions in zip(collectors, group.explore(obs, [c.mask for c in collectors]), strict=True):
             c.step(actions)
         earned = [c.learning.earned(c.num_envs) for c in collectors]
         for r in range(max(earned, default=0)):
-            losses = group.learn_step(buffer, slots, [e > r for e in earned])
-            for c, e, loss in zip(collectors, earned, losses, strict=True):
-                if e > r:
-                    c.learning.record(loss)
+            loss_sums += group.learn_step(buffer, slots, [e > r for e in earned])
+        steps = [s + e for s, e in zip(steps, earned, strict=True)]
+    for c, loss, n in zip(collectors, loss_sums.cpu(), steps, strict=True):
+        c.learning.record(loss, n)
     group.write_back()
     return vector_steps
 
