@@ -109,6 +109,7 @@ class StackedNetwork:
         self.arch = first.arch
         self.norms = [n.obs_norm for n in nets] if first.obs_norm is not None else None
         names = [name for name, _ in first.named_parameters()]
+        self.padded = list(padded)
         blocks = trainable_blocks(flat, self.k, padded) if trainable else parameter_blocks(flat, self.k, padded)
         self.leaves = blocks if trainable else []
         self.p = dict(zip(names, blocks, strict=True))
@@ -252,22 +253,22 @@ class StackedNetwork:
         return self.linear("mlp.out", h), saved
 
     @torch.no_grad()
-    def backward(self, saved: list[torch.Tensor], grad_out: torch.Tensor) -> torch.Tensor:
+    def backward(self, saved: list[torch.Tensor], grad_out: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """The gradient of a loss for every parameter, given its gradient for the outputs of
-        :meth:`forward_saving` ([K, B, out]): flattened and concatenated in parameter order (laid out as
-        the stacked buffer, what :func:`~agilerl_core.algorithms.group.gradients` returns). The same
-        products autograd takes for ``baddbmm`` and the activation (tests check it against autograd)."""
+        :meth:`forward_saving` ([K, B, out]), written into `out`: a buffer laid out as the stacked
+        parameters (what :func:`~agilerl_core.algorithms.group.gradients` returns). Returns `out`.
+        Tests check it against autograd."""
         derivative = _DERIVATIVES[self.arch.mlp.activation]
         layers = [f"mlp.hidden.{i}" for i in range(len(self.arch.mlp.hidden))] + ["mlp.out"]
-        grads: dict[str, torch.Tensor] = {}
+        blocks = dict(zip(self.p, parameter_blocks(out, self.k, self.padded), strict=True))
         g = grad_out
         for i in range(len(layers) - 1, -1, -1):
             name, x = layers[i], saved[i]
-            grads[f"{name}.weight"] = torch.bmm(x.transpose(1, 2), g).transpose(1, 2)
-            grads[f"{name}.bias"] = g.sum(1)
+            torch.bmm(g.transpose(1, 2), x, out=blocks[f"{name}.weight"])
+            torch.sum(g, 1, out=blocks[f"{name}.bias"])
             if i:
                 g = derivative(torch.bmm(g, self.p[f"{name}.weight"]), x)
-        return torch.cat([grads[n].reshape(-1) for n in self.p])
+        return out
 
     def forward(self, obs: Obs, action: torch.Tensor | None = None) -> torch.Tensor:
         """Every member's outputs [K, B, out]; a Q(s, a) critic also takes the actions [K, B, A]."""

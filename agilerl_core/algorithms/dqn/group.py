@@ -139,7 +139,7 @@ class DQNGroup(ReplayGroup):
                 per_sample, signal = self.sample_losses(batch, k, out)
                 weighted = per_sample * rows.weight
                 (grad_out,) = torch.autograd.grad(weighted.sum(), (out,))
-            self.q.grad = self.online.backward(saved, grad_out)
+            self.online.backward(saved, grad_out, out=self.q.grad)
         else:
             per_sample, signal = self.sample_losses(batch, k)
             weighted = per_sample * rows.weight
