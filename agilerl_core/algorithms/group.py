@@ -349,4 +349,13 @@ class StackedRows:
         self.counts = counts
         self.index = idx.view(-1)
         self.weight = weight
-        self.active = torch.tensor([n > 0 for n in counts], device=device)
+        self.who = [n > 0 for n in counts]  # which members step
+        self._device = device
+        self._active: torch.Tensor | None = None
+
+    @property
+    def active(self) -> torch.Tensor:
+        """:attr:`who` as a bool tensor [K] (made on first use: most steps have everyone active)."""
+        if self._active is None:
+            self._active = torch.tensor(self.who, device=self._device)
+        return self._active

@@ -125,7 +125,7 @@ class DQNGroup(ReplayGroup):
     def learn(self, batch: Transition, rows: StackedRows) -> torch.Tensor:
         """One gradient step of every active member on its own rows of `batch`; returns each member's loss [K]."""
         k = rows.k
-        active = rows.active.tolist()
+        active = rows.who
         if self.noisy:  # independent noise for the online and target networks at every step
             self.online.resample_noise(self.generators, active)
             self.target.resample_noise(self.generators, active)
@@ -150,10 +150,11 @@ class DQNGroup(ReplayGroup):
                 a.learn_steps += 1
                 if self.per:
                     a.priorities_seen(signal[i, :rows.counts[i]])
-        on = rows.active.to(self.tau.dtype)
+        on = None if rows.all_active else rows.active.to(self.tau.dtype)
         if self.hard_every is None:
-            self.update_targets(self.tau * on)
+            self.update_targets(self.tau if on is None else self.tau * on)
         else:
-            due = torch.tensor([a.learn_steps % self.hard_every == 0 for a in self.agents], device=self.device)
-            self.update_targets(due.to(on.dtype) * on)
+            due = torch.tensor([a.learn_steps % self.hard_every == 0 for a in self.agents], device=self.device,
+                               dtype=self.tau.dtype)
+            self.update_targets(due if on is None else due * on)
         return weighted.detach().sum(1)
