@@ -515,3 +515,31 @@ def test_dqn_steps_with_the_hand_written_trunk_backward_as_with_autograd(options
         group.learn_step(buf, [0, 1, 2], [True] * 3)
     group.write_back()
     assert_same_members(hand, auto, atol=1e-6)
+
+
+@pytest.mark.parametrize(("continuous", "mask"), [(False, True), (True, False)])
+def test_ppo_updates_with_the_hand_written_trunk_backward_as_with_autograd(continuous, mask, monkeypatch):
+    """PPO's actor and critic take their trunks' gradients by hand (their losses by autograd): three members'
+    batched update (other widths, tanh) equals the same update differentiated by autograd throughout."""
+    from agilerl_core.networks.stacked import StackedNetwork
+
+    def members():
+        return [ppo(30 + i, continuous, hidden=(16, 16) if i != 2 else (24, 8), update_epochs=2, num_minibatches=2)
+                for i in range(3)]
+
+    rollouts = [rollout_data(40 + i, 48, continuous, mask) for i in range(3)]
+
+    def update(agents):
+        group = type(agents[0]).group(agents)
+        stats = group.learn_rollouts([d for d, _, _ in rollouts], [adv for _, adv, _ in rollouts],
+                                     [ret for _, _, ret in rollouts])
+        group.write_back()
+        return group, stats
+
+    hand, auto = members(), members()
+    group, stats = update(hand)
+    assert group.nets["actor"].hand_backward and group.nets["critic"].hand_backward
+    monkeypatch.setattr(StackedNetwork, "hand_backward", property(lambda self: False))
+    _, auto_stats = update(auto)
+    assert_same_members(hand, auto, atol=1e-6)
+    assert [s["loss"] for s in stats] == pytest.approx([s["loss"] for s in auto_stats], rel=1e-5)

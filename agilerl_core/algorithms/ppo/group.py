@@ -116,17 +116,28 @@ class PPOGroup(MemberGroup):
         active = torch.tensor([i is not None for i in idxs], device=self.device)
         ls_leaf = self.log_std.detach().clone().requires_grad_(True) if self.continuous else None
         first = self.agents[0]
-        p, ls = first.dist_from(self.nets["actor"](f["obs"]), f.get("masks"),
-                                None if ls_leaf is None else ls_leaf.unsqueeze(1))
+        actor, critic = self.nets["actor"], self.nets["critic"]
+        hand = actor.hand_backward and critic.hand_backward  # the trunks' backward by hand, the losses' autograd
+        if hand:
+            (a_out, a_saved), (c_out, c_saved) = actor.forward_saving(f["obs"]), critic.forward_saving(f["obs"])
+            a_out.requires_grad_(True)
+            c_out.requires_grad_(True)
+        else:
+            a_out, c_out = actor(f["obs"]), critic(f["obs"])
+        p, ls = first.dist_from(a_out, f.get("masks"), None if ls_leaf is None else ls_leaf.unsqueeze(1))
         new_logp, entropy = first.log_prob_entropy_from(p, ls, f["actions"])
         adv = normalized_advantages(f["adv"], valid) if self.norm_adv else f["adv"]
         clip = self.clip.unsqueeze(1)
-        vloss = value_loss(self.nets["critic"](f["obs"]).squeeze(2), f["ret"], f["values"],
-                           clip if self.clip_vloss else None, w)
+        vloss = value_loss(c_out.squeeze(2), f["ret"], f["values"], clip if self.clip_vloss else None, w)
         losses = ppo_loss(new_logp, f["logp"], adv, clip, w) - self.ent_coef * (entropy * w).sum(1) \
             + self.vf_coef * vloss
-        grads = gradients(losses.sum(), self.nets["actor"].leaves, self.nets["critic"].leaves,
-                          *([[ls_leaf]] if self.continuous else []))
+        if hand:
+            outs = torch.autograd.grad(losses.sum(), [a_out, c_out, *([ls_leaf] if self.continuous else [])],
+                                       materialize_grads=True)
+            grads = [actor.backward(a_saved, outs[0], out=self.adams["actor"].grad),
+                     critic.backward(c_saved, outs[1], out=self.adams["critic"].grad), *outs[2:]]
+        else:
+            grads = gradients(losses.sum(), actor.leaves, critic.leaves, *([[ls_leaf]] if self.continuous else []))
         if self.continuous:
             grads[2] = grads[2].view_as(ls_leaf)
         step_active = None if bool(active.all()) else active
