@@ -152,8 +152,8 @@ class StackedAdam:
             self.beta2_pow.mul_(b2)
             self.m.lerp_(self.grad, 1.0 - b1)
             self.v.mul_(b2).addcmul_(self.grad, self.grad, value=1.0 - b2)
-            denom = self.v.div(1.0 - self.beta2_pow).sqrt_().add_(self.eps)
-            self.flat.sub_(self.m.div(1.0 - self.beta1_pow).mul_(self._lr_el).div_(denom))
+            denom = self.v.div(torch.rsub(self.beta2_pow, 1.0)).sqrt_().add_(self.eps)
+            self.flat.sub_(self.m.div(torch.rsub(self.beta1_pow, 1.0)).mul_(self._lr_el).div_(denom))
             return
         on = active[self.owner]
         a = on.to(self.flat.dtype)

@@ -65,7 +65,7 @@ class DQNGroup(ReplayGroup):
             self.q_values(self.online(batch.next_obs)) if next_online is None else next_online)
         best = mask_invalid(chooser, self._next_mask(batch, k)).argmax(dim=2, keepdim=True)
         reward, discount = self.returns(batch, k)
-        return reward + discount * (1.0 - batch.terminated.view(k, -1)) * next_target.gather(2, best).squeeze(2)
+        return reward + discount * torch.rsub(batch.terminated.view(k, -1), 1.0) * next_target.gather(2, best).squeeze(2)
 
     @torch.no_grad()
     def target_distribution(self, batch: Transition, k: int) -> torch.Tensor:
