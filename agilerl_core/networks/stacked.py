@@ -241,10 +241,12 @@ class StackedNetwork:
                 and spec.activation in _DERIVATIVES and not any(n.endswith("_mu") for n in self.p))
 
     @torch.no_grad()
-    def forward_saving(self, obs: Obs) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def forward_saving(self, obs: Obs, action: torch.Tensor | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """:meth:`forward` of a :attr:`hand_backward` network, without autograd: (outputs [K, B, out], what
         :meth:`backward` needs)."""
         h = self.features(obs)
+        if action is not None:
+            h = torch.cat([h, action], dim=2)
         saved = [h]
         spec = self.arch.mlp
         for i in range(len(spec.hidden)):
@@ -264,7 +266,8 @@ class StackedNetwork:
         g = grad_out
         for i in range(len(layers) - 1, -1, -1):
             name, x = layers[i], saved[i]
-            torch.bmm(g.transpose(1, 2), x, out=blocks[f"{name}.weight"])
+            # autograd's own product (x^T g, then transposed): the same rounding as autograd's backward
+            blocks[f"{name}.weight"].copy_(torch.bmm(x.transpose(1, 2), g).transpose(1, 2))
             torch.sum(g, 1, out=blocks[f"{name}.bias"])
             if i:
                 g = derivative(torch.bmm(g, self.p[f"{name}.weight"]), x)

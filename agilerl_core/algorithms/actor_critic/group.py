@@ -69,10 +69,18 @@ class ActorCriticGroup(ReplayGroup):
         on = rows.active.to(y.dtype)
         total = torch.zeros(k, device=self.device)
         for c in self.critics:
-            losses = ((self.q(c, batch.obs, action) - y).square() * rows.weight).sum(1)
-            if penalty is not None:
-                losses = losses + penalty(c) * on
-            self.step(c, losses.sum(), active)
+            net = self.nets[c]
+            if penalty is None and net.hand_backward:  # plain TD regression: the gradient by hand
+                out, saved = net.forward_saving(batch.obs, action)
+                diff = out.squeeze(2) - y
+                losses = (diff.square() * rows.weight).sum(1)
+                net.backward(saved, (2.0 * diff * rows.weight).unsqueeze(2), out=self.adams[c].grad)
+                clipped_step(self.adams[c], self.max_grad_norm, active)
+            else:
+                losses = ((self.q(c, batch.obs, action) - y).square() * rows.weight).sum(1)
+                if penalty is not None:
+                    losses = losses + penalty(c) * on
+                self.step(c, losses.sum(), active)
             total += losses.detach()
         turns = torch.tensor(actor_turns(self.agents, rows.active, self.policy_freq), device=self.device)
         if turns.any():
