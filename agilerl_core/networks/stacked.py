@@ -121,12 +121,17 @@ class StackedNetwork:
                              for n in nets]
         self.eps: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
         self.grouped_convs: bool | None = None  # one grouped convolution per layer; None: on GPUs only
+        spec = self.arch.mlp
+        self._hand = (not self.arch.cnns and not self.arch.encoders and not spec.noisy and not spec.dueling
+                      and spec.activation in _DERIVATIVES and not any(n.endswith("_mu") for n in self.p))
+        self._grad_blocks: tuple[torch.Tensor, dict[str, torch.Tensor]] | None = None  # views of backward's out
 
     def member(self, i: int) -> StackedNetwork:
         """Member i alone: a stack of one viewing its rows of the parameters (current as they are stepped)."""
         one = copy.copy(self)
         one.k = 1
         one.p = {n: t[i: i + 1] for n, t in self.p.items()}
+        one._grad_blocks = None
         one.norms = None if self.norms is None else [self.norms[i]]
         one.noisy_layers = [self.noisy_layers[i]]
         one.eps = None if self.eps is None else {n: (a[i: i + 1], b[i: i + 1]) for n, (a, b) in self.eps.items()}
@@ -236,9 +241,7 @@ class StackedNetwork:
         """Whether :meth:`forward_saving` and :meth:`backward` apply: a plain MLP (no encoders, noisy layers or
         dueling head) with a ReLU or tanh activation. On small networks autograd's per-node cost is about
         half of a learn step (benchmarks/batched_learn_paths.py); these take it out of the trunk."""
-        arch, spec = self.arch, self.arch.mlp
-        return (not arch.cnns and not arch.encoders and not spec.noisy and not spec.dueling
-                and spec.activation in _DERIVATIVES and not any(n.endswith("_mu") for n in self.p))
+        return self._hand
 
     @torch.no_grad()
     def forward_saving(self, obs: Obs, action: torch.Tensor | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -262,7 +265,9 @@ class StackedNetwork:
         Tests check it against autograd."""
         derivative = _DERIVATIVES[self.arch.mlp.activation]
         layers = [f"mlp.hidden.{i}" for i in range(len(self.arch.mlp.hidden))] + ["mlp.out"]
-        blocks = dict(zip(self.p, parameter_blocks(out, self.k, self.padded), strict=True))
+        if self._grad_blocks is None or self._grad_blocks[0] is not out:  # the same buffer step after step
+            self._grad_blocks = (out, dict(zip(self.p, parameter_blocks(out, self.k, self.padded), strict=True)))
+        blocks = self._grad_blocks[1]
         g = grad_out
         for i in range(len(layers) - 1, -1, -1):
             name, x = layers[i], saved[i]
