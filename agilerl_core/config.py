@@ -10,6 +10,7 @@ extends each kind with its own sections (runner, tracking, schedule: :mod:`tasks
 from __future__ import annotations
 
 import contextlib
+import copy
 import difflib
 import os
 import re
@@ -591,19 +592,55 @@ class ConfigKinds:
 
     def load(self, path: str | Path, overrides: dict[str, Any] | None = None) -> Any:
         """Load a YAML config file and apply dotted overrides (`hyperparameters.lr`: 3e-4)."""
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist; pass the path of a YAML config "
-                              f"such as deployments/configs/cartpole_dqn.yaml")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {err}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file {str(path)!r} must hold a mapping of fields at the top level")
+        data = read_config_file(path)
         for key, value in (overrides or {}).items():
             _set_dotted(data, key, value)
         return self.validate(data, source=str(path))
+
+    def resolve(self, config: Any, overrides: dict[str, Any] | None = None, leave_out: tuple[str, ...] = (),
+                env_id: str | None = None) -> tuple[Any, list[str]]:
+        """A config of these kinds from a YAML path, a mapping or a config object, with dotted `overrides`
+        applied (then validated again), and which of the top-level sections `leave_out` (sections another
+        layer reads) it held and were left out: ``(config, left_out)``. `env_id` (an env factory's label,
+        given as ``env=``) replaces the config's env id and entry point."""
+        if isinstance(config, str | Path):
+            data, source = read_config_file(config), str(config)
+        elif isinstance(config, BaseModel):
+            kind = getattr(config, "kind", None)
+            if kind not in self.kinds:
+                raise ConfigError(f"config: a {type(config).__name__} is not an experiment config; pass a YAML path, "
+                                  f"a dict or a config from validate_config")
+            if not overrides and env_id is None and isinstance(config, self.kinds[kind]):
+                return config, []
+            data, source = config.model_dump(include=set(self.kinds[kind].model_fields)), "config"  # secrets kept
+        elif isinstance(config, dict):
+            data, source = copy.deepcopy(config), "config"
+        else:
+            raise ConfigError(f"config: expected a YAML path, a dict or a config object, got {type(config).__name__}")
+        left_out = [name for name in leave_out if data.pop(name, None) is not None]
+        for key, value in (overrides or {}).items():
+            _set_dotted(data, key, value)
+        if env_id is not None:
+            if _kind_tag(data) == "llm":
+                raise ConfigError("env: an LLM config takes no env (its tasks come from `dataset` and `rewards`)")
+            data["env_id"] = env_id
+            data.pop("env_entry_point", None)
+        return self.validate(data, source), left_out
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The mapping a YAML config file holds; a ConfigError naming the file when it is missing or not one."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist; pass the path of a YAML config "
+                          f"such as deployments/configs/cartpole_dqn.yaml")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping of fields at the top level")
+    return data
 
 
 EXPERIMENT_KINDS: dict[str, type[_ExperimentBase]] = {"gym": GymExperimentConfig,

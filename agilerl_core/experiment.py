@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
@@ -33,10 +34,12 @@ def build_evolution(cfg: ExperimentConfig, batch_members: bool = True, group_cap
 
 
 def train_local(cfg: ExperimentConfig, progress: bool = True, run_dir: str | Path | None = None,
-                evolution: Evolution | None = None, batch_members: bool = True) -> RunResult:
+                evolution: Evolution | None = None, batch_members: bool = True, hooks: Any = None) -> RunResult:
     """Evolve a population until the target fitness or the budget, in this process; save the elite and the
-    population under `run_dir` (default OUTPUT_DIR/NAME-seedSEED). `batch_members`: see :func:`build_evolution`."""
+    population under `run_dir` (default OUTPUT_DIR/NAME-seedSEED). `batch_members`: see :func:`build_evolution`.
+    `hooks`: the run's callbacks (:class:`agilerl_core.api.CallbackHooks`); one may stop the run early."""
     evo = evolution or build_evolution(cfg, batch_members)
+    on_trained = (lambda r: hooks.member_trained(evo.population.members, r)) if hooks else None
     t0 = time.perf_counter()
     steps0 = evo.global_steps
     bar = tqdm(total=cfg.max_env_steps, initial=evo.global_steps, unit="step", file=sys.stderr,
@@ -45,12 +48,14 @@ def train_local(cfg: ExperimentConfig, progress: bool = True, run_dir: str | Pat
         while not evo.finished():
             if evo.history:  # the population was evaluated: select and mutate before training again
                 evo.evolve()
-            stats = evo.run_generation()
+            stats = evo.run_generation(on_trained)
             elapsed = time.perf_counter() - t0
             bar.update(stats.global_steps - bar.n)
             bar.set_postfix(gen=stats.generation, best=f"{stats.best_fitness:.1f}",
                             mean=f"{stats.mean_fitness:.1f}",
                             sps=f"{(evo.global_steps - steps0) / max(elapsed, 1e-9):.0f}")
+            if hooks and hooks.generation(stats, evo.population.members):
+                break
     finally:
         bar.close()
     wall = time.perf_counter() - t0

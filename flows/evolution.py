@@ -34,6 +34,7 @@ from typing import Any
 from prefect import get_run_logger
 from tqdm import tqdm
 
+from agilerl_core.api import CallbackHooks
 from agilerl_core.errors import CheckpointError, TrackingError
 from agilerl_core.experiment import build_evolution
 from agilerl_core.hpo.champion import choose_champion, eval_rounds
@@ -196,8 +197,28 @@ class PreparedRuns:
 PREPARED_RUNS = PreparedRuns()
 
 
-def run_generation(job: GenerationJob, evo: Evolution, store: RunStore, runner, tracking: TrackingQueue | None
-                   ) -> dict[str, Any]:
+class RunHooks:
+    """Callbacks given to :func:`flows.run` for the flow it starts next in this process, keyed by run id
+    (functions cannot be flow-run parameters)."""
+
+    def __init__(self) -> None:
+        self._hooks: dict[str, CallbackHooks] = {}
+        self._lock = threading.Lock()
+
+    def put(self, run_id: str, hooks: CallbackHooks) -> None:
+        with self._lock:
+            self._hooks[run_id] = hooks
+
+    def take(self, run_id: str) -> CallbackHooks | None:
+        with self._lock:
+            return self._hooks.pop(run_id, None)
+
+
+RUN_HOOKS = RunHooks()
+
+
+def run_generation(job: GenerationJob, evo: Evolution, store: RunStore, runner, tracking: TrackingQueue | None,
+                   hooks: CallbackHooks | None = None) -> dict[str, Any]:
     """One generation's DAG in the flow run (select+mutate from the previous one first).
 
     The tasks are submitted to `runner`, a started task runner of the configured kind, so that one flow
@@ -241,6 +262,8 @@ def run_generation(job: GenerationJob, evo: Evolution, store: RunStore, runner, 
     outputs, evaluations = by_slot(groups, trained_lists, evaluated_lists)
     placements = [{"group": group_label(g), **outs[0].placement} for g, outs in zip(groups, trained_lists, strict=True)]
     shards = fold_generation_task(job, evo, store, outputs, evaluations)
+    for out in outputs if hooks else ():  # the trained members, folded into this process's population
+        hooks.member_trained(evo.population.members, out.result)
     commit_generation_task(job, evo, store, shards)
     last = evo.history[-1]
     stats = {**asdict(last), "placements": placements}
@@ -269,6 +292,9 @@ def run_evolution(cfg: PipelineConfig, run_id: str | None, progress: bool) -> di
         logger.info("run %s finished already (generation %s, best fitness %s); nothing to resume", run_id,
                     finished.get("generations", 0) - 1, finished.get("best_fitness"))
         return {**finished, "already_finished": True}
+    hooks = RUN_HOOKS.take(run_id)
+    if hooks is not None:
+        hooks.env = evo.arena.env_desc
     tracker = Tracker(cfg, run_id, store.storage.uri) if cfg.tracking.enabled else None
     flow_run_url = _flow_run("ui_url")
     view = RunView(cfg, run_id, logger)
@@ -301,13 +327,17 @@ def run_evolution(cfg: PipelineConfig, run_id: str | None, progress: bool) -> di
                 prepared.lease.check()  # taken over by another writer (after a long stall): stop, commit nothing
                 g = evo.population.generation + (1 if evo.history else 0)
                 job = GenerationJob(run_id, cfg, store.storage.uri, g, evo.generation_steps(), mode)
-                stats = run_generation(job, evo, store, runner, tracking)
+                stats = run_generation(job, evo, store, runner, tracking, hooks)
                 prepared.committed = stats["generation"]
                 placements = stats["placements"]
                 view.generation(stats, generation_rows(evo.population, stats, space_names))
                 bar.update(stats["global_steps"] - bar.n)
                 bar.set_postfix(gen=stats["generation"], best=f"{stats['best_fitness']:.1f}",
                                 mean=f"{stats['mean_fitness']:.1f}")
+                if hooks and hooks.generation(evo.history[-1], evo.population.members):
+                    logger.info("run %s: stopped after generation %d by callback %s", run_id, stats["generation"],
+                                hooks.stopped_by)
+                    break
             bar.close()
         if tracking is not None:
             pending = tracking.close(cfg.tracking.flush_timeout)
@@ -323,7 +353,7 @@ def run_evolution(cfg: PipelineConfig, run_id: str | None, progress: bool) -> di
                    "champion": choice.summary(),
                    "storage_uri": store.uri, "mlflow_run_id": tracker.parent_id if tracker else None,
                    "mlflow_run_url": tracker.run_url if tracker else None, "prefect_flow_run_id": _flow_run("id"),
-                   "group_placements": placements}
+                   "group_placements": placements, **({"stopped_by": hooks.stopped_by} if hooks else {})}
         lineage = [e.to_dict() for e in evo.population.lineage]
         with tempfile.TemporaryDirectory(prefix="agilerl-end-") as tmp:
             tracked = False

@@ -83,7 +83,8 @@ def champion_words(summary: dict[str, Any]) -> str:
 
 def end_line(summary: dict[str, Any], target: float | None = None) -> str:
     why = (f"reached its target fitness {target:g} after {summary['global_steps']:,} of {summary['max_env_steps']:,} "
-           f"budgeted steps" if summary.get("reached_target") and target is not None else "spent its step budget")
+           f"budgeted steps" if summary.get("reached_target") and target is not None else
+           f"stopped by callback {summary['stopped_by']}" if summary.get("stopped_by") else "spent its step budget")
     return (f"run {summary['run_id']} finished ({why}): best fitness {summary['best_fitness']:.2f} over "
             f"{summary['generations']} generations, {summary['global_steps']:,} steps in {summary['wall_s']:.1f} s; "
             f"champion checkpoint {summary['elite_uri']}; {champion_words(summary)}")

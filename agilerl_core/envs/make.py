@@ -1,14 +1,18 @@
 """Vectorised env construction and early validation of env ids, your own envs included.
 
 An env is named by a registered Gymnasium id (``CartPole-v1``), by Gymnasium's ``module:EnvId`` form (the
-module is imported first, so it can register its envs), or by an id plus an entry point
-(``env_entry_point: my_pkg.envs:GridWorld``) that registers it when it is not registered yet.
+module is imported first, so it can register its envs), by an id plus an entry point
+(``env_entry_point: my_pkg.envs:GridWorld``) that registers it when it is not registered yet, or, from
+Python, by an env factory bound in this process (:func:`bind_env_factory`: ``evolve(cfg, env=MyEnv)``), which
+lives only in this process and is named ``<MyEnv>``.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import re
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -16,10 +20,48 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from agilerl_core.errors import ConfigError
 
+_FACTORIES: dict[str, Callable[..., Any]] = {}  # in-process env factories by label (bind_env_factory)
+
+
+def bind_env_factory(factory: Any, field: str = "env") -> str:
+    """Bind an env factory (a class or function that builds a new env on each call, e.g. ``MyEnv`` or
+    ``lambda: MyEnv(size=8)``) in this process and return the label a config's ``env_id`` names it by
+    (``<MyEnv>``). A factory cannot travel to another process by name: configs naming it run in this one."""
+    if isinstance(factory, str) or not callable(factory):
+        what = "an env object" if hasattr(factory, "step") and hasattr(factory, "reset") else type(factory).__name__
+        raise ConfigError(f"{field}: got {what}; pass a function or class that builds a new env on each call (e.g. "
+                          f"{field}=MyEnv or {field}=lambda: MyEnv(size=8)): a population needs many copies")
+    name = getattr(factory, "__qualname__", None) or type(factory).__name__
+    name = re.sub(r"[^\w.-]+", "", name.replace("<lambda>", "lambda")) or "env"
+    label, n = f"<{name}>", 1
+    while _FACTORIES.get(label, factory) is not factory:
+        n += 1
+        label = f"<{name}#{n}>"
+    _FACTORIES[label] = factory
+    return label
+
+
+def env_factory(env_id: str) -> Callable[..., Any] | None:
+    """The factory bound in this process under `env_id` (None: not a bound label)."""
+    factory = _FACTORIES.get(env_id)
+    if factory is None and env_id.startswith("<") and env_id.endswith(">"):
+        raise ConfigError(f"env_id: {env_id!r} names an env factory given to evolve()/flows.run() in another "
+                          f"process; a factory cannot travel between processes. Register the env with gymnasium "
+                          f"in an importable module and name it module:EnvId (or give env_entry_point)")
+    return factory
+
+
+def local_env_ids(*env_ids: str | None) -> list[str]:
+    """Those of `env_ids` that name factories bound in this process."""
+    return [e for e in env_ids if e and e in _FACTORIES]
+
 
 def resolve_env_id(env_id: str, entry_point: str | None = None) -> str:
     """The registered id `env_id` stands for, after importing its module (``module:EnvId``) and registering
-    `entry_point` under it; a ConfigError naming the field and close ids when it stays unknown."""
+    `entry_point` under it; a ConfigError naming the field and close ids when it stays unknown. A label
+    bound by :func:`bind_env_factory` stands for itself."""
+    if env_factory(env_id) is not None:
+        return env_id
     name = env_id
     if ":" in env_id:
         module, _, name = env_id.partition(":")
@@ -56,12 +98,27 @@ def check_env_id(env_id: str, entry_point: str | None = None) -> None:
 def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, entry_point: str | None = None) -> gym.Env:
     """Build one env, turning construction failures into ConfigErrors."""
     name = resolve_env_id(env_id, entry_point)
+    factory = env_factory(name)
+    if factory is not None:
+        return _from_factory(name, factory, env_kwargs)
     try:
         return gym.make(name, **(env_kwargs or {}))
     except (TypeError, ValueError) as err:
         raise ConfigError(f"env_kwargs: gymnasium.make({env_id!r}, **env_kwargs) failed: {err}") from None
     except gym.error.DependencyNotInstalled as err:
         raise ConfigError(f"env_id: {env_id!r} needs an optional dependency: {err}") from None
+
+
+def _from_factory(label: str, factory: Callable[..., Any], env_kwargs: dict[str, Any] | None) -> gym.Env:
+    try:
+        env = factory(**(env_kwargs or {}))
+    except TypeError as err:
+        raise ConfigError(f"env_kwargs: the env factory {label} failed with env_kwargs {env_kwargs or {}}: {err}") \
+            from None
+    if not isinstance(env, gym.Env):
+        raise ConfigError(f"env: the factory {label} built a {type(env).__name__}, not a gymnasium.Env (for "
+                          f"multi-agent configs: a PettingZoo parallel env)")
+    return env
 
 
 def probe_spaces(env_id: str, env_kwargs: dict[str, Any] | None = None,
@@ -85,5 +142,7 @@ def make_vector_env(env_id: str, num_envs: int, env_kwargs: dict[str, Any] | Non
     make_env(env_id, env_kwargs, entry_point).close()  # validate once with a clear error
     name = resolve_env_id(env_id, entry_point)
     kwargs = dict(env_kwargs or {})
-    return SyncVectorEnv([lambda: gym.make(name, **kwargs) for _ in range(num_envs)],
+    factory = env_factory(name)
+    one = (lambda: _from_factory(name, factory, kwargs)) if factory is not None else (lambda: gym.make(name, **kwargs))
+    return SyncVectorEnv([one for _ in range(num_envs)],
                          autoreset_mode=AutoresetMode.SAME_STEP)

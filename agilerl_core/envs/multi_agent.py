@@ -25,6 +25,7 @@ import numpy as np
 from gymnasium import spaces
 
 from agilerl_core.envs.aec_direct import direct_parallel
+from agilerl_core.envs.make import env_factory
 from agilerl_core.errors import ConfigError
 
 AgentArrays = dict[str, np.ndarray]
@@ -38,7 +39,10 @@ def agent_group(agent_id: str) -> str:
 
 def resolve_env_fn(env_id: str) -> Callable[..., Any]:
     """The function that builds the parallel env `env_id` names (``module:env``); a ConfigError naming the
-    field and the fix otherwise."""
+    field and the fix otherwise. A factory bound in this process (``evolve(cfg, env=...)``) is used as it is."""
+    bound = env_factory(env_id)
+    if bound is not None:
+        return bound
     module, sep, attr = env_id.partition(":")
     if not sep or not module or not attr:
         raise ConfigError(f"env_id: {env_id!r} must name a PettingZoo parallel env as module:env, e.g. "

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -307,12 +307,19 @@ class Evolution:
         self.history.append(stats)
         return stats
 
-    def run_generation(self) -> GenerationStats:
-        """Train every member, evaluate, commit the fresh experience, record fitness."""
+    def run_generation(self, on_trained: Callable[[TrainResult], None] | None = None) -> GenerationStats:
+        """Train every member, evaluate, commit the fresh experience, record fitness. `on_trained` is called
+        with each member's result as soon as its group has trained (before any evaluation)."""
         self.begin_generation()
         steps = self.generation_steps()
         groups = self.groups()
-        results = sorted((r for g in groups for r in self.train_group(g, steps=steps)), key=lambda r: r.slot)
+        results = []
+        for g in groups:
+            trained = self.train_group(g, steps=steps)
+            for r in trained if on_trained is not None else ():
+                on_trained(r)
+            results += trained
+        results.sort(key=lambda r: r.slot)
         fitness = {s: f for g in groups for s, f in zip(g, self.evaluate_group(g), strict=True)}
         return self.finish_generation(results, [fitness[s] for s in range(len(self.population.members))])
 

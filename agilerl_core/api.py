@@ -1,0 +1,355 @@
+"""The Python API: evolve a population in this process, load any saved member, act with it.
+
+    import agilerl_core as ac
+
+    result = ac.evolve("deployments/configs/cartpole_dqn.yaml", env=MyEnv, overrides={"max_env_steps": 20_000})
+    action = result.elite.predict(obs)
+    champion = ac.load("runs/cartpole-dqn-seed0/elite")        # or s3://bucket/prefix/.../elite
+
+:func:`evolve` is the engine's in-process loop (no Prefect, no MLflow: ``flows.run`` is the same run as a
+tracked Prefect flow). :func:`load` reads a checkpoint as data (safetensors + JSON, checksums verified,
+nothing it names imported or called). :class:`Callback` hooks the loop per member and per generation.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agilerl_core.config import ENGINE_KINDS, ConfigKinds, ExperimentConfig
+from agilerl_core.envs.make import bind_env_factory
+from agilerl_core.errors import CheckpointError, ConfigError
+from agilerl_core.hpo.evolution import GenerationStats, RunResult, TrainResult
+from agilerl_core.hpo.population import Member
+from agilerl_core.io.checkpoint import MEMBER_FORMAT, _read_json, load_member, save_member
+
+PIPELINE_SECTIONS = ("runner", "tracking", "schedule")  # what a pipeline YAML adds (tasks.config); never read here
+
+
+class Policy:
+    """A member ready to act: a run's elite, one of its population, or a loaded checkpoint.
+
+    RL members act with :meth:`predict`; LLM members (LoRA adapters on a shared base) write with
+    :meth:`generate`. A member of a finished :func:`evolve` run is live (what the run left); :meth:`save`
+    writes it as a checkpoint :func:`load` reads back."""
+
+    def __init__(self, member: Member, env: dict[str, Any]) -> None:
+        self.member = member
+        self.env = dict(env)  # what the member acts in, as a label: never imported or called
+
+    @property
+    def agent(self) -> Any:
+        """The underlying agent (an RL algorithm's agent, or an LLM member)."""
+        return self.member.agent
+
+    @property
+    def kind(self) -> str:
+        """``"llm"`` for an LLM member, ``"rl"`` otherwise."""
+        return "llm" if self.env.get("kind") == "llm" else "rl"
+
+    @property
+    def algorithm(self) -> str:
+        return str(self.agent.name)
+
+    @property
+    def member_id(self) -> int:
+        return self.member.member_id
+
+    @property
+    def fitness(self) -> float | None:
+        """Its last evaluation (None before any)."""
+        return self.member.fitness
+
+    @property
+    def hyperparameters(self) -> dict[str, Any]:
+        """Its (evolved) hyperparameters."""
+        return self.agent.hp.model_dump()
+
+    @property
+    def observation_space(self) -> Any:
+        """The observation space :meth:`predict` takes (a Dict keyed by agent id for a team); None for LLMs."""
+        spec = getattr(self.agent, "obs_spec", None)
+        return None if self.kind == "llm" or spec is None else spec.space
+
+    def __repr__(self) -> str:
+        return (f"Policy({self.algorithm}, member {self.member_id}, fitness {self.fitness}, "
+                f"env {self.env.get('env_id') or self.env.get('kind')})")
+
+    # ---- acting -------------------------------------------------------------------------------------------
+    def predict(self, obs: Any, action_mask: Any = None) -> Any:
+        """Greedy actions as the env takes them (a Box's bounds applied).
+
+        `obs` is one observation as the env returns it, or a batch of them (a leading batch axis): an array;
+        a dict of arrays for a Dict observation space; for a multi-agent team, a dict keyed by agent id (the
+        actions come back the same way). One observation gives one action, a batch a batch. `action_mask`
+        (single-agent): the env's valid actions, shaped like the actions. A wrong shape raises ValueError
+        naming the shape the member was trained on."""
+        if self.kind == "llm":
+            raise TypeError("predict: an LLM member writes text; call generate(prompts)")
+        spec = self.agent.obs_spec
+        batched, obs = _as_batch(obs, spec)
+        mask = None if action_mask is None else np.asarray(action_mask, dtype=bool)
+        if mask is not None and not batched:
+            mask = mask[None]
+        with torch.no_grad():
+            actions = self.agent.env_action(spec.to_tensors(obs, self.agent.device), mask)
+        if isinstance(actions, dict):
+            return actions if batched else {k: v[0] for k, v in actions.items()}
+        actions = np.asarray(actions)
+        return actions if batched else actions[0]
+
+    def generate(self, prompts: str | Sequence[str], max_new_tokens: int | None = None, temperature: float = 0.0,
+                 seed: int = 0) -> str | list[str]:
+        """Completions of prompt texts (greedy at temperature 0; rendered through the chat template when the
+        run used it). One prompt gives one completion, a list a list."""
+        if self.kind != "llm":
+            raise TypeError(f"generate: a {self.algorithm} member acts in an env; call predict(obs)")
+        one = isinstance(prompts, str)
+        texts = self.agent.generate([prompts] if one else [str(p) for p in prompts],
+                                    bool(self.env.get("chat_template")), max_new_tokens, float(temperature), int(seed))
+        return texts[0] if one else texts
+
+    def save(self, path: str | Path) -> Path:
+        """Write this member as a checkpoint directory (what :func:`load` reads)."""
+        return save_member(path, self.member, self.env)
+
+
+def _as_batch(obs: Any, spec: Any) -> tuple[bool, Any]:
+    """(whether `obs` was a batch, `obs` with a leading batch axis), checked against the spec's spaces."""
+    agents = getattr(spec, "agents", None)
+    if agents is not None:  # a team: {agent_id: obs}
+        if not isinstance(obs, dict) or set(obs) != set(agents):
+            raise ValueError(f"predict: a team's observations are a dict keyed by agent id {list(agents)}, got "
+                             f"{sorted(obs) if isinstance(obs, dict) else type(obs).__name__}")
+        parts = {a: (np.asarray(obs[a]), tuple(spec.obs[a].space.shape)) for a in agents}
+    elif getattr(spec, "is_dict", False):
+        keys = list(spec.space.spaces)
+        if not isinstance(obs, dict) or set(obs) != set(keys):
+            raise ValueError(f"predict: this member observes a Dict with keys {keys}; got "
+                             f"{sorted(obs) if isinstance(obs, dict) else type(obs).__name__}")
+        parts = {k: (np.asarray(obs[k]), tuple(spec.space.spaces[k].shape)) for k in keys}
+    else:
+        parts = {"obs": (np.asarray(obs), tuple(spec.space.shape))}
+    kinds = set()
+    for key, (arr, shape) in parts.items():
+        if arr.shape == shape:
+            kinds.add(False)
+        elif arr.shape[1:] == shape:
+            kinds.add(True)
+        else:
+            where = "" if key == "obs" else f"[{key!r}]"
+            raise ValueError(f"predict: observation{where} has shape {arr.shape}; this member was trained on "
+                             f"observations of shape {shape} (one) or (batch, *{shape}) (a batch)")
+    if len(kinds) != 1:
+        raise ValueError("predict: mix of one observation and a batch across keys; give every key the same form")
+    batched = kinds.pop()
+    out = {k: (a if batched else a[None]) for k, (a, _) in parts.items()}
+    return batched, out if agents is not None or getattr(spec, "is_dict", False) else out["obs"]
+
+
+# ---- callbacks ----------------------------------------------------------------------------------------------
+class Callback:
+    """Hooks into an evolution run; override what you need. Exceptions propagate (they stop the run).
+
+    - :meth:`on_member_trained` after each member's training phase, before evaluation;
+    - :meth:`on_generation` after each generation is evaluated (and, in a flow, committed): return True to
+      stop the run there (the elite, the population and, in a flow, the champion are still saved).
+
+    A plain function passed as a callback is called as :meth:`on_generation`."""
+
+    def on_member_trained(self, slot: int, member: Policy, result: TrainResult) -> None:
+        """Member `slot` finished training this generation (`result`: env steps, mean return, loss...)."""
+
+    def on_generation(self, stats: GenerationStats, population: list[Policy]) -> bool | None:
+        """Generation `stats.generation` is evaluated (`population`: the members by slot, fitness set).
+        Return True to stop the run after it."""
+        return None
+
+
+class _FunctionCallback(Callback):
+    def __init__(self, fn: Callable[[GenerationStats, list[Policy]], bool | None]) -> None:
+        self.fn = fn
+
+    def on_generation(self, stats: GenerationStats, population: list[Policy]) -> bool | None:
+        return self.fn(stats, population)
+
+
+def as_callbacks(callbacks: Sequence[Callback | Callable] | Callback | None) -> list[Callback]:
+    """Callback objects from what a caller passed (a Callback, a function, a list of them)."""
+    if callbacks is None:
+        return []
+    if isinstance(callbacks, Callback) or not isinstance(callbacks, Sequence):
+        callbacks = [callbacks]
+    out = []
+    for i, cb in enumerate(callbacks):
+        if isinstance(cb, Callback):
+            out.append(cb)
+        elif callable(cb):
+            out.append(_FunctionCallback(cb))
+        else:
+            raise ConfigError(f"callbacks[{i}]: a {type(cb).__name__} is neither a Callback nor a function of "
+                              f"(stats, population)")
+    return out
+
+
+class CallbackHooks:
+    """The callbacks of one run, called with the run's members as :class:`Policy` views."""
+
+    def __init__(self, callbacks: Sequence[Callback | Callable] | Callback | None, env: dict[str, Any]) -> None:
+        self.callbacks = as_callbacks(callbacks)
+        self.env = env
+        self.stopped_by: str | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.callbacks)
+
+    def member_trained(self, members: list[Member], result: TrainResult) -> None:
+        for cb in self.callbacks:
+            cb.on_member_trained(result.slot, Policy(members[result.slot], self.env), result)
+
+    def generation(self, stats: GenerationStats, members: list[Member]) -> bool:
+        """Call every on_generation; True when one asked to stop (all are called first)."""
+        population = [Policy(m, self.env) for m in members]
+        stop = [cb for cb in self.callbacks if cb.on_generation(stats, population) is True]
+        if stop:
+            self.stopped_by = type(stop[0]).__name__ if not isinstance(stop[0], _FunctionCallback) \
+                else getattr(stop[0].fn, "__name__", "function")
+        return bool(stop)
+
+
+# ---- evolve -------------------------------------------------------------------------------------------------
+@dataclass
+class EvolveResult:
+    """What :func:`evolve` returns."""
+
+    elite: Policy  # the final population's best member (saved under run_dir/elite)
+    population: list[Policy]  # the final population by slot (saved under run_dir/population)
+    history: list[GenerationStats]  # one entry per generation: fitnesses, mutations, hyperparameters...
+    run: RunResult  # best/elite fitness, steps, wall time, env steps/s, batching
+    run_dir: Path
+    config: Any  # the validated config the run used
+    stopped_by: str | None = None  # the callback that stopped the run early, if one did
+    summary: dict[str, Any] = field(default_factory=dict)  # the run's JSON summary (as the CLI prints it)
+
+    @property
+    def best_fitness(self) -> float:
+        return self.run.best_fitness
+
+
+def resolve_config(config: Any, overrides: dict[str, Any] | None = None, env: Any = None,
+                   kinds: ConfigKinds = ENGINE_KINDS, leave_out: tuple[str, ...] = PIPELINE_SECTIONS
+                   ) -> tuple[Any, list[str]]:
+    """`config` (a YAML path, a dict or a config object) validated with `overrides` applied and, when `env` (an
+    env factory) is given, its env id replaced by the factory's in-process label (a config may then leave
+    ``env_id`` out); the pipeline's sections `leave_out` are left out (named in the second item). Refused,
+    naming the field, where the factory would have to be built in another process."""
+    label = None if env is None else bind_env_factory(env, "env")
+    cfg, left_out = kinds.resolve(config, overrides, leave_out, env_id=label)
+    if label is not None and cfg.kind == "multi_agent" and cfg.vector_workers > 0:
+        raise ConfigError(f"vector_workers: {cfg.vector_workers} worker processes cannot build an env factory "
+                          f"given as env= (it exists only in this process); set vector_workers: 0, or register "
+                          f"the env in an importable module and name it as env_id module:env")
+    return cfg, left_out
+
+
+def evolve(config: str | Path | dict[str, Any] | ExperimentConfig, *, env: Callable[..., Any] | None = None,
+           overrides: dict[str, Any] | None = None, callbacks: Sequence[Callback | Callable] | None = None,
+           progress: bool = True, run_dir: str | Path | None = None, batch_members: bool = True,
+           group_size: int | None = None) -> EvolveResult:
+    """Evolve a population in this process until the target fitness, the step budget or a callback stops it.
+
+    Args:
+        config: a YAML path, a dict of config fields, or a config object (``validate_config``). The
+            pipeline's sections (runner, tracking, schedule) are not read here (a warning names them).
+        env: a function or class that builds a new Gymnasium env on each call (a PettingZoo parallel env for
+            multi-agent configs); it replaces ``env_id`` in this process (``env_kwargs`` are passed to it).
+            A factory cannot travel to other processes by name: configs using it run in this process only.
+        overrides: dotted config fields, e.g. ``{"hyperparameters.lr": 3e-4, "max_env_steps": 20_000}``.
+        callbacks: :class:`Callback` objects, or functions ``(stats, population) -> bool | None`` called after
+            each generation (True stops the run).
+        progress: show a progress bar (stderr).
+        run_dir: where the elite and the population are saved (default ``OUTPUT_DIR/NAME-seedSEED``).
+        batch_members: members of one architecture learn as one stacked group (False: one by one).
+        group_size: at most this many members per group (None: no limit).
+
+    Returns:
+        An :class:`EvolveResult`: ``elite`` and ``population`` (each with ``predict`` / ``generate``),
+        ``history`` and the run's figures.
+
+    Raises:
+        ConfigError: a bad config, override, env or callback, naming the field, before anything trains.
+    """
+    from agilerl_core.experiment import build_evolution, train_local
+
+    cfg, left_out = resolve_config(config, overrides, env)
+    if left_out:
+        warnings.warn(f"evolve: the config's {', '.join(left_out)} section(s) configure the pipeline (flows.run, "
+                      f"agilerl-flow run) and are not used in-process; pass batch_members= / group_size= here",
+                      stacklevel=2)
+    if group_size is not None and (not isinstance(group_size, int) or group_size < 1):
+        raise ConfigError(f"group_size: {group_size!r}; give a whole number >= 1 or None (no limit)")
+    hooks = CallbackHooks(callbacks, {})
+    evo = build_evolution(cfg, batch_members, group_size)
+    hooks.env = evo.arena.env_desc
+    run_dir = Path(run_dir or Path(cfg.output_dir) / f"{cfg.name}-seed{cfg.seed}")
+    res = train_local(cfg, progress=progress, run_dir=run_dir, evolution=evo, hooks=hooks)
+    population = [Policy(m, evo.arena.env_desc) for m in evo.population.members]
+    elite = population[evo.population.members.index(evo.population.elite())]
+    summary = {**res.summary(), "run_dir": str(run_dir), "stopped_by": hooks.stopped_by}
+    return EvolveResult(elite, population, list(res.history), res, run_dir, cfg, hooks.stopped_by, summary)
+
+
+# ---- load ---------------------------------------------------------------------------------------------------
+def load(uri: str | Path, device: str = "cpu") -> Policy:
+    """A saved member ready to act: a member directory (a run's ``elite/``, ``population/members/N``, a
+    registered champion's ``member`` artifact), local or ``s3://bucket/prefix/...`` (read with the standard AWS
+    environment: ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``).
+
+    The checkpoint is data: safetensors and JSON, every file's checksum verified; nothing it names is
+    imported, registered or called. An LLM member rebuilds its base from the recorded path or config and
+    refuses a base whose weights hash differently.
+
+    Raises:
+        CheckpointError: the URI holds no member, or a file is missing, truncated or tampered with.
+        StorageError: the S3 store cannot be read (credentials, bucket).
+    """
+    text = str(uri)
+    if text.startswith("s3://"):
+        from agilerl_core.io.storage import open_storage
+
+        parent, _, name = text.rstrip("/").rpartition("/")
+        if not name or parent == "s3:/":
+            raise CheckpointError(f"{text}: name a member directory, e.g. s3://bucket/runs/RUN/elite")
+        with tempfile.TemporaryDirectory(prefix="agilerl-load-") as tmp:
+            local = open_storage(parent).download_dir(name, Path(tmp) / "member")
+            return _load_dir(local, text, device)
+    return _load_dir(Path(uri), text, device)
+
+
+def _load_dir(path: Path, where: str, device: str) -> Policy:
+    if not (path / "member.json").is_file():
+        hint = ""
+        if (path / "elite" / "member.json").is_file():
+            hint = f"; the run's elite is {where.rstrip('/')}/elite"
+        elif (path / "population.json").is_file():
+            hint = f"; a population: load one member, e.g. {where.rstrip('/')}/members/0"
+        raise CheckpointError(f"{where}: no member checkpoint there (member.json){hint}")
+    meta = _read_json(path / "member.json", MEMBER_FORMAT)
+    env = meta.get("env") if isinstance(meta.get("env"), dict) else {}
+    if env.get("kind") == "llm":
+        from agilerl_core.arenas.llm import load_llm_member
+
+        agent, env = load_llm_member(str(path), device)
+        record = meta["record"]  # verified by the load above
+        member = Member(int(record["member_id"]), agent, record["parent_id"], str(record["mutation"]),
+                        int(record["born"]), [float(f) for f in record["fitness_history"]])
+        return Policy(member, env)
+    member, env = load_member(path, device=device)
+    return Policy(member, env)
