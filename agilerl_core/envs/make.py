@@ -31,7 +31,7 @@ def bind_env_factory(factory: Any, field: str = "env") -> str:
         what = "an env object" if hasattr(factory, "step") and hasattr(factory, "reset") else type(factory).__name__
         raise ConfigError(f"{field}: got {what}; pass a function or class that builds a new env on each call (e.g. "
                           f"{field}=MyEnv or {field}=lambda: MyEnv(size=8)): a population needs many copies")
-    name = getattr(factory, "__qualname__", None) or type(factory).__name__
+    name = getattr(factory, "__name__", None) or type(factory).__name__
     name = re.sub(r"[^\w.-]+", "", name.replace("<lambda>", "lambda")) or "env"
     label, n = f"<{name}>", 1
     while _FACTORIES.get(label, factory) is not factory:
