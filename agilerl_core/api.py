@@ -56,10 +56,12 @@ class Policy:
 
     @property
     def algorithm(self) -> str:
+        """The algorithm's name in the registry (``dqn``, ``ppo``, ``grpo``...)."""
         return str(self.agent.name)
 
     @property
     def member_id(self) -> int:
+        """The member's id in its run's lineage."""
         return self.member.member_id
 
     @property
@@ -240,6 +242,7 @@ class EvolveResult:
 
     @property
     def best_fitness(self) -> float:
+        """The best evaluation of any member in any generation."""
         return self.run.best_fitness
 
 

@@ -32,8 +32,6 @@ def test_every_public_name_has_a_docstring_and_a_place_on_the_api_page():
         assert f"{obj.__module__}.{obj.__name__}" in rendered, f"{name} is not on docs/reference/api.md"
         for suffix, member in _public(obj):
             doc = inspect.getdoc(member.fget if isinstance(member, property) else member)
-            if suffix and isinstance(member, property) and not doc:
-                continue  # a plain attribute-like property reads from its name
             assert doc and doc.strip(), f"agilerl_core.{name}{suffix} has no docstring"
     assert "flows.api.run" in rendered and inspect.getdoc(flows.run)
 
