@@ -88,7 +88,9 @@ class Policy:
     def predict(self, obs: Any, action_mask: Any = None) -> Any:
         """Greedy actions as the env takes them (a Box's bounds applied).
 
-        `obs` is one observation as the env returns it, or a batch of them (a leading batch axis): an array;
+        `obs` is one observation as the env returns it (inside the wrappers the run's ``env_wrappers`` named:
+        the checkpoint records them, ``policy.env["env_wrappers"]``, but never applies them), or a batch of
+        them (a leading batch axis): an array;
         a dict of arrays for a Dict observation space; for a multi-agent team, a dict keyed by agent id (the
         actions come back the same way). One observation gives one action, a batch a batch. `action_mask`
         (single-agent): the env's valid actions, shaped like the actions. A wrong shape raises ValueError
@@ -96,7 +98,8 @@ class Policy:
         if self.kind == "llm":
             raise TypeError("predict: an LLM member writes text; call generate(prompts)")
         spec = self.agent.obs_spec
-        batched, obs = _as_batch(obs, spec)
+        wrappers = [w.get("wrapper") for w in self.env.get("env_wrappers") or [] if isinstance(w, dict)]
+        batched, obs = _as_batch(obs, spec, f" (the env inside {', '.join(map(str, wrappers))})" if wrappers else "")
         mask = None if action_mask is None else np.asarray(action_mask, dtype=bool)
         if mask is not None and not batched:
             mask = mask[None]
@@ -123,7 +126,7 @@ class Policy:
         return save_member(path, self.member, self.env)
 
 
-def _as_batch(obs: Any, spec: Any) -> tuple[bool, Any]:
+def _as_batch(obs: Any, spec: Any, wrapped: str = "") -> tuple[bool, Any]:
     """(whether `obs` was a batch, `obs` with a leading batch axis), checked against the spec's spaces."""
     agents = getattr(spec, "agents", None)
     if agents is not None:  # a team: {agent_id: obs}
@@ -148,7 +151,7 @@ def _as_batch(obs: Any, spec: Any) -> tuple[bool, Any]:
         else:
             where = "" if key == "obs" else f"[{key!r}]"
             raise ValueError(f"predict: observation{where} has shape {arr.shape}; this member was trained on "
-                             f"observations of shape {shape} (one) or (batch, *{shape}) (a batch)")
+                             f"observations of shape {shape} (one) or (batch, *{shape}) (a batch){wrapped}")
     if len(kinds) != 1:
         raise ValueError("predict: mix of one observation and a batch across keys; give every key the same form")
     batched = kinds.pop()

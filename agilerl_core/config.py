@@ -285,6 +285,27 @@ class _ExperimentBase(_Strict):
         return data
 
 
+class WrapperConfig(_Strict):
+    """One Gymnasium wrapper around every copy of the env (``env_wrappers``) or around each member's training
+    vector env (``vector_wrappers``), applied in the order listed."""
+
+    wrapper: str = Field(description="The wrapper class as module.Name (or module:Name), e.g. "
+                                     "gymnasium.wrappers.AtariPreprocessing or gymnasium.wrappers.vector."
+                                     "NormalizeReward: imported when the config is checked, like module:EnvId.")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the wrapper, e.g. "
+                                                                     "{stack_size: 4}.")
+    eval_kwargs: dict[str, Any] | None = Field(None, description="Overrides of kwargs in evaluation envs only, e.g. "
+                                                                 "{terminal_on_life_loss: false}.")
+
+    @field_validator("wrapper")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z_][\w.]*[.:][A-Za-z_]\w*", value):
+            raise ValueError(f"{value!r}: name the wrapper class as module.Name, e.g. "
+                             f"gymnasium.wrappers.FrameStackObservation")
+        return value
+
+
 class _EnvExperimentBase(_ExperimentBase):
     """An experiment whose members are RL agents acting in an env: their networks and evaluation episodes."""
 
@@ -296,12 +317,20 @@ class _EnvExperimentBase(_ExperimentBase):
     env_entry_point: str | None = Field(None, description="module:Class (or module:function) of your own env; "
                                                           "registers env_id with it when it is not registered.")
     env_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for gymnasium.make.")
+    env_wrappers: list[WrapperConfig] = Field(default_factory=list, description="Gymnasium wrappers around every "
+                                              "copy of the env, in order: training, evaluation, dataset collection "
+                                              "and the spaces a checkpoint records all see the wrapped env (e.g. "
+                                              "AtariPreprocessing, FrameStackObservation).")
+    vector_wrappers: list[WrapperConfig] = Field(default_factory=list, description="Gymnasium vector wrappers around "
+                                                 "each member's training vector env, in order (e.g. gymnasium."
+                                                 "wrappers.vector.NormalizeReward); evaluation envs never get them, "
+                                                 "so fitness stays the env's own return.")
 
     def check_env(self) -> None:
         """The fast env check the CLI runs before anything starts (a ConfigError naming the field)."""
-        from agilerl_core.envs.make import check_env_id
+        from agilerl_core.envs.make import EnvRecipe
 
-        check_env_id(self.env_id, self.env_entry_point)
+        EnvRecipe.of(self).check()
 
 
 class GymExperimentConfig(_EnvExperimentBase):
@@ -382,6 +411,10 @@ class MultiAgentExperimentConfig(_EnvExperimentBase):
         if self.env_entry_point is not None:
             raise ValueError("env_entry_point: multi-agent envs are named by env_id alone (module:env); remove "
                              "env_entry_point")
+        for name in ("env_wrappers", "vector_wrappers"):
+            if getattr(self, name):
+                raise ValueError(f"{name}: Gymnasium wrappers do not apply to PettingZoo parallel envs; wrap the env "
+                                 f"in the function env_id names instead")
         return self
 
     def check_env(self) -> None:
@@ -781,10 +814,22 @@ def code_references(cfg: ExperimentConfig) -> dict[str, str]:
     entry = getattr(cfg, "env_entry_point", None)
     if entry:
         refs["env_entry_point"] = entry.partition(":")[0]
+    for name in ("env_wrappers", "vector_wrappers"):
+        for i, w in enumerate(getattr(cfg, name, None) or []):
+            refs[f"{name}[{i}].wrapper"] = wrapper_module(w.wrapper)[0]
     for i, reward in enumerate(getattr(cfg, "rewards", None) or []):
         if reward.kind == "python" and reward.function:
             refs[f"rewards[{i}].function"] = reward.function.partition(":")[0]
     return refs
+
+
+def wrapper_module(name: str) -> tuple[str, str]:
+    """(module, class name) of a wrapper named module.Name or module:Name."""
+    if ":" in name:
+        module, _, attr = name.partition(":")
+    else:
+        module, _, attr = name.rpartition(".")
+    return module, attr
 
 
 def module_allowed(module: str, allowed: set[str]) -> bool:

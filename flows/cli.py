@@ -73,7 +73,10 @@ def _parser() -> argparse.ArgumentParser:
     data = sub.add_parser("dataset", parents=[debug], help="record or inspect an offline dataset")
     dsub = data.add_subparsers(dest="dataset_command", required=True)
     col = dsub.add_parser("collect", parents=[debug], help="record episodes of a policy as a dataset")
-    col.add_argument("--env", required=True, help="Gymnasium env id, e.g. CartPole-v1")
+    col.add_argument("--env", default=None, help="Gymnasium env id, e.g. CartPole-v1 (default: --config's env_id)")
+    col.add_argument("--config", default=None, metavar="CONFIG.yaml",
+                     help="record in the env this config trains in: its env_id, env_kwargs, env_entry_point and "
+                          "env_wrappers (e.g. Atari preprocessing), so the dataset has the spaces its members see")
     col.add_argument("--policy", default="random", help="random, or a saved member directory (e.g. a run's elite/)")
     col.add_argument("--episodes", type=int, required=True, help="episodes to record")
     col.add_argument("--out", required=True, metavar="URI",
@@ -397,9 +400,20 @@ def _dataset(args: argparse.Namespace) -> dict:
     fmt = args.format if args.format != "auto" else ("minari" if args.out.startswith("minari:") else "hdf5")
     if args.out.startswith("minari:") and fmt != "minari":
         raise ConfigError(f"--out {args.out}: minari:ID outs are Minari datasets; drop --format hdf5")
-    episodes = collect_episodes(args.env, args.policy, args.episodes, args.seed, args.num_envs, args.epsilon,
-                                progress=not args.no_progress)
-    where = write_dataset(args.out, episodes, args.env, args.policy, fmt)
+    recipe = {}
+    if args.config:
+        from tasks.config import load_config
+
+        cfg = load_config(args.config)
+        if not hasattr(cfg, "env_wrappers"):
+            raise ConfigError(f"--config {args.config}: a {cfg.kind} config; give a gym or offline config")
+        recipe = {"env_kwargs": cfg.env_kwargs, "entry_point": cfg.env_entry_point, "wrappers": cfg.env_wrappers}
+    env_id = args.env or (cfg.env_id if args.config else None)
+    if env_id is None:
+        raise ConfigError("--env: name the env to record in (e.g. --env CartPole-v1), or give --config")
+    episodes = collect_episodes(env_id, args.policy, args.episodes, args.seed, args.num_envs, args.epsilon,
+                                progress=not args.no_progress, **recipe)
+    where = write_dataset(args.out, episodes, env_id, args.policy, fmt)
     return {"out": where, **load_dataset(where, fmt).describe()}  # read back: what a run would load
 
 

@@ -19,7 +19,7 @@ from gymnasium.vector import VectorEnv
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.registry import algorithms_for
 from agilerl_core.arenas.experience import OwnExperience
-from agilerl_core.envs.make import make_vector_env, probe_spaces
+from agilerl_core.envs.make import EnvRecipe
 from agilerl_core.envs.spaces import ActionSpec, ObsSpec, action_spec
 from agilerl_core.envs.vector import action_masks
 from agilerl_core.errors import ConfigError
@@ -116,8 +116,8 @@ class GymArena(OwnExperience, ABC):
         self.algo_cls = algo_cls
         self.device = torch_device(cfg.device, cfg.tf32)
         torch.set_num_threads(cfg.torch_threads)
-        self.env_args = (cfg.env_id, cfg.env_kwargs, cfg.env_entry_point)
-        obs_space, act_space = probe_spaces(*self.env_args)
+        self.recipe = EnvRecipe.of(cfg)
+        obs_space, act_space = self.recipe.spaces()
         self.obs_space, self.act_space = obs_space, act_space
         self.obs_spec = ObsSpec(obs_space, cfg.network.cnn.channels_last)
         self.action_spec: ActionSpec = action_spec(act_space)
@@ -129,10 +129,11 @@ class GymArena(OwnExperience, ABC):
                                          "channels_last": cfg.network.cnn.channels_last}
         if cfg.env_entry_point is not None:
             self.env_desc["env_entry_point"] = cfg.env_entry_point
+        self.env_desc.update(self.recipe.describe())
         self.space = checked_space(cfg, algo_cls)
         self.arch_bounds = ArchBounds.from_config(cfg.network)
         self.arch = initial_arch(self.obs_spec, self.action_spec.dim, cfg.network)
-        self.eval_env = make_vector_env(cfg.env_id, cfg.eval_episodes, cfg.env_kwargs, cfg.env_entry_point)
+        self.eval_env = self.recipe.vector(cfg.eval_episodes, evaluation=True)
         self._eval_envs: dict[int, VectorEnv] = {}  # per slot, so that slots evaluate concurrently in threads
         self._lock = threading.Lock()
 
@@ -167,6 +168,5 @@ class GymArena(OwnExperience, ABC):
         """Slot `slot`'s own evaluation env (a keyed cache: built once per slot)."""
         with self._lock:
             if slot not in self._eval_envs:
-                self._eval_envs[slot] = make_vector_env(self.cfg.env_id, self.cfg.eval_episodes, self.cfg.env_kwargs,
-                                                        self.cfg.env_entry_point)
+                self._eval_envs[slot] = self.recipe.vector(self.cfg.eval_episodes, evaluation=True)
             return self._eval_envs[slot]

@@ -20,7 +20,6 @@ from agilerl_core.arenas.base import EpisodeReturns, GymArena, probe_action_mask
 from agilerl_core.arenas.experience import ReplayLearning, SharedReplay, replay_group_phase
 from agilerl_core.buffers.nstep import NStepCollector
 from agilerl_core.buffers.replay import ReplayBuffer, transition_fields
-from agilerl_core.envs.make import make_vector_env
 from agilerl_core.envs.vector import action_masks, real_next_obs
 from agilerl_core.hpo.evolution import TrainResult
 
@@ -102,7 +101,7 @@ class OffPolicyArena(SharedReplay, GymArena):
 
     def __init__(self, cfg, algo_cls: type[RLAlgorithm]) -> None:
         super().__init__(cfg, algo_cls)
-        self.envs = [make_vector_env(cfg.env_id, cfg.num_envs, cfg.env_kwargs, cfg.env_entry_point)
+        self.envs = [self.recipe.vector(cfg.num_envs)
                      for _ in range(cfg.population_size)]  # one per slot
         mask_dim = probe_action_mask(self.envs[0])
         n_step = getattr(cfg.hyperparameters, "n_step", 1)

@@ -14,7 +14,6 @@ from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.arenas.base import EpisodeReturns, GymArena
 from agilerl_core.arenas.experience import rollout_lengths
 from agilerl_core.buffers.rollout import Rollout, compute_gae
-from agilerl_core.envs.make import make_vector_env
 from agilerl_core.envs.vector import action_masks, real_next_obs
 from agilerl_core.hpo.evolution import TrainResult
 
@@ -117,7 +116,7 @@ class OnPolicyArena(GymArena):
 
     def __init__(self, cfg, algo_cls: type[RLAlgorithm]) -> None:
         super().__init__(cfg, algo_cls)
-        self.envs = [make_vector_env(cfg.env_id, cfg.num_envs, cfg.env_kwargs, cfg.env_entry_point)
+        self.envs = [self.recipe.vector(cfg.num_envs)
                      for _ in range(cfg.population_size)]  # one per slot
 
     def train(self, member: RLAlgorithm, slot: int, seed: int, steps: int) -> TrainResult:

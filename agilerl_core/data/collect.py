@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ from tqdm import tqdm
 
 from agilerl_core.data.hdf5 import write_hdf5
 from agilerl_core.data.transitions import from_episodes
-from agilerl_core.envs.make import make_vector_env
+from agilerl_core.envs.make import EnvRecipe
 from agilerl_core.envs.vector import action_masks
 from agilerl_core.errors import ConfigError
 
@@ -25,7 +26,8 @@ def _random_actions(space: spaces.Space, num_envs: int, mask: np.ndarray | None)
 
 
 def collect_episodes(env_id: str, policy: str, episodes: int, seed: int = 0, num_envs: int = 8,
-                     epsilon: float = 0.0, env_kwargs: dict | None = None, progress: bool = False) -> list[dict]:
+                     epsilon: float = 0.0, env_kwargs: dict | None = None, progress: bool = False,
+                     entry_point: str | None = None, wrappers: Sequence = ()) -> list[dict]:
     """The first `episodes` episodes that finish, each as {observations [T+1], actions, rewards,
     terminations, truncations [T]} in the env's own scale.
 
@@ -33,13 +35,13 @@ def collect_episodes(env_id: str, policy: str, episodes: int, seed: int = 0, num
     step's action is replaced by a uniformly random one with that probability (a noisier behaviour
     policy covers more states). Where the env puts an ``action_mask`` in its info, random and epsilon
     actions are drawn among the allowed ones only, and the policy acts under the mask. Same arguments,
-    same episodes.
+    same episodes. `wrappers` (a config's ``env_wrappers``) wrap every env copy as in training.
     """
     if episodes < 1:
         raise ConfigError("--episodes: must be at least 1")
     if not 0.0 <= epsilon <= 1.0:
         raise ConfigError("--epsilon: must lie in [0, 1]")
-    env = make_vector_env(env_id, num_envs, env_kwargs)
+    env = EnvRecipe(env_id, dict(env_kwargs or {}), entry_point, tuple(wrappers)).vector(num_envs)
     agent = None
     if policy != "random":
         from agilerl_core.io.checkpoint import load_member

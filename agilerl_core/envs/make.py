@@ -12,7 +12,8 @@ from __future__ import annotations
 import difflib
 import importlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -119,6 +120,99 @@ def _from_factory(label: str, factory: Callable[..., Any], env_kwargs: dict[str,
         raise ConfigError(f"env: the factory {label} built a {type(env).__name__}, not a gymnasium.Env (for "
                           f"multi-agent configs: a PettingZoo parallel env)")
     return env
+
+
+def resolve_wrapper(name: str, field: str, vector: bool = False) -> type:
+    """The wrapper class `name` (module.Name or module:Name) names: a gymnasium.Wrapper (a VectorWrapper for
+    vector wrappers); a ConfigError naming `field` otherwise."""
+    from agilerl_core.config import wrapper_module
+
+    module, attr = wrapper_module(name)
+    try:
+        found = getattr(importlib.import_module(module), attr, None)
+    except ImportError as err:
+        raise ConfigError(f"{field}: module {module!r} cannot be imported ({err}); install the package that "
+                          f"provides it or fix the name") from None
+    base = gym.vector.VectorWrapper if vector else gym.Wrapper
+    if not (isinstance(found, type) and issubclass(found, base)):
+        want = f"{base.__module__}.{base.__name__}"
+        what = ("not found" if found is None else f"a class that is not a {want}" if isinstance(found, type)
+                else f"a {type(found).__name__}, not a {want}")
+        hint = (" (env_wrappers take wrappers of one env, vector_wrappers those of gymnasium.wrappers.vector)"
+                if isinstance(found, type) and issubclass(found, gym.vector.VectorWrapper | gym.Wrapper) else "")
+        raise ConfigError(f"{field}: {name!r} is {what}{hint}")
+    return found
+
+
+def _wrapped(env: Any, wrappers: Sequence[Any], field: str, evaluation: bool, vector: bool = False) -> Any:
+    """`env` inside `wrappers` (WrapperConfig-like: wrapper, kwargs, eval_kwargs), in order."""
+    for i, w in enumerate(wrappers):
+        cls = resolve_wrapper(w.wrapper, f"{field}[{i}].wrapper", vector)
+        kwargs = {**w.kwargs, **(w.eval_kwargs or {})} if evaluation else dict(w.kwargs)
+        try:
+            env = cls(env, **kwargs)
+        except (TypeError, ValueError, gym.error.Error) as err:
+            raise ConfigError(f"{field}[{i}].kwargs: {w.wrapper}(env, **{kwargs}) failed: {err}") from None
+    return env
+
+
+@dataclass(frozen=True)
+class EnvRecipe:
+    """How a config's envs are built: the env (an id, ``module:EnvId``, an entry point or a factory bound in
+    this process), its kwargs, and the wrappers around every copy (``env_wrappers``: training, evaluation and
+    dataset collection alike, evaluation with its ``eval_kwargs``) and around each training vector env
+    (``vector_wrappers``)."""
+
+    env_id: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    entry_point: str | None = None
+    wrappers: tuple[Any, ...] = ()
+    vector_wrappers: tuple[Any, ...] = ()
+
+    @classmethod
+    def of(cls, cfg: Any) -> EnvRecipe:
+        """The recipe a Gymnasium or offline config names."""
+        return cls(cfg.env_id, dict(cfg.env_kwargs), cfg.env_entry_point, tuple(getattr(cfg, "env_wrappers", ())),
+                   tuple(getattr(cfg, "vector_wrappers", ())))
+
+    def check(self) -> None:
+        """The fast check before anything starts: the env id and every wrapper resolve (ConfigErrors naming the
+        field)."""
+        check_env_id(self.env_id, self.entry_point)
+        for i, w in enumerate(self.wrappers):
+            resolve_wrapper(w.wrapper, f"env_wrappers[{i}].wrapper")
+        for i, w in enumerate(self.vector_wrappers):
+            resolve_wrapper(w.wrapper, f"vector_wrappers[{i}].wrapper", vector=True)
+
+    def make(self, evaluation: bool = False) -> gym.Env:
+        """One wrapped env."""
+        return _wrapped(make_env(self.env_id, self.kwargs, self.entry_point), self.wrappers, "env_wrappers",
+                        evaluation)
+
+    def spaces(self) -> tuple[gym.Space, gym.Space]:
+        """(observation_space, action_space) of one wrapped env: what members see and checkpoints record."""
+        env = self.make()
+        try:
+            return env.observation_space, env.action_space
+        finally:
+            env.close()
+
+    def vector(self, num_envs: int, evaluation: bool = False) -> Any:
+        """`num_envs` wrapped copies in a synchronous vector env with same-step autoreset (see
+        :func:`make_vector_env`); a training one (not `evaluation`) inside the vector wrappers too."""
+        self.make(evaluation).close()  # validate once with a clear error
+        one = lambda: self.make(evaluation)  # noqa: E731
+        envs = SyncVectorEnv([one for _ in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
+        return envs if evaluation else _wrapped(envs, self.vector_wrappers, "vector_wrappers", False, vector=True)
+
+    def describe(self) -> dict[str, Any]:
+        """The wrappers as data, for a checkpoint's env description (a label: never imported to load it)."""
+        out: dict[str, Any] = {}
+        if self.wrappers:
+            out["env_wrappers"] = [{"wrapper": w.wrapper, "kwargs": dict(w.kwargs)} for w in self.wrappers]
+        if self.vector_wrappers:
+            out["vector_wrappers"] = [{"wrapper": w.wrapper, "kwargs": dict(w.kwargs)} for w in self.vector_wrappers]
+        return out
 
 
 def probe_spaces(env_id: str, env_kwargs: dict[str, Any] | None = None,
