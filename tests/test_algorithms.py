@@ -75,10 +75,12 @@ def _tiny(name: str, **extra):
         over["hyperparameters.random_steps"] = 40
     if hasattr(hp, "rollout_steps"):
         over["hyperparameters.rollout_steps"] = 32
-    if name.startswith("carracing"):  # pixels: ~50 env steps/s here, so fewer steps and a small encoder
-        over.update({"evo_steps": 32, "max_env_steps": 288, "eval_max_steps": 8, "hyperparameters.rollout_steps": 8,
+    if name.startswith(("carracing", "pong", "breakout")):  # pixels: slow here, so fewer steps and a small encoder
+        over.update({"evo_steps": 32, "max_env_steps": 288, "eval_max_steps": 8,
                      "network.cnn.channels": [8, 8], "network.cnn.kernel_sizes": [8, 4],
                      "network.cnn.strides": [4, 2], "network.cnn.latent_dim": 32})
+        over.update({"hyperparameters.rollout_steps": 8} if hasattr(hp, "rollout_steps") else
+                    {"hyperparameters.learning_delay": 8, "hyperparameters.hard_update_every": 4})
     if cfg.kind == "offline":
         over["dataset.uri"] = _dataset_for(cfg.env_id)
         if hasattr(hp, "cql_n_actions"):

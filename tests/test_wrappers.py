@@ -4,6 +4,7 @@ dataset collection), vector wrappers to training only, recorded in checkpoints a
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import pytest
 import agilerl_core as ac
 from agilerl_core.config import check_code_allowed, code_references
 from agilerl_core.data.collect import collect_episodes
+from agilerl_core.envs.make import EnvRecipe
 from agilerl_core.errors import ConfigError
 from agilerl_core.experiment import build_evolution
 from tests.conftest import tiny_config
@@ -86,7 +88,6 @@ def test_wrappers_are_code_a_flow_run_parameter_may_not_name_unless_allowed():
 
 def test_an_env_factory_takes_the_wrappers_too(tmp_path):
     import sys
-    from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
     from own_env import Corridor
@@ -96,3 +97,27 @@ def test_an_env_factory_takes_the_wrappers_too(tmp_path):
     assert res.elite.observation_space.shape == (18,)
     assert np.asarray(res.elite.predict(np.zeros((5, 18), np.float32))).shape == (5,)
 
+
+
+def test_the_atari_configs_preprocess_as_the_standard_says():
+    """84x84 grayscale, 4 stacked frames, frame skip 4 by the wrapper over ALE v5's sticky actions, a lost life
+    ending training episodes but not evaluation ones."""
+    import gymnasium as gym
+
+    from tasks.config import load_config
+
+    root = Path(__file__).resolve().parents[1] / "deployments" / "configs"
+    for name in ("pong_dqn.yaml", "breakout_ppo.yaml"):
+        cfg = load_config(root / name, {"num_envs": 1, "eval_episodes": 1})
+        recipe = EnvRecipe.of(cfg)
+        obs_space, _ = recipe.spaces()
+        assert obs_space.shape == (4, 84, 84) and obs_space.dtype == np.uint8
+        train, evaluation = recipe.make(), recipe.make(evaluation=True)
+        pre = [e.env for e in (train, evaluation)]  # FrameStackObservation(AtariPreprocessing(...))
+        assert all(isinstance(p, gym.wrappers.AtariPreprocessing) for p in pre)
+        assert [p.terminal_on_life_loss for p in pre] == [True, False]
+        assert pre[0].frame_skip == 4 and pre[0].noop_max == 30 and pre[0].grayscale_obs
+        ale = pre[0].env.unwrapped
+        assert ale._frameskip == 1 and ale.ale.getFloat("repeat_action_probability") == 0.25
+        train.close()
+        evaluation.close()
