@@ -33,9 +33,11 @@ def test_wrappers_apply_in_order_everywhere_and_the_checkpoint_records_them(tmp_
     evo = build_evolution(cfg)
     arena = evo.arena
     assert arena.obs_space.shape == (12,)  # 3 stacked CartPole observations, flattened
-    assert isinstance(arena.envs[0], gym.wrappers.vector.NormalizeReward)  # training: the vector wrapper
+    training = arena.recipe.for_training(arena.envs)
+    assert isinstance(training[0], gym.wrappers.vector.NormalizeReward)  # training: the vector wrapper, fresh
+    assert training[0].env is arena.envs[0] and arena.recipe.for_training(arena.envs)[0] is not training[0]
     assert not isinstance(arena.eval_env, gym.wrappers.vector.NormalizeReward)  # evaluation: the env's own return
-    limits = [e._max_episode_steps for e in (arena.envs[0].env.envs[0], arena.eval_env.envs[0])]
+    limits = [e._max_episode_steps for e in (arena.envs[0].envs[0], arena.eval_env.envs[0])]
     assert limits == [30, 4]  # eval_kwargs only in evaluation
     res = ac.evolve(cfg, progress=False)
     assert all(f <= 4 for h in res.history for f in h.fitnesses)  # evaluation episodes end after 4 steps

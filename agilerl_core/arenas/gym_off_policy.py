@@ -119,4 +119,4 @@ class OffPolicyArena(SharedReplay, GymArena):
                     ) -> list[TrainResult]:
         for s in slots:
             self.buffer.reset_slot(s)
-        return train_group(self.algo_cls.group(members), slots, self.envs, self.buffer, steps, seeds)
+        return train_group(self.algo_cls.group(members), slots, self.recipe.for_training(self.envs), self.buffer, steps, seeds)

@@ -127,4 +127,4 @@ class OnPolicyArena(GymArena):
 
     def train_group(self, members: list[RLAlgorithm], slots: list[int], seeds: list[int], steps: int
                     ) -> list[TrainResult]:
-        return train_group_on_policy(self.algo_cls.group(members), slots, self.envs, steps, seeds)
+        return train_group_on_policy(self.algo_cls.group(members), slots, self.recipe.for_training(self.envs), steps, seeds)

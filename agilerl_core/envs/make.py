@@ -199,11 +199,21 @@ class EnvRecipe:
 
     def vector(self, num_envs: int, evaluation: bool = False) -> Any:
         """`num_envs` wrapped copies in a synchronous vector env with same-step autoreset (see
-        :func:`make_vector_env`); a training one (not `evaluation`) inside the vector wrappers too."""
+        :func:`make_vector_env`); the vector wrappers come per training phase (:meth:`for_training`)."""
         self.make(evaluation).close()  # validate once with a clear error
         one = lambda: self.make(evaluation)  # noqa: E731
         envs = SyncVectorEnv([one for _ in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
-        return envs if evaluation else _wrapped(envs, self.vector_wrappers, "vector_wrappers", False, vector=True)
+        if self.vector_wrappers:  # validated now, before any work
+            _wrapped(envs, self.vector_wrappers, "vector_wrappers", False, vector=True)
+        return envs
+
+    def for_training(self, envs: list[Any]) -> list[Any]:
+        """Training vector envs inside fresh vector wrappers: their statistics (e.g. NormalizeReward's running
+        return) start anew each training phase, which reset the envs anyway, so a run resumed from a checkpoint
+        trains exactly as an uninterrupted one."""
+        if not self.vector_wrappers:
+            return envs
+        return [_wrapped(e, self.vector_wrappers, "vector_wrappers", False, vector=True) for e in envs]
 
     def describe(self) -> dict[str, Any]:
         """The wrappers as data, for a checkpoint's env description (a label: never imported to load it)."""
