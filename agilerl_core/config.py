@@ -321,10 +321,26 @@ class _EnvExperimentBase(_ExperimentBase):
                                               "copy of the env, in order: training, evaluation, dataset collection "
                                               "and the spaces a checkpoint records all see the wrapped env (e.g. "
                                               "AtariPreprocessing, FrameStackObservation).")
+    env_backend: Literal["gymnasium", "envpool"] = Field("gymnasium", description="What steps the envs: gymnasium "
+                                                         "(Python envs in a synchronous vector env) or envpool (C++ "
+                                                         "vector envs; env_id is then an envpool task such as "
+                                                         "CartPole-v1 or Pong-v5, env_kwargs its options, e.g. "
+                                                         "num_threads; the envpool extra). Both autoreset in the step "
+                                                         "that ends an episode, with its true last observation kept.")
     vector_wrappers: list[WrapperConfig] = Field(default_factory=list, description="Gymnasium vector wrappers around "
                                                  "each member's training vector env, in order (e.g. gymnasium."
                                                  "wrappers.vector.NormalizeReward); evaluation envs never get them, "
                                                  "so fitness stays the env's own return.")
+
+    @model_validator(mode="after")
+    def _backend(self) -> _EnvExperimentBase:
+        if self.env_backend == "envpool":
+            for name in ("env_wrappers", "vector_wrappers", "env_entry_point"):
+                if getattr(self, name):
+                    raise ValueError(f"{name}: the envpool backend builds its envs by task id and applies no "
+                                     f"Gymnasium wrappers; use envpool's own options in env_kwargs (e.g. Atari's "
+                                     f"episodic_life, stack_num) or env_backend: gymnasium")
+        return self
 
     def check_env(self) -> None:
         """The fast env check the CLI runs before anything starts (a ConfigError naming the field)."""
@@ -415,6 +431,9 @@ class MultiAgentExperimentConfig(_EnvExperimentBase):
             if getattr(self, name):
                 raise ValueError(f"{name}: Gymnasium wrappers do not apply to PettingZoo parallel envs; wrap the env "
                                  f"in the function env_id names instead")
+        if self.env_backend != "gymnasium":
+            raise ValueError("env_backend: multi-agent envs are PettingZoo parallel envs (vector_workers steps them "
+                             "in processes); remove env_backend")
         return self
 
     def check_env(self) -> None:

@@ -168,16 +168,25 @@ class EnvRecipe:
     entry_point: str | None = None
     wrappers: tuple[Any, ...] = ()
     vector_wrappers: tuple[Any, ...] = ()
+    backend: str = "gymnasium"  # or envpool (agilerl_core.envs.envpool_backend)
 
     @classmethod
     def of(cls, cfg: Any) -> EnvRecipe:
         """The recipe a Gymnasium or offline config names."""
         return cls(cfg.env_id, dict(cfg.env_kwargs), cfg.env_entry_point, tuple(getattr(cfg, "env_wrappers", ())),
-                   tuple(getattr(cfg, "vector_wrappers", ())))
+                   tuple(getattr(cfg, "vector_wrappers", ())), getattr(cfg, "env_backend", "gymnasium"))
 
     def check(self) -> None:
         """The fast check before anything starts: the env id and every wrapper resolve (ConfigErrors naming the
         field)."""
+        if self.backend == "envpool":
+            from agilerl_core.envs.envpool_backend import check_envpool_id
+
+            if self.env_id in _FACTORIES:
+                raise ConfigError("env_backend: envpool builds its envs by task id; an env factory (env=) runs with "
+                                  "env_backend: gymnasium")
+            check_envpool_id(self.env_id)
+            return
         check_env_id(self.env_id, self.entry_point)
         for i, w in enumerate(self.wrappers):
             resolve_wrapper(w.wrapper, f"env_wrappers[{i}].wrapper")
@@ -191,6 +200,13 @@ class EnvRecipe:
 
     def spaces(self) -> tuple[gym.Space, gym.Space]:
         """(observation_space, action_space) of one wrapped env: what members see and checkpoints record."""
+        if self.backend == "envpool":
+            self.check()
+            env = self.vector(1)
+            try:
+                return env.single_observation_space, env.single_action_space
+            finally:
+                env.close()
         env = self.make()
         try:
             return env.observation_space, env.action_space
@@ -199,7 +215,13 @@ class EnvRecipe:
 
     def vector(self, num_envs: int, evaluation: bool = False) -> Any:
         """`num_envs` wrapped copies in a synchronous vector env with same-step autoreset (see
-        :func:`make_vector_env`); the vector wrappers come per training phase (:meth:`for_training`)."""
+        :func:`make_vector_env`; envpool's C++ envs with the same semantics for ``backend: envpool``); the vector
+        wrappers come per training phase (:meth:`for_training`)."""
+        if self.backend == "envpool":
+            from agilerl_core.envs.envpool_backend import EnvpoolVector
+
+            self.check()
+            return EnvpoolVector(self.env_id, num_envs, self.kwargs)
         self.make(evaluation).close()  # validate once with a clear error
         one = lambda: self.make(evaluation)  # noqa: E731
         envs = SyncVectorEnv([one for _ in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
