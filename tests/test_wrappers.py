@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -123,3 +124,47 @@ def test_the_atari_configs_preprocess_as_the_standard_says():
         assert ale._frameskip == 1 and ale.ale.getFloat("repeat_action_probability") == 0.25
         train.close()
         evaluation.close()
+
+
+class _Branches(gym.Env):
+    """Observations a Tuple (a vector and a Discrete), actions MultiDiscrete([3, 2]); reward 1 for the combination
+    (2, 1)."""
+
+    def __init__(self) -> None:
+        self.observation_space = gym.spaces.Tuple((gym.spaces.Box(-1, 1, (2,), np.float32), gym.spaces.Discrete(3)))
+        self.action_space = gym.spaces.MultiDiscrete([3, 2])
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return (np.zeros(2, np.float32), 0), {}
+
+    def step(self, action):
+        self.t += 1
+        assert self.action_space.contains(np.asarray(action))
+        return (np.full(2, 0.1 * self.t, np.float32), self.t % 3), float(tuple(action) == (2, 1)), False, self.t >= 5, {}
+
+
+@pytest.mark.parametrize("algorithm", ["dqn", "ppo"])
+def test_tuple_observations_and_multidiscrete_actions_through_wrappers(algorithm, tmp_path):
+    data = {"algorithm": algorithm, "population_size": 2, "num_envs": 2, "evo_steps": 64, "max_env_steps": 128,
+            "eval_episodes": 1, "output_dir": str(tmp_path)}
+    with pytest.raises(ConfigError, match=r"^env_id: observation space is Tuple.*FlattenObservation"):
+        ac.evolve(data, env=_Branches, progress=False)
+    flat = [{"wrapper": "gymnasium.wrappers.FlattenObservation"}]
+    with pytest.raises(ConfigError, match=r"^env_id: action space MultiDiscrete.*MultiDiscreteAsDiscrete"):
+        ac.evolve({**data, "env_wrappers": flat}, env=_Branches, progress=False)
+    res = ac.evolve({**data, "env_wrappers": [*flat, {"wrapper": "agilerl_core.envs.wrappers.MultiDiscreteAsDiscrete"}]},
+                    env=_Branches, progress=False)
+    assert res.elite.observation_space.shape == (5,) and res.elite.agent.action_spec.dim == 6
+    assert 0 <= int(res.elite.predict(np.zeros(5, np.float32))) < 6
+
+
+def test_multidiscrete_as_discrete_maps_every_combination_once():
+    from agilerl_core.envs.wrappers import MultiDiscreteAsDiscrete
+
+    env = MultiDiscreteAsDiscrete(_Branches())
+    combos = {tuple(env.action(a)) for a in range(env.action_space.n)}
+    assert env.action_space.n == 6 and combos == {(i, j) for i in range(3) for j in range(2)}
+    with pytest.raises(ValueError, match="more than max_actions=4"):
+        MultiDiscreteAsDiscrete(_Branches(), max_actions=4)

@@ -68,8 +68,10 @@ def _part(key: str, space: spaces.Space, channels_last: bool | None, where: str)
             raise ConfigError(f"env_id: observation {where} is a Box of shape {shape}; supported are flat "
                               f"vectors and 3-d images (HWC or CHW)")
         return ObsPart(key, "vector", shape, _TORCH_DTYPES.get(np.dtype(space.dtype), torch.float32))
+    hint = (" Flatten it into one Box vector: env_wrappers: [{wrapper: gymnasium.wrappers.FlattenObservation}]."
+            if isinstance(space, spaces.Tuple | spaces.MultiDiscrete | spaces.MultiBinary) else "")
     raise ConfigError(f"env_id: observation {where} is {type(space).__name__}, which is not supported; "
-                      f"supported observation spaces are Box, Discrete and Dict of those")
+                      f"supported observation spaces are Box, Discrete and Dict of those.{hint}")
 
 
 class ObsSpec:
@@ -185,8 +187,10 @@ def action_spec(space: spaces.Space) -> ActionSpec:
         if (high <= low).any():
             raise ConfigError(f"env_id: the action space {space} has high <= low in some dimension")
         return ActionSpec("box", int(low.size), tuple(low.tolist()), tuple(high.tolist()), tuple(space.shape))
+    hint = (" For a MultiDiscrete space, act in every combination as one Discrete: env_wrappers: [{wrapper: "
+            "agilerl_core.envs.wrappers.MultiDiscreteAsDiscrete}]." if isinstance(space, spaces.MultiDiscrete) else "")
     raise ConfigError(f"env_id: action space {space} is not supported; supported action spaces: Discrete and "
-                      f"bounded Box")
+                      f"bounded Box.{hint}")
 
 
 def action_dim(space: spaces.Space) -> int:
