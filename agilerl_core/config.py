@@ -833,6 +833,8 @@ def code_references(cfg: ExperimentConfig) -> dict[str, str]:
     entry = getattr(cfg, "env_entry_point", None)
     if entry:
         refs["env_entry_point"] = entry.partition(":")[0]
+    from agilerl_core.envs.make import wrapper_module
+
     for name in ("env_wrappers", "vector_wrappers"):
         for i, w in enumerate(getattr(cfg, name, None) or []):
             refs[f"{name}[{i}].wrapper"] = wrapper_module(w.wrapper)[0]
@@ -840,15 +842,6 @@ def code_references(cfg: ExperimentConfig) -> dict[str, str]:
         if reward.kind == "python" and reward.function:
             refs[f"rewards[{i}].function"] = reward.function.partition(":")[0]
     return refs
-
-
-def wrapper_module(name: str) -> tuple[str, str]:
-    """(module, class name) of a wrapper named module.Name or module:Name."""
-    if ":" in name:
-        module, _, attr = name.partition(":")
-    else:
-        module, _, attr = name.rpartition(".")
-    return module, attr
 
 
 def module_allowed(module: str, allowed: set[str]) -> bool:

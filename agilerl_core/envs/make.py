@@ -52,11 +52,6 @@ def env_factory(env_id: str) -> Callable[..., Any] | None:
     return factory
 
 
-def local_env_ids(*env_ids: str | None) -> list[str]:
-    """Those of `env_ids` that name factories bound in this process."""
-    return [e for e in env_ids if e and e in _FACTORIES]
-
-
 def resolve_env_id(env_id: str, entry_point: str | None = None) -> str:
     """The registered id `env_id` stands for, after importing its module (``module:EnvId``) and registering
     `entry_point` under it; a ConfigError naming the field and close ids when it stays unknown. A label
@@ -122,11 +117,18 @@ def _from_factory(label: str, factory: Callable[..., Any], env_kwargs: dict[str,
     return env
 
 
+def wrapper_module(name: str) -> tuple[str, str]:
+    """(module, class name) of a wrapper named module.Name or module:Name."""
+    if ":" in name:
+        module, _, attr = name.partition(":")
+    else:
+        module, _, attr = name.rpartition(".")
+    return module, attr
+
+
 def resolve_wrapper(name: str, field: str, vector: bool = False) -> type:
     """The wrapper class `name` (module.Name or module:Name) names: a gymnasium.Wrapper (a VectorWrapper for
     vector wrappers); a ConfigError naming `field` otherwise."""
-    from agilerl_core.config import wrapper_module
-
     module, attr = wrapper_module(name)
     try:
         found = getattr(importlib.import_module(module), attr, None)
@@ -151,6 +153,8 @@ def _wrapped(env: Any, wrappers: Sequence[Any], field: str, evaluation: bool, ve
         kwargs = {**w.kwargs, **(w.eval_kwargs or {})} if evaluation else dict(w.kwargs)
         try:
             env = cls(env, **kwargs)
+        except gym.error.DependencyNotInstalled as err:
+            raise ConfigError(f"{field}[{i}].wrapper: {w.wrapper} needs an optional dependency: {err}") from None
         except (TypeError, ValueError, gym.error.Error) as err:
             raise ConfigError(f"{field}[{i}].kwargs: {w.wrapper}(env, **{kwargs}) failed: {err}") from None
     return env
