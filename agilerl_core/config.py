@@ -321,8 +321,10 @@ class _EnvExperimentBase(_ExperimentBase):
                                               "copy of the env, in order: training, evaluation, dataset collection "
                                               "and the spaces a checkpoint records all see the wrapped env (e.g. "
                                               "AtariPreprocessing, FrameStackObservation).")
-    env_backend: Literal["gymnasium", "envpool"] = Field("gymnasium", description="What steps the envs: gymnasium "
-                                                         "(Python envs in a synchronous vector env) or envpool (C++ "
+    env_backend: Literal["gymnasium", "gymnasium_async", "envpool"] = Field(
+        "gymnasium", description="What steps the envs: gymnasium (Python envs in a synchronous vector env), "
+                                 "gymnasium_async (each env copy in a worker process of its own: for slow envs, "
+                                 "given cores to spare) or envpool (C++ "
                                                          "vector envs; env_id is then an envpool task such as "
                                                          "CartPole-v1 or Pong-v5, env_kwargs its options, e.g. "
                                                          "num_threads; the envpool extra). Both autoreset in the step "

@@ -42,13 +42,16 @@ def _contract(env, steps: int = 400, limit: int | None = None) -> dict:
     return seen
 
 
-@pytest.mark.parametrize("backend", ["gymnasium", "envpool"])
-def test_both_backends_autoreset_in_the_same_step_with_the_true_last_observation(backend):
+@pytest.mark.parametrize("backend", ["gymnasium", "gymnasium_async", "envpool"])
+def test_every_backend_autoreset_in_the_same_step_with_the_true_last_observation(backend):
     env = EnvRecipe("CartPole-v1", {"max_episode_steps": 30} if backend == "envpool" else {}, backend=backend,
                     wrappers=() if backend == "envpool" else tiny_config(env_wrappers=[{
                         "wrapper": "gymnasium.wrappers.TimeLimit", "kwargs": {"max_episode_steps": 30}}]).env_wrappers
                     ).vector(4)
-    seen = _contract(env, limit=30)
+    try:
+        seen = _contract(env, limit=30)
+    finally:
+        env.close()
     assert seen["terminated"] > 10 and seen["truncated"] > 0  # both endings happened and were told apart
 
 
@@ -66,10 +69,11 @@ def test_envpool_episodes_follow_the_seed():
     assert not np.array_equal(first_steps(7), first_steps(8))
 
 
-def test_an_envpool_population_trains_deterministically(tmp_path):
+@pytest.mark.parametrize("backend", ["envpool", "gymnasium_async"])
+def test_a_population_trains_deterministically_on_other_backends(backend, tmp_path):
     def run(out: str):
-        return ac.evolve(tiny_config(env_backend="envpool", output_dir=out, population_size=2, max_env_steps=800),
-                         progress=False)
+        return ac.evolve(tiny_config(env_backend=backend, output_dir=out, population_size=2, max_env_steps=800,
+                                     num_envs=2, eval_episodes=2), progress=False)
 
     a, b = run(str(tmp_path / "a")), run(str(tmp_path / "b"))
     assert [h.fitnesses for h in a.history] == [h.fitnesses for h in b.history]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
-from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from agilerl_core.errors import ConfigError
 
@@ -228,7 +228,11 @@ class EnvRecipe:
             return EnvpoolVector(self.env_id, num_envs, self.kwargs)
         self.make(evaluation).close()  # validate once with a clear error
         one = lambda: self.make(evaluation)  # noqa: E731
-        envs = SyncVectorEnv([one for _ in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
+        if self.backend == "gymnasium_async":  # forked workers: the recipe (a bound factory too) goes with them
+            envs = AsyncVectorEnv([one for _ in range(num_envs)], context="fork",
+                                  autoreset_mode=AutoresetMode.SAME_STEP)
+        else:
+            envs = SyncVectorEnv([one for _ in range(num_envs)], autoreset_mode=AutoresetMode.SAME_STEP)
         if self.vector_wrappers:  # validated now, before any work
             _wrapped(envs, self.vector_wrappers, "vector_wrappers", False, vector=True)
         return envs
