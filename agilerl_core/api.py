@@ -94,7 +94,11 @@ class Policy:
         a dict of arrays for a Dict observation space; for a multi-agent team, a dict keyed by agent id (the
         actions come back the same way). One observation gives one action, a batch a batch. `action_mask`
         (single-agent): the env's valid actions, shaped like the actions. A wrong shape raises ValueError
-        naming the shape the member was trained on."""
+        naming the shape the member was trained on.
+
+        A recurrent member (``network.rnn``) remembers: each call continues the episodes of the previous one
+        (one env per row); call :meth:`reset` before new episodes, and ``reset(done)`` with the envs whose
+        episode ended."""
         if self.kind == "llm":
             raise TypeError("predict: an LLM member writes text; call generate(prompts)")
         spec = self.agent.obs_spec
@@ -109,6 +113,12 @@ class Policy:
             return actions if batched else {k: v[0] for k, v in actions.items()}
         actions = np.asarray(actions)
         return actions if batched else actions[0]
+
+    def reset(self, done: Any = None) -> None:
+        """A recurrent member forgets every env's episode (`done` None) or those where `done` is set; a
+        no-op for feed-forward members."""
+        if self.kind != "llm":
+            self.agent.reset_memory(None if done is None else np.atleast_1d(np.asarray(done, dtype=bool)))
 
     def generate(self, prompts: str | Sequence[str], max_new_tokens: int | None = None, temperature: float = 0.0,
                  seed: int = 0) -> str | list[str]:

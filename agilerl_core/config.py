@@ -82,6 +82,24 @@ class VectorEncoderConfig(_Strict):
     latent_dim: int = Field(32, ge=1, description="Output width of each key's encoder.")
 
 
+class RNNConfig(_Strict):
+    """A recurrent core (LSTM or GRU) between the observation features and the MLP head: the policy
+    remembers what it saw in the episode (partially observed envs). PPO only; trained by truncated
+    backpropagation through time over ``hyperparameters.seq_len`` steps. Its hidden size mutates within
+    ``min_nodes``/``max_nodes`` by ``node_changes``, its layers within [1, max_layers]."""
+
+    cell: Literal["lstm", "gru"] = Field("lstm", description="Recurrent cell kind.")
+    hidden_size: int = Field(64, ge=1, description="Units of each recurrent layer.")
+    num_layers: int = Field(1, ge=1, description="Stacked recurrent layers.")
+    max_layers: int = Field(2, ge=1, description="Most recurrent layers a mutation may create.")
+
+    @model_validator(mode="after")
+    def _layers(self) -> RNNConfig:
+        if self.num_layers > self.max_layers:
+            raise ValueError(f"num_layers = {self.num_layers} exceeds max_layers = {self.max_layers}")
+        return self
+
+
 class NetworkConfig(_Strict):
     """Architecture of every network and the bounds its mutations respect."""
 
@@ -97,6 +115,8 @@ class NetworkConfig(_Strict):
     cnn: CNNConfig = Field(default_factory=CNNConfig, description="Conv encoder for image observations.")
     vector_encoder: VectorEncoderConfig = Field(default_factory=VectorEncoderConfig,
                                                 description="Encoders of a Dict observation's vector keys.")
+    rnn: RNNConfig | None = Field(None, description="A recurrent core (LSTM/GRU) before the head; PPO only "
+                                                    "(None: feed-forward).")
 
     @model_validator(mode="after")
     def _bounds(self) -> NetworkConfig:
@@ -104,7 +124,8 @@ class NetworkConfig(_Strict):
             raise ValueError(f"len(hidden_sizes) = {len(self.hidden_sizes)} must lie in [min_hidden_layers, "
                              f"max_hidden_layers] = [{self.min_hidden_layers}, {self.max_hidden_layers}]")
         for name, sizes in (("hidden_sizes", self.hidden_sizes),
-                            ("vector_encoder.hidden_sizes", self.vector_encoder.hidden_sizes)):
+                            ("vector_encoder.hidden_sizes", self.vector_encoder.hidden_sizes),
+                            ("rnn.hidden_size", [self.rnn.hidden_size] if self.rnn else [])):
             bad = [h for h in sizes if not self.min_nodes <= h <= self.max_nodes]
             if bad:
                 raise ValueError(f"{name} {bad} outside [min_nodes, max_nodes] = "
@@ -342,6 +363,10 @@ class _EnvExperimentBase(_ExperimentBase):
                     raise ValueError(f"{name}: the envpool backend builds its envs by task id and applies no "
                                      f"Gymnasium wrappers; use envpool's own options in env_kwargs (e.g. Atari's "
                                      f"episodic_life, stack_num) or env_backend: gymnasium")
+        if self.network.rnn is not None and (getattr(self, "kind", None) != "gym" or self.algorithm != "ppo"):
+            raise ValueError(f"network.rnn: a recurrent core trains with PPO on a gym experiment only (this is "
+                             f"{getattr(self, 'kind', '?')} {self.algorithm}); drop network.rnn or use "
+                             f"kind: gym, algorithm: ppo")
         return self
 
     def check_env(self) -> None:
@@ -418,7 +443,8 @@ class MultiAgentExperimentConfig(_EnvExperimentBase):
                                                      "own process; workers pay off only for slow envs).")
     algorithm: Literal[MULTI_AGENT_ALGORITHMS] = Field("matd3", description="Multi-agent algorithm: maddpg, "
                                                                             "matd3 (shared replay), ippo "
-                                                                            "(independent PPO).")
+                                                                            "(independent PPO), mappo (PPO with "
+                                                                            "a centralised critic).")
     hyperparameters: MultiAgentHyperparameters = Field(default_factory=MATD3Hyperparameters,
                                                        description="Initial hyperparameters of every member (the "
                                                                    "fields of the chosen algorithm).")
@@ -436,6 +462,9 @@ class MultiAgentExperimentConfig(_EnvExperimentBase):
         if self.env_backend != "gymnasium":
             raise ValueError("env_backend: multi-agent envs are PettingZoo parallel envs (vector_workers steps them "
                              "in processes); remove env_backend")
+        if self.algorithm == "mappo" and self.hyperparameters.normalize_obs:
+            raise ValueError("hyperparameters.normalize_obs: mappo's centralised critic reads the joint observation, "
+                             "which one agent's running statistics do not cover; set normalize_obs: false")
         return self
 
     def check_env(self) -> None:

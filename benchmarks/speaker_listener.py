@@ -2,7 +2,8 @@
 
 * MATD3 (deployments/configs/speaker_listener_matd3.yaml), population 4: best evaluated team return
   >= -30 within 500k global steps, seeds 0, 1, 2 (and >= -20 within 2M: `--matd3-budget 2000000`);
-* IPPO (speaker_listener_ippo.yaml), population 4: >= -30 within 1M.
+* IPPO (speaker_listener_ippo.yaml), population 4: >= -30 within 1M;
+* MAPPO (speaker_listener_mappo.yaml: IPPO's settings, critics on the joint observation): as IPPO.
 
 Fitness is the sum of both agents' mean return over 10 greedy episodes (they share the reward), as the
 peer reports it; the peer (AgileRL 2.58, README in ../shared/bench) reached -54 (MATD3) and -34 (IPPO) at
@@ -10,7 +11,7 @@ peer reports it; the peer (AgileRL 2.58, README in ../shared/bench) reached -54 
 reached (null if never) and the wall time. Runs are repeatable: same config + seed, same numbers.
 
     python benchmarks/speaker_listener.py [--seeds 0 1 2] [--matd3-budget 500000] [--ippo-budget 1000000]
-                                          [--skip-ippo] [--skip-matd3]
+                                          [--skip-ippo] [--skip-matd3] [--skip-mappo]
 
 Prints one JSON object.
 """
@@ -47,6 +48,7 @@ def main() -> None:
     p.add_argument("--ippo-budget", type=int, default=1_000_000)
     p.add_argument("--skip-matd3", action="store_true")
     p.add_argument("--skip-ippo", action="store_true")
+    p.add_argument("--skip-mappo", action="store_true")
     args = p.parse_args()
     out: dict = {"benchmark": "speaker_listener", "threshold": THRESHOLD}
     with tempfile.TemporaryDirectory() as tmp:
@@ -54,7 +56,9 @@ def main() -> None:
             out["matd3"] = [run("speaker_listener_matd3.yaml", s, args.matd3_budget, tmp) for s in args.seeds]
         if not args.skip_ippo:
             out["ippo"] = [run("speaker_listener_ippo.yaml", s, args.ippo_budget, tmp) for s in args.seeds]
-    for name in ("matd3", "ippo"):
+        if not args.skip_mappo:
+            out["mappo"] = [run("speaker_listener_mappo.yaml", s, args.ippo_budget, tmp) for s in args.seeds]
+    for name in ("matd3", "ippo", "mappo"):
         if name in out:
             out[f"{name}_all_reached"] = all(r["steps_to_minus_30"] is not None for r in out[name])
     print(json.dumps(out))

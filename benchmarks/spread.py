@@ -1,10 +1,12 @@
 """Does spread_matd3.yaml learn mpe2 simple_spread_v3? Its team return (the sum of the three agents' mean
-returns over 10 greedy episodes) against a uniformly random policy's, measured the same way.
+returns over 10 greedy episodes) against a uniformly random policy's, measured the same way; with
+``--share-policy group`` (or ``both``) also with the three identical agents acting through one shared actor
+(hyperparameters.share_policy: group; each agent keeps its own critic).
 
-    python benchmarks/spread.py [--budget 500000] [--seed 0]
+    python benchmarks/spread.py [--budget 500000] [--seed 0] [--share-policy agent|group|both]
 
-Prints one JSON object: the random policy's team return (100 episodes), the run's best and elite fitness,
-the best per generation and the wall time.
+Prints one JSON object: the random policy's team return (100 episodes) and per variant the run's best and elite
+fitness, the best per generation, the wall time and env steps/s.
 """
 
 from __future__ import annotations
@@ -45,16 +47,23 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--budget", type=int, default=500_000)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--share-policy", choices=["agent", "group", "both"], default="agent")
     args = p.parse_args()
+    variants = ["agent", "group"] if args.share_policy == "both" else [args.share_policy]
+    out: dict = {"benchmark": "spread", "budget": args.budget, "seed": args.seed}
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = load_config(CONFIG, {"seed": args.seed, "max_env_steps": args.budget, "output_dir": tmp})
-        baseline = random_team_return(cfg.env_id, cfg.env_kwargs, 100, args.seed)
-        res = train_local(cfg, progress=False)
-    print(json.dumps({"benchmark": "spread", "budget": args.budget, "seed": args.seed,
-                      "random_team_return": round(baseline, 2), "best_fitness": round(res.best_fitness, 2),
-                      "elite_fitness": round(res.elite_fitness, 2),
-                      "best_per_generation": [round(h.best_fitness, 1) for h in res.history],
-                      "wall_s": round(res.wall_s, 1), "env_steps_per_s": round(res.env_steps_per_s, 1)}))
+        for share in variants:
+            cfg = load_config(CONFIG, {"seed": args.seed, "max_env_steps": args.budget, "output_dir": tmp,
+                                       "hyperparameters.share_policy": share})
+            if "random_team_return" not in out:
+                out["random_team_return"] = round(random_team_return(cfg.env_id, cfg.env_kwargs, 100, args.seed), 2)
+            res = train_local(cfg, progress=False)
+            out[f"share_policy_{share}"] = {
+                "best_fitness": round(res.best_fitness, 2), "elite_fitness": round(res.elite_fitness, 2),
+                "best_per_generation": [round(h.best_fitness, 1) for h in res.history],
+                "wall_s": round(res.wall_s, 1), "env_steps_per_s": round(res.env_steps_per_s, 1)}
+            print(json.dumps({share: out[f"share_policy_{share}"]}), flush=True)
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

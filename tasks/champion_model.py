@@ -25,8 +25,10 @@ class ChampionPolicy(PythonModel):
         """Greedy actions for a batch of observations. `model_input` is an array (a dict of arrays, one per
         key, for a Dict observation space: what MLflow's tensor signature delivers; a DataFrame is read as
         one row per observation). The hint is np.ndarray because MLflow validates against the model's
-        signature, not the hint, for that type."""
+        signature, not the hint, for that type. A served request is stateless: a recurrent policy starts each
+        request from a fresh memory (each row its own env at its episode's first step)."""
         spec = self.agent.obs_spec
+        self.agent.reset_memory()
         if hasattr(model_input, "to_numpy"):  # a DataFrame: one row per observation
             model_input = model_input.to_numpy()
         if isinstance(model_input, dict):

@@ -131,3 +131,53 @@ def cue_team_aec(**kwargs):
     from pettingzoo.utils.wrappers import OrderEnforcingWrapper
 
     return aec_to_parallel_wrapper(OrderEnforcingWrapper(parallel_to_aec_wrapper(CueTeam(**kwargs))))
+
+
+class Pointers(ParallelEnv):
+    """`n` identical agents ``pointer_0``.. (Box obs: each its own cue in [-1, 1]; Box action in [-1, 1]), each
+    rewarded 1 - (action - cue)^2, plus a ``chooser_0`` of another kind (as :class:`CueTeam`'s): the identical
+    pointers can share one policy (share_policy: group). Episodes last `length` steps; optimal return per agent
+    `length`."""
+
+    metadata: ClassVar[dict] = {"name": "pointers_v0"}
+
+    def __init__(self, n: int = 2, length: int = 5) -> None:
+        self.pointers = [f"pointer_{i}" for i in range(n)]
+        self.possible_agents = [*self.pointers, "chooser_0"]
+        self.length = length
+        self.agents: list[str] = []
+        self._rng = np.random.default_rng()
+
+    def observation_space(self, agent):
+        return spaces.Discrete(2) if agent == "chooser_0" else spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def action_space(self, agent):
+        return spaces.Discrete(2) if agent == "chooser_0" else spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def _draw(self):
+        self.cues = self._rng.uniform(-1, 1, len(self.pointers)).astype(np.float32)
+        self.bit = int(self._rng.integers(2))
+        return {**{a: self.cues[i: i + 1] for i, a in enumerate(self.pointers)}, "chooser_0": self.bit}
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+        self.agents = list(self.possible_agents)
+        self.t = 0
+        return self._draw(), {a: {} for a in self.agents}
+
+    def step(self, actions):
+        rewards = {a: 1.0 - float(np.asarray(actions[a]).reshape(-1)[0] - self.cues[i]) ** 2
+                   for i, a in enumerate(self.pointers)}
+        rewards["chooser_0"] = float(int(actions["chooser_0"]) == self.bit)
+        self.t += 1
+        obs = self._draw()
+        trunc = {a: self.t >= self.length for a in self.agents}
+        term = {a: False for a in self.agents}
+        live = list(self.agents)
+        self.agents = [] if self.t >= self.length else live
+        return obs, rewards, term, trunc, {a: {} for a in live}
+
+
+def pointers(**kwargs) -> Pointers:
+    return Pointers(**kwargs)

@@ -277,6 +277,16 @@ def test_buffer_ring_wraps_with_per_agent_fields():
 
 
 # ---- the arena, learning ------------------------------------------------------------------------------------
+def test_identical_agents_learn_through_one_shared_actor(tmp_path):
+    cfg = ma_config(algorithm="matd3", env_id="tests.ma_envs:pointers", env_kwargs={"n": 3, "length": 5},
+                    evo_steps=1500, max_env_steps=6000, target_fitness=17.5,
+                    **{"hyperparameters.learn_step": 2, "hyperparameters.lr_actor": 3e-3, "hyperparameters.share_policy":
+                       "group", "hyperparameters.lr_critic": 3e-3, "hyperparameters.expl_noise": 0.3})
+    res = train_local(cfg, progress=False, run_dir=tmp_path)
+    # random play: ~1.7 per pointer and 2.5 for the chooser (7.5 in all); the optimum is 20
+    assert res.best_fitness >= 17.5, [h.fitnesses for h in res.history]
+
+
 @pytest.mark.parametrize("algorithm", ["matd3", "maddpg"])
 def test_a_two_agent_probe_env_is_learned_in_seconds(tmp_path, algorithm):
     # random play scores ~8.3 (team reward per step ~0.83, both agents' returns summed); the optimum is 20
@@ -329,6 +339,10 @@ def test_config_refuses_what_does_not_fit_a_multi_agent_experiment():
         ma_config(algorithm="dqn")
     with pytest.raises(ConfigError, match="env_entry_point"):
         ma_config(env_entry_point="tests.ma_envs:CueTeam")
+    with pytest.raises(ConfigError, match="hyperparameters.normalize_obs: mappo's centralised critic"):
+        ma_config(algorithm="mappo", hyperparameters={"normalize_obs": True})
+    with pytest.raises(ConfigError, match="network.rnn: a recurrent core trains with PPO on a gym experiment only"):
+        ma_config(algorithm="ippo", hyperparameters={}, network={"hidden_sizes": [32], "rnn": {"cell": "gru"}})
 
 
 # ---- through the flow ---------------------------------------------------------------------------------------
@@ -431,11 +445,38 @@ def test_ippo_shares_a_policy_per_group_and_round_trips():
     assert again.describe() == team.describe() and "x2 policies" in team.describe()
 
 
-@pytest.mark.parametrize("algorithm", ["maddpg", "ippo"])
+def test_mappo_critics_read_the_joint_observation_and_actors_their_own():
+    from agilerl_core.algorithms.hyperparameters.ippo import MAPPOHyperparameters
+    from agilerl_core.algorithms.ippo import MAPPO
+
+    spread = MultiAgentSpec.from_spaces(
+        ["agent_0", "agent_1", "adversary_0"],
+        {"agent_0": spaces.Box(-1, 1, (4,)), "agent_1": spaces.Box(-1, 1, (4,)), "adversary_0": spaces.Discrete(3)},
+        {"agent_0": spaces.Discrete(3), "agent_1": spaces.Discrete(3), "adversary_0": spaces.Discrete(2)})
+    team = MAPPO(spread, None, ARCH, MAPPOHyperparameters(share_policy="group"), seed=0)
+    agent, adversary = team.learners["agent"], team.learners["adversary"]
+    # joint = 4 + 4 + one-hot 3 = 11; the shared "agent" unit adds its agents' one-hot index (2)
+    assert agent.networks["critic"].arch.mlp.in_dim == 13 and adversary.networks["critic"].arch.mlp.in_dim == 11
+    assert agent.networks["actor"].arch.mlp.in_dim == 4 and adversary.networks["actor"].arch.mlp.in_dim == 3
+    obs = {"agent_0": torch.randn(5, 4), "agent_1": torch.randn(5, 4), "adversary_0": torch.tensor([0, 2, 1, 1, 0])}
+    x = team.critic_input("agent", obs)["obs"]
+    joint = torch.cat([obs["agent_0"], obs["agent_1"], F.one_hot(obs["adversary_0"], 3).float()], dim=1)
+    torch.testing.assert_close(x[:5], torch.cat([joint, torch.tensor([[1.0, 0.0]]).expand(5, 2)], dim=1))
+    torch.testing.assert_close(x[5:], torch.cat([joint, torch.tensor([[0.0, 1.0]]).expand(5, 2)], dim=1))
+    torch.testing.assert_close(team.critic_input("adversary", obs)["obs"], joint)
+    tensors, meta = team.state()
+    again = MAPPO.from_state(spread, tensors, meta)
+    assert again.learners["agent"].critic_obs_spec.vector_dim == 13
+    central = team.critic_input("agent", obs)
+    torch.testing.assert_close(again.learners["agent"].value(central), agent.value(central))
+    assert team.batch_key() != MAPPO(spread, None, ARCH, MAPPOHyperparameters(share_policy="agent"), seed=0).batch_key()
+
+
+@pytest.mark.parametrize("algorithm", ["maddpg", "ippo", "mappo"])
 def test_action_masks_from_infos_are_respected(tmp_path, algorithm):
     # the env raises on a masked action: exploration, learning-time sampling and greedy evaluation obey
     cfg = ma_config(algorithm=algorithm, env_kwargs={"masked": True}, evo_steps=200, max_env_steps=800,
-                    **({"hyperparameters": {"rollout_steps": 16}} if algorithm == "ippo" else {}))
+                    **({"hyperparameters": {"rollout_steps": 16}} if algorithm.endswith("ppo") else {}))
     res = train_local(cfg, progress=False, run_dir=tmp_path)
     assert res.generations == 2
 
@@ -451,16 +492,19 @@ def test_an_env_failing_in_a_worker_is_reported_with_its_traceback():
         env.close()
 
 
-def test_ippo_trains_with_agents_dying_early(tmp_path):
-    cfg = ma_config(algorithm="ippo", env_kwargs={"length": 6, "chooser_dies_at": 2},
+@pytest.mark.parametrize("algorithm", ["ippo", "mappo"])
+def test_ppo_teams_train_with_agents_dying_early(tmp_path, algorithm):
+    cfg = ma_config(algorithm=algorithm, env_kwargs={"length": 6, "chooser_dies_at": 2},
                     hyperparameters={"rollout_steps": 16})
     res = train_local(cfg, progress=False, run_dir=tmp_path)
     assert res.generations == 2 and all(np.isfinite(h.fitnesses).all() for h in res.history)
 
 
 # ---- population-batched teams ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("algorithm", ["matd3", "ippo"])
-def test_a_group_of_teams_trains_as_each_team_alone(algorithm):
+@pytest.mark.parametrize(("algorithm", "env"), [
+    ("matd3", None), ("ippo", None), ("mappo", None),
+    ("matd3", "pointers"), ("maddpg", "pointers"), ("mappo", "pointers")])  # pointers: identical agents sharing
+def test_a_group_of_teams_trains_as_each_team_alone(algorithm, env):
     """Three teams of other widths and hyperparameters, an agent out of its episode early and action masks:
     one generation's training as a stacked group (batched acting and learning) ends where each team's own
     training ends, up to float rounding, with the same episodes and returns. (Over longer phases Adam can turn
@@ -468,11 +512,14 @@ def test_a_group_of_teams_trains_as_each_team_alone(algorithm):
     three rollouts; the unit tests in test_group.py pin the maths step by step.)"""
     from tests.test_group import assert_same_members
 
-    hp = {"hyperparameters": {"rollout_steps": 16}} if algorithm == "ippo" else {"hyperparameters.learn_step": 2}
-    evo = build_evolution(ma_config(algorithm=algorithm, population_size=3, evo_steps=240,
-                                    env_kwargs={"length": 6, "chooser_dies_at": 2, "masked": True}, **hp))
+    hp = {"hyperparameters": {"rollout_steps": 16}} if algorithm.endswith("ppo") else {"hyperparameters.learn_step": 2}
+    env_kwargs = {"length": 6, "chooser_dies_at": 2, "masked": True}
+    if env == "pointers":  # two identical pointers act through one shared policy
+        env_kwargs = {"n": 2, "length": 6}
+        hp = {**hp, "env_id": "tests.ma_envs:pointers", "hyperparameters.share_policy": "group"}
+    evo = build_evolution(ma_config(algorithm=algorithm, population_size=3, evo_steps=240, env_kwargs=env_kwargs, **hp))
     arena, members = evo.arena, [m.agent for m in evo.population.members]
-    lr = "lr" if algorithm == "ippo" else "lr_critic"
+    lr = "lr" if algorithm.endswith("ppo") else "lr_critic"
     members[1].set_hyperparameter(lr, 2e-3)
     members[2].set_hyperparameter("gamma", 0.9)
     from agilerl_core.hpo.evolvable import MutationSettings
@@ -480,6 +527,10 @@ def test_a_group_of_teams_trains_as_each_team_alone(algorithm):
 
     members[2].mutate("architecture", np.random.default_rng(3), MutationSettings(0.0, 0.1, ArchBounds(min_nodes=8)))
     assert members[2].arch != members[0].arch and len({m.batch_key() for m in members}) == 1
+    if env == "pointers":
+        shared = members[0].learners if algorithm == "mappo" else members[0].networks
+        assert "pointer" in shared and "pointer_0" not in shared if algorithm == "mappo" else \
+            "actor.pointer" in shared and "actor.pointer_0" not in shared and "critic_1.pointer_1" in shared
     alone = [m.clone() for m in members]
     seeds = [11, 12, 13]
     if arena.shares_experience:

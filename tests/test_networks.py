@@ -103,8 +103,10 @@ def test_mutations_respect_bounds():
                         channel_changes=(8, 16), kernel_choices=(3, 5))
     spec = ObsSpec(spaces.Box(0, 255, (24, 24, 3), np.uint8))
     cfg = NetworkConfig(hidden_sizes=[32], min_nodes=16, max_nodes=64,
-                        cnn={"channels": [8], "kernel_sizes": [3], "strides": [1], "latent_dim": 16})
+                        cnn={"channels": [8], "kernel_sizes": [3], "strides": [1], "latent_dim": 16},
+                        rnn={"cell": "gru", "hidden_size": 32, "max_layers": 2})
     arch = initial_arch(spec, 2, cfg)
+    rnn_in = arch.rnn.in_dim
     rng = np.random.default_rng(0)
     seen = set()
     for _ in range(400):
@@ -119,6 +121,8 @@ def test_mutations_respect_bounds():
         c = arch.cnns[0][1]
         assert 1 <= len(c.channels) <= 2 and all(8 <= x <= 32 for x in c.channels)
         assert all(k in (3, 5) for k in c.kernels[:1]) and c.is_valid()
+        r = arch.rnn  # the core reads the (fixed-width) features; the head reads the core
+        assert 16 <= r.hidden <= 64 and 1 <= r.layers <= 2 and r.in_dim == rnn_in and arch.mlp.in_dim == r.hidden
     assert seen == {n for n in LAYER_MUTATIONS + NODE_MUTATIONS if not n.startswith("enc.")}  # no Dict keys here
     # at the bounds the mutation is refused, never clipped silently into an invalid network
     at_max = initial_arch(ObsSpec(spaces.Box(-1, 1, (4,))), 2, NetworkConfig(hidden_sizes=[64, 64, 64], max_nodes=64,

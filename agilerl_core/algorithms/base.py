@@ -292,6 +292,12 @@ class RLAlgorithm(ABC):
         """Called after every vector step with the sub-envs whose episode just ended. Default: nothing to do."""
         return None
 
+    def reset_memory(self, done: np.ndarray | None = None) -> None:
+        """A recurrent policy forgets: every env (`done` None: before the first step of fresh episodes) or the
+        envs whose episode just ended (`done` [N] bool, after a step). Whoever acts through
+        :meth:`greedy_action` step by step calls it. Default (no memory): nothing to do."""
+        return None
+
     def extra_tensors(self) -> dict[str, torch.Tensor]:
         """Algorithm-specific state beyond networks, optimisers and RNGs (saved in checkpoints)."""
         return {}
@@ -333,12 +339,14 @@ class RLAlgorithm(ABC):
 
     @classmethod
     def from_state(cls, obs_spec: ObsSpec, tensors: dict[str, torch.Tensor], meta: dict[str, Any],
-                   device: str | torch.device = "cpu") -> RLAlgorithm:
-        """Rebuild an agent from :meth:`state` output (no unpickling anywhere)."""
+                   device: str | torch.device = "cpu", **init: Any) -> RLAlgorithm:
+        """Rebuild an agent from :meth:`state` output (no unpickling anywhere); `init`: the constructor's own
+        keyword arguments (:meth:`init_kwargs`)."""
         if meta.get("algorithm") != cls.name:
             raise ValueError(f"state is for algorithm {meta.get('algorithm')!r}, not {cls.name!r}")
         arch = ArchSpec.from_dict(meta["arch"])
-        agent = cls(obs_spec, cls.action_from_meta(meta), arch, cls.hp_model.model_validate(meta["hp"]), 0, device)
+        agent = cls(obs_spec, cls.action_from_meta(meta), arch, cls.hp_model.model_validate(meta["hp"]), 0, device,
+                    **init)
         with torch.no_grad():
             for n, net in agent.networks.items():
                 for k, p in net.state_dict().items():
@@ -368,4 +376,8 @@ class RLAlgorithm(ABC):
     def clone(self) -> RLAlgorithm:
         """An independent copy (same weights, optimiser state, hyperparameters and RNG)."""
         tensors, meta = self.state()
-        return type(self).from_state(self.obs_spec, tensors, meta, self.device)
+        return type(self).from_state(self.obs_spec, tensors, meta, self.device, **self.init_kwargs())
+
+    def init_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of the constructor beyond the common ones (a copy is built with them). Default: none."""
+        return {}

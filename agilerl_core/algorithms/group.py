@@ -43,6 +43,8 @@ def padded_shapes(shapes: Sequence[Shapes]) -> Shapes:
 def plain_mlp_shape_key(arch) -> str:
     """A plain MLP's architecture without its hidden widths: members that differ only in widths stack, the
     narrower ones zero-padded (see :func:`stack_flats`)."""
+    if arch.rnn is not None:  # a recurrent core's hidden size pads like a width (the head reads it)
+        arch = replace(arch, rnn=replace(arch.rnn, hidden=0), mlp=replace(arch.mlp, in_dim=0))
     return repr(replace(arch, mlp=replace(arch.mlp, hidden=(0,) * len(arch.mlp.hidden))))
 
 

@@ -16,13 +16,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from gymnasium import spaces
 
-from agilerl_core.algorithms.hyperparameters.ippo import IPPOHyperparameters
+from agilerl_core.algorithms.hyperparameters.ippo import IPPOHyperparameters, MAPPOHyperparameters
 from agilerl_core.algorithms.hyperparameters.ppo import PPOHyperparameters
 from agilerl_core.algorithms.ppo import PPO, PPOGroup
-from agilerl_core.envs.multi_agent import agent_group
-from agilerl_core.envs.spaces import ActionSpec, MultiAgentSpec, Obs
-from agilerl_core.errors import ConfigError
+from agilerl_core.envs.multi_agent import policy_units
+from agilerl_core.envs.spaces import ActionSpec, MultiAgentSpec, Obs, ObsSpec
 from agilerl_core.hpo.evolvable import MUTATION_KINDS, MutationSettings
 from agilerl_core.networks.evolvable import ArchSpec
 
@@ -42,23 +42,6 @@ class IPPOGroup:
         """Every unit's weights and optimiser state back into each team's learners (end of the phase)."""
         for unit in self.units.values():
             unit.write_back()
-
-
-def policy_units(spec: MultiAgentSpec, share: str) -> dict[str, tuple[str, ...]]:
-    """Unit name -> its agents (in env order): one per agent, or one per group of agents with identical
-    spaces (a ConfigError naming the group otherwise)."""
-    if share == "agent":
-        return {a: (a,) for a in spec.agents}
-    units: dict[str, list[str]] = {}
-    for a in spec.agents:
-        units.setdefault(agent_group(a), []).append(a)
-    for group, agents in units.items():
-        first = agents[0]
-        for a in agents[1:]:
-            if spec.obs[a].space != spec.obs[first].space or spec.actions[a] != spec.actions[first]:
-                raise ConfigError(f"hyperparameters.share_policy: group {group!r} mixes spaces ({first} and {a} "
-                                  f"differ), so its agents cannot share one policy; use share_policy: agent")
-    return {g: tuple(a) for g, a in units.items()}
 
 
 def _ppo_hp(hp: IPPOHyperparameters) -> PPOHyperparameters:
@@ -89,10 +72,24 @@ class IPPO:
             unit_seed = seed if i == 0 else int(np.random.SeedSequence([seed, i]).generate_state(1)[0] & 0x7FFFFFFF)
             first = agents[0]
             self.learners[u] = PPO(obs_spec.obs[first], obs_spec.actions[first], self._unit_arch(u), ppo_hp,
-                                   unit_seed, device)
+                                   unit_seed, device, **self.learner_kwargs(u))
         self.action_specs = obs_spec.actions
         self.env_steps = 0
         self.learn_steps = 0
+
+    def learner_kwargs(self, unit: str) -> dict[str, Any]:
+        """What unit `unit`'s PPO learner is built with beyond the common arguments (IPPO: nothing)."""
+        return {}
+
+    def critic_input(self, unit: str, obs: Obs) -> Obs | None:
+        """A centralised critic's input for unit `unit` from every agent's observations (IPPO: None, its
+        critics read their agents' own)."""
+        return None
+
+    def value_input(self, unit: str, obs: Obs) -> Obs:
+        """What unit `unit`'s critic reads, from every agent's observations."""
+        central = self.critic_input(unit, obs)
+        return {"obs": self.stack(unit, obs)} if central is None else central
 
     def _unit_arch(self, unit: str, template: ArchSpec | None = None) -> ArchSpec:
         t = template or self.arch
@@ -173,7 +170,7 @@ class IPPO:
             prefix = f"unit/{u}/"
             team.learners[u] = PPO.from_state(obs_spec.obs[team.units[u][0]],
                                               {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)},
-                                              meta["units"][u], device)
+                                              meta["units"][u], device, **team.learner_kwargs(u))
         team.env_steps, team.learn_steps = int(meta["env_steps"]), int(meta["learn_steps"])
         return team
 
@@ -213,3 +210,33 @@ class IPPO:
 
     def action_spec_of(self, unit: str) -> ActionSpec:
         return self.action_specs[self.units[unit][0]]
+
+
+class MAPPO(IPPO):
+    """MAPPO: Yu et al., "The Surprising Effectiveness of PPO in Cooperative Multi-Agent Games", NeurIPS 2022
+    (arXiv:2103.01955). IPPO's units, actors and PPO updates, with each unit's critic centralised: V reads the
+    team's joint observation (every agent's observation vector, in env order), so the value of a state is
+    learned from what the whole team sees while each actor still acts on its own observations. A unit shared
+    by k > 1 agents (``share_policy: group``) appends the agent's one-hot index within the unit, so its one
+    critic tells its agents apart (the paper's agent-specific global state)."""
+
+    name: ClassVar[str] = "mappo"
+    hp_model = MAPPOHyperparameters
+
+    def _critic_spec(self, unit: str) -> ObsSpec:
+        k = len(self.units[unit])
+        width = self.ma.vector_dim + (k if k > 1 else 0)
+        return ObsSpec(spaces.Box(-np.inf, np.inf, (width,), np.float32))
+
+    def learner_kwargs(self, unit: str) -> dict[str, Any]:
+        return {"critic_obs_spec": self._critic_spec(unit)}
+
+    def critic_input(self, unit: str, obs: Obs) -> Obs:
+        joint = torch.cat([self.ma.obs[a].preprocess({"obs": obs[a]})[0].reshape(obs[a].shape[0], -1).float()
+                           for a in self.agents], dim=1)
+        agents = self.units[unit]
+        if len(agents) == 1:
+            return {"obs": joint}
+        n, k = joint.shape[0], len(agents)
+        ids = torch.eye(k, device=joint.device).repeat_interleave(n, dim=0)  # agent after agent, as stack() orders rows
+        return {"obs": torch.cat([joint.repeat(k, 1), ids], dim=1)}

@@ -14,7 +14,7 @@ from agilerl_core.algorithms.hyperparameters.base import Hyperparameters
 from agilerl_core.algorithms.hyperparameters.bc import BCHyperparameters
 from agilerl_core.algorithms.hyperparameters.cql import CQLHyperparameters, CQNHyperparameters
 from agilerl_core.algorithms.hyperparameters.dqn import DQNHyperparameters, RainbowHyperparameters
-from agilerl_core.algorithms.hyperparameters.ippo import IPPOHyperparameters
+from agilerl_core.algorithms.hyperparameters.ippo import IPPOHyperparameters, MAPPOHyperparameters
 from agilerl_core.algorithms.hyperparameters.llm import DPOHyperparameters, GRPOHyperparameters
 from agilerl_core.algorithms.hyperparameters.maddpg import MADDPGHyperparameters, MATD3Hyperparameters
 from agilerl_core.algorithms.hyperparameters.ppo import PPOHyperparameters
@@ -60,6 +60,8 @@ ALGORITHMS: dict[str, AlgorithmInfo] = {a.name: a for a in (
     AlgorithmInfo("matd3", MATD3Hyperparameters, "agilerl_core.algorithms.maddpg:MATD3",
                   {"multi_agent": "multi_agent_off_policy"}),
     AlgorithmInfo("ippo", IPPOHyperparameters, "agilerl_core.algorithms.ippo:IPPO",
+                  {"multi_agent": "multi_agent_on_policy"}, on_policy=True),
+    AlgorithmInfo("mappo", MAPPOHyperparameters, "agilerl_core.algorithms.ippo:MAPPO",
                   {"multi_agent": "multi_agent_on_policy"}, on_policy=True),
     AlgorithmInfo("grpo", GRPOHyperparameters, "agilerl_core.algorithms.grpo:GRPO", {"llm": "llm"}, on_policy=True),
     AlgorithmInfo("dpo", DPOHyperparameters, "agilerl_core.algorithms.dpo:DPO", {"llm": "llm"}),

@@ -55,10 +55,12 @@ def evaluate_member(agent: RLAlgorithm, env: VectorEnv, seed: int, max_steps: in
     returns = np.zeros(n)
     active = np.ones(n, dtype=bool)
     steps = 0
+    agent.reset_memory()
     while active.any() and (max_steps is None or steps < max_steps):
         actions = agent.env_action(spec.to_tensors(obs, agent.device), mask)
         obs, reward, terminated, truncated, info = env.step(actions)
         returns += reward * active
+        agent.reset_memory(terminated | truncated)
         active &= ~(terminated | truncated)
         mask, _ = action_masks(info, n, agent.action_dim)
         steps += 1

@@ -20,9 +20,12 @@ from agilerl_core.hpo.evolution import TrainResult
 
 class _RolloutCollector:
     """One member's side of an on-policy training phase: its env, rollout buffer, episode returns and losses.
-    `value` gives V(s) of the member (its own critic, or its row of a group's stacked one)."""
+    `value(obs, starts)` gives V(s) of the member (its row of the group's stacked critic; a recurrent one from
+    its current state, zeroed where `starts` is set). A recurrent member's rollout also keeps each network's
+    state before every step and which steps began an episode (:attr:`starts`: every env at the phase's start,
+    then those whose episode ended in the previous step)."""
 
-    def __init__(self, agent, slot: int, env: VectorEnv, seed: int, value) -> None:
+    def __init__(self, agent, slot: int, env: VectorEnv, seed: int, value, state_shapes=None) -> None:
         self.agent, self.slot, self.env, self.value = agent, slot, env, value
         spec, act_spec, hp = agent.obs_spec, agent.action_spec, agent.hp
         self.num_envs = env.num_envs
@@ -34,12 +37,17 @@ class _RolloutCollector:
                                         () if act_spec.discrete else (act_spec.dim,),
                                         torch.int64 if act_spec.discrete else torch.float32,
                                         None if self.mask is None else self.mask.shape[1])
+        self.starts = np.ones(self.num_envs, dtype=bool)
+        if state_shapes is not None:
+            self.rollout.with_states(state_shapes)
         self.episodes = EpisodeReturns(self.num_envs)
         self.losses: list[float] = []
         self.learn0 = agent.learn_steps
 
-    def step(self, t: int, actions: np.ndarray, logp: torch.Tensor, value: torch.Tensor) -> None:
-        """Step the env with `actions` (sampled with `logp`, in states valued `value`) into row t."""
+    def step(self, t: int, actions: np.ndarray, logp: torch.Tensor, value: torch.Tensor,
+             states: dict[str, torch.Tensor] | None = None) -> None:
+        """Step the env with `actions` (sampled with `logp`, in states valued `value`; a recurrent member's
+        network `states` before the step) into row t."""
         agent, rollout, hp = self.agent, self.rollout, self.agent.hp
         spec = agent.obs_spec
         next_obs, reward, terminated, truncated, info = self.env.step(agent.action_spec.to_env(actions))
@@ -50,17 +58,22 @@ class _RolloutCollector:
         rollout.logprobs[t], rollout.values[t] = logp.cpu(), value.cpu()
         if rollout.masks is not None:
             rollout.masks[t] = torch.as_tensor(self.mask)
+        if states is not None:
+            for name, st in states.items():
+                rollout.states[name][t] = st
+            rollout.starts[t] = torch.as_tensor(self.starts)
         r = torch.as_tensor(reward, dtype=torch.float32)
         cut = truncated & ~terminated
         if cut.any():  # a time limit is not the end of the world: credit the final state's value
             final = real_next_obs(next_obs, info, cut)
             with torch.no_grad():
-                v_final = self.value(spec.to_tensors(final, agent.device)).cpu()
+                v_final = self.value(spec.to_tensors(final, agent.device), None).cpu()
             r = r + hp.gamma * v_final * torch.as_tensor(cut, dtype=torch.float32)
         rollout.rewards[t] = r
         rollout.dones[t] = torch.as_tensor(done, dtype=torch.float32)
         agent.env_steps += self.num_envs
         self.episodes.step(reward, done)
+        self.starts = done
         self.obs_t = spec.to_tensors(next_obs, agent.device)
         self.mask, _ = action_masks(info, self.num_envs, agent.action_dim)
 
@@ -68,7 +81,7 @@ class _RolloutCollector:
         """GAE over the rollout's first `steps` rows, bootstrapped from V of the observation after them."""
         hp, rollout = self.agent.hp, self.rollout
         with torch.no_grad():
-            last_value = self.value(self.obs_t).cpu()
+            last_value = self.value(self.obs_t, self.starts).cpu()
         return compute_gae(rollout.rewards[:steps], rollout.values[:steps], rollout.dones[:steps], last_value,
                            hp.gamma, hp.gae_lambda)
 
@@ -94,13 +107,16 @@ def train_group_on_policy(group, slots: list[int], envs: list[VectorEnv], evo_st
     Each env is reset with its member's seed first, so the result depends only on the members and the seeds;
     a rollout bootstraps from V of the observation after its last step."""
     t0 = time.perf_counter()
-    cs = [_RolloutCollector(a, s, envs[s], seed, lambda obs, i=i: group.value(i, obs))
+    shapes = None if group.rnn is None else {name: group.rnn for name in group.nets}
+    cs = [_RolloutCollector(a, s, envs[s], seed, lambda obs, starts, i=i: group.value(i, obs, starts), shapes)
           for i, (a, s, seed) in enumerate(zip(group.agents, slots, seeds, strict=True))]
+    group.begin_acting(cs[0].num_envs)
     vector_steps = math.ceil(evo_steps / cs[0].num_envs)
     rollout_steps = group.agents[0].hp.rollout_steps  # structural: equal within a group
     for steps in rollout_lengths(vector_steps, rollout_steps):
         for t in range(steps):
-            for c, out in zip(cs, group.policy_step([c.obs_t for c in cs], [c.mask for c in cs]), strict=True):
+            outs = group.policy_step([c.obs_t for c in cs], [c.mask for c in cs], [c.starts for c in cs])
+            for c, out in zip(cs, outs, strict=True):
                 c.step(t, *out)
         rows = [c.agent.rollout_rows(c.rollout, steps, *c.advantages(steps)) for c in cs]
         stats = group.learn_rollouts([d for d, _, _ in rows], [a for _, a, _ in rows], [r for _, _, r in rows])

@@ -26,7 +26,13 @@ from agilerl_core.arenas.base import EpisodeReturns, checked_space, torch_device
 from agilerl_core.arenas.experience import OwnExperience, ReplayLearning, SharedReplay, replay_group_phase, rollout_lengths
 from agilerl_core.buffers.replay import ReplayBuffer, multi_agent_fields
 from agilerl_core.buffers.rollout import Rollout, compute_gae
-from agilerl_core.envs.multi_agent import ParallelVectorEnv, agent_group, make_parallel_env, make_parallel_vector_env
+from agilerl_core.envs.multi_agent import (
+    ParallelVectorEnv,
+    agent_group,
+    make_parallel_env,
+    make_parallel_vector_env,
+    policy_units,
+)
 from agilerl_core.envs.spaces import MultiAgentSpec
 from agilerl_core.errors import ConfigError
 from agilerl_core.hpo.evolution import TrainResult
@@ -188,6 +194,7 @@ class MultiAgentArena(OwnExperience, ABC):
             probe.close()
         self.spec = MultiAgentSpec.from_spaces(agents, obs_spaces, act_spaces)
         self._check_actions()
+        policy_units(self.spec, cfg.hyperparameters.share_policy)  # a group that cannot share fails here
         if cfg.hyperparameters.normalize_obs:
             raise ConfigError("hyperparameters.normalize_obs: not supported for multi-agent experiments yet; set "
                               "normalize_obs: false")
@@ -263,13 +270,7 @@ class MultiAgentOffPolicyArena(SharedReplay, MultiAgentArena):
 
 
 class MultiAgentOnPolicyArena(MultiAgentArena):
-    """On-policy teams (IPPO): each learns from its own rollouts only."""
-
-    def __init__(self, cfg, algo_cls) -> None:
-        super().__init__(cfg, algo_cls)
-        from agilerl_core.algorithms.ippo import policy_units
-
-        policy_units(self.spec, cfg.hyperparameters.share_policy)  # a group that cannot share fails here
+    """On-policy teams (IPPO, MAPPO): each learns from its own rollouts only."""
 
     def train(self, member, slot: int, seed: int, steps: int) -> TrainResult:
         return train_team_on_policy(member, slot, self.envs[slot], steps, seed, self.fitness)
@@ -305,6 +306,9 @@ class _TeamRollouts:
             self.rollouts[u] = Rollout.allocate(self.hp.rollout_steps, cols, {"obs": team.stack(u, self.obs_t)},
                                                 () if act.discrete else (act.dim,),
                                                 torch.int64 if act.discrete else torch.float32, mask_dim)
+            central = team.critic_input(u, self.obs_t)
+            if central is not None:  # MAPPO: the critic's joint input is kept beside each row
+                self.rollouts[u].with_critic_obs(central)
             self.valid[u] = torch.zeros(self.hp.rollout_steps, cols)
         self.actions: dict[str, np.ndarray] = {}
         self.losses: list[float] = []
@@ -313,16 +317,20 @@ class _TeamRollouts:
     def learn_steps(self) -> int:
         return sum(learner.learn_steps for learner in self.team.learners.values())
 
-    def unit_input(self, u: str) -> tuple[dict[str, torch.Tensor], np.ndarray | None]:
-        """Unit `u`'s policy input now: its agents' observations and action masks, stacked."""
+    def unit_input(self, u: str) -> tuple[dict[str, torch.Tensor], np.ndarray | None, dict[str, torch.Tensor] | None]:
+        """Unit `u`'s policy input now: its agents' observations and action masks, stacked, and a centralised
+        critic's input (None: the critic reads the observations)."""
         m = None if self.rollouts[u].masks is None else self.team.stack(u, self.masks)
-        return {"obs": self.team.stack(u, self.obs_t)}, m
+        return {"obs": self.team.stack(u, self.obs_t)}, m, self.team.critic_input(u, self.obs_t)
 
     def record(self, u: str, t: int, acts: np.ndarray, logp: torch.Tensor, value: torch.Tensor) -> None:
         """Unit `u`'s sampled actions (with their log-probs, in states valued `value`) into row t."""
         r, team, n = self.rollouts[u], self.team, self.num_envs
-        x, m = self.unit_input(u)
+        x, m, central = self.unit_input(u)
         r.obs["obs"][t] = x["obs"]
+        if central is not None:
+            for key, v in central.items():
+                r.critic_obs[key][t] = v
         r.actions[t] = torch.as_tensor(acts)
         r.logprobs[t], r.values[t] = logp.cpu(), value.cpu()
         if r.masks is not None:
@@ -344,7 +352,7 @@ class _TeamRollouts:
             cut = team.stack(u, truncated) & ~term
             if cut.any():  # a time limit is not the end of the world: credit the final state's value
                 with torch.no_grad():
-                    v_final = self.value(u, {"obs": team.stack(u, final)}).cpu()
+                    v_final = self.value(u, team.value_input(u, final)).cpu()
                 rew = rew + hp.gamma * v_final * torch.as_tensor(cut, dtype=torch.float32)
             done = term | cut | np.tile(env_done, len(team.units[u])) | ~team.stack(u, info["acted"])
             r.rewards[t] = rew * self.valid[u][t]
@@ -359,7 +367,7 @@ class _TeamRollouts:
         real (None: all)."""
         r = self.rollouts[u]
         with torch.no_grad():
-            last_value = self.value(u, self.unit_input(u)[0]).cpu()
+            last_value = self.value(u, self.team.value_input(u, self.obs_t)).cpu()
         adv, ret = compute_gae(r.rewards[:steps], r.values[:steps], r.dones[:steps], last_value, self.hp.gamma,
                                self.hp.gae_lambda)
         return adv, ret, None if bool(self.valid[u][:steps].all()) else self.valid[u]
@@ -407,7 +415,9 @@ def train_team_group_on_policy(group, slots: list[int], envs: list[ParallelVecto
         for t in range(steps):
             for u, unit in group.units.items():
                 inputs = [c.unit_input(u) for c in cs]
-                for c, out in zip(cs, unit.policy_step([x for x, _ in inputs], [m for _, m in inputs]), strict=True):
+                central = None if inputs[0][2] is None else [v for _, _, v in inputs]
+                outs = unit.policy_step([x for x, _, _ in inputs], [m for _, m, _ in inputs], None, central)
+                for c, out in zip(cs, outs, strict=True):
                     c.record(u, t, *out)
             for c in cs:
                 c.step(t)

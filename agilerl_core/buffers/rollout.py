@@ -47,6 +47,11 @@ class Rollout:
     dones: torch.Tensor  # [T, N] terminated or truncated
     values: torch.Tensor  # [T, N]
     masks: torch.Tensor | None = None  # [T, N, A] action masks (discrete, when the env gives them)
+    # recurrent members: each network's state before the step [T, N, layers, S, H], and whether the step began
+    # an episode [T, N] (the state is zeroed before it)
+    states: dict[str, torch.Tensor] | None = None
+    starts: torch.Tensor | None = None
+    critic_obs: dict[str, torch.Tensor] | None = None  # a centralised critic's input (MAPPO) [T, N, ...]
 
     @classmethod
     def allocate(cls, steps: int, num_envs: int, obs: Obs, action_shape: tuple[int, ...],
@@ -57,6 +62,46 @@ class Rollout:
                    torch.zeros(steps, num_envs),
                    None if mask_dim is None else torch.ones(steps, num_envs, mask_dim, dtype=torch.bool))
 
+    def with_critic_obs(self, obs: Obs) -> Rollout:
+        """Room for a centralised critic's input beside the actor's (`obs`: one step's [N, ...] tensors)."""
+        steps = self.rewards.shape[0]
+        self.critic_obs = {k: torch.zeros((steps, *v.shape), dtype=v.dtype) for k, v in obs.items()}
+        return self
+
+    def with_states(self, shapes: dict[str, tuple[int, ...]]) -> Rollout:
+        """Room for recurrent states (`shapes`: each network's state shape per env, (layers, S, H))."""
+        steps, n = self.rewards.shape
+        self.states = {k: torch.zeros(steps, n, *shape) for k, shape in shapes.items()}
+        self.starts = torch.zeros(steps, n, dtype=torch.bool)
+        return self
+
+    def sequences(self, steps: int, seq_len: int, advantages: torch.Tensor, returns: torch.Tensor
+                  ) -> tuple[dict, torch.Tensor, torch.Tensor]:
+        """The first `steps` rows cut into sequences of `seq_len` steps per env (the last ones shorter, padded),
+        for truncated backpropagation through time: (fields [S, L, ...] with ``valid`` [S, L] marking real
+        steps, ``starts`` [S, L] and each network's state before the sequence ``state/<name>`` [S, ...];
+        advantages [S, L]; returns [S, L]). Sequences are ordered chunk-major (chunk c of every env, then c + 1)."""
+        chunks = -(-steps // seq_len)
+        pad = chunks * seq_len - steps
+
+        def cut(x: torch.Tensor) -> torch.Tensor:  # [T, N, ...] -> [chunks * N, L, ...]
+            x = x[:steps]
+            if pad:
+                x = torch.cat([x, x.new_zeros(pad, *x.shape[1:])])
+            x = x.view(chunks, seq_len, *x.shape[1:]).transpose(1, 2)
+            return x.reshape(-1, seq_len, *x.shape[3:])
+
+        valid = cut(torch.ones(steps, self.rewards.shape[1], dtype=torch.bool))
+        out = {"obs": {k: cut(v) for k, v in self.obs.items()}, "actions": cut(self.actions),
+               "logprobs": cut(self.logprobs), "values": cut(self.values), "valid": valid,
+               "starts": cut(self.starts)}
+        if self.masks is not None:
+            out["masks"] = cut(self.masks)
+        first = torch.arange(chunks) * seq_len
+        for k, st in self.states.items():
+            out[f"state/{k}"] = st[first].reshape(-1, *st.shape[2:])
+        return out, cut(advantages), cut(returns)
+
     def flat(self, steps: int) -> dict[str, torch.Tensor | dict[str, torch.Tensor]]:
         """The first `steps` rows with T and N merged (what the minibatches index)."""
         def f(x: torch.Tensor) -> torch.Tensor:
@@ -65,4 +110,6 @@ class Rollout:
                "logprobs": f(self.logprobs), "values": f(self.values)}
         if self.masks is not None:
             out["masks"] = f(self.masks)
+        if self.critic_obs is not None:
+            out["critic_obs"] = {k: f(v) for k, v in self.critic_obs.items()}
         return out

@@ -67,6 +67,8 @@ def collect_episodes(env_id: str, policy: str, episodes: int, seed: int = 0, num
     single.seed(seed)
     n_actions = int(single.n) if isinstance(single, spaces.Discrete) else 0
     obs, info = env.reset(seed=seed)
+    if agent is not None:
+        agent.reset_memory()
     running = [{"observations": [obs[i]], "actions": [], "rewards": [], "terminations": [], "truncations": []}
                for i in range(num_envs)]
     done_eps: list[dict] = []
@@ -84,6 +86,8 @@ def collect_episodes(env_id: str, policy: str, episodes: int, seed: int = 0, num
                         random = _random_actions(single, num_envs, mask)
                         actions = np.where(swap.reshape(-1, *[1] * (np.ndim(actions) - 1)), random, actions)
             next_obs, reward, terminated, truncated, info = env.step(actions)
+            if agent is not None:
+                agent.reset_memory(terminated | truncated)
             for i in range(num_envs):
                 ep = running[i]
                 ep["actions"].append(actions[i])

@@ -37,6 +37,23 @@ def agent_group(agent_id: str) -> str:
     return head if sep and tail.isdigit() else agent_id
 
 
+def policy_units(spec: Any, share: str) -> dict[str, tuple[str, ...]]:
+    """Policy unit name -> its agents (in env order): one per agent (`share` "agent"), or one per group of agents
+    with identical spaces (`share` "group"; a ConfigError naming the group otherwise). `spec`: a MultiAgentSpec."""
+    if share == "agent":
+        return {a: (a,) for a in spec.agents}
+    units: dict[str, list[str]] = {}
+    for a in spec.agents:
+        units.setdefault(agent_group(a), []).append(a)
+    for group, agents in units.items():
+        first = agents[0]
+        for a in agents[1:]:
+            if spec.obs[a].space != spec.obs[first].space or spec.actions[a] != spec.actions[first]:
+                raise ConfigError(f"hyperparameters.share_policy: group {group!r} mixes spaces ({first} and {a} "
+                                  f"differ), so its agents cannot share one policy; use share_policy: agent")
+    return {g: tuple(a) for g, a in units.items()}
+
+
 def resolve_env_fn(env_id: str) -> Callable[..., Any]:
     """The function that builds the parallel env `env_id` names (``module:env``); a ConfigError naming the
     field and the fix otherwise. A factory bound in this process (``evolve(cfg, env=...)``) is used as it is."""

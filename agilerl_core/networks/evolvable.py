@@ -20,18 +20,21 @@ from agilerl_core.envs.spaces import Obs, ObsSpec
 from agilerl_core.networks.cnn import CNNSpec, EvolvableCNN
 from agilerl_core.networks.mlp import EvolvableMLP, MLPSpec
 from agilerl_core.networks.obs_norm import RunningObsNorm
+from agilerl_core.networks.recurrent import EvolvableRNN, RNNSpec
 from agilerl_core.networks.transfer import ACTIVATION_FNS
 
 
 @dataclass(frozen=True)
 class ArchSpec:
     """Architecture of an EvolvableNetwork: the head MLP, one conv encoder per image key and (Dict
-    observations) one MLP encoder per vector key. Encoders keep their latent width under every
-    mutation, so the head's input width only changes with the observation."""
+    observations) one MLP encoder per vector key; with `rnn`, a recurrent core between the features and the
+    head (the head then reads the core's hidden state). Encoders keep their latent width under every
+    mutation, so the head's input width only changes with the observation (or the core's hidden size)."""
 
     mlp: MLPSpec
     cnns: tuple[tuple[str, CNNSpec], ...] = ()
     encoders: tuple[tuple[str, MLPSpec], ...] = ()
+    rnn: RNNSpec | None = None
 
     @property
     def activation(self) -> str:
@@ -41,12 +44,15 @@ class ArchSpec:
         d = {"mlp": self.mlp.to_dict(), "cnns": [[k, s.to_dict()] for k, s in self.cnns]}
         if self.encoders:  # absent for flat observations: their checkpoints read as before
             d["encoders"] = [[k, s.to_dict()] for k, s in self.encoders]
+        if self.rnn is not None:
+            d["rnn"] = self.rnn.to_dict()
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> ArchSpec:
         return cls(MLPSpec.from_dict(d["mlp"]), tuple((str(k), CNNSpec.from_dict(s)) for k, s in d["cnns"]),
-                   tuple((str(k), MLPSpec.from_dict(s)) for k, s in d.get("encoders", ())))
+                   tuple((str(k), MLPSpec.from_dict(s)) for k, s in d.get("encoders", ())),
+                   RNNSpec.from_dict(d["rnn"]) if d.get("rnn") else None)
 
     def describe(self) -> str:
         s = f"mlp{list(self.mlp.hidden)}/{self.activation}"
@@ -55,6 +61,8 @@ class ArchSpec:
             s += f" cnn{list(c.channels)}k{list(c.kernels)}"
         if self.encoders:
             s += f" enc{list(self.encoders[0][1].hidden)}x{len(self.encoders)}"
+        if self.rnn is not None:
+            s += f" {self.rnn.cell}{self.rnn.hidden}x{self.rnn.layers}"
         return s
 
 
@@ -74,13 +82,14 @@ class ArchBounds:
     channel_changes: tuple[int, ...] = (8, 16, 32)
     kernel_choices: tuple[int, ...] = (3, 4, 5, 8)
     activation_choices: tuple[str, ...] = ("relu", "leaky_relu", "elu", "tanh")
+    max_rnn_layers: int = 2
 
     @classmethod
     def from_config(cls, net) -> ArchBounds:  # net: agilerl_core.config.NetworkConfig
         return cls(net.min_hidden_layers, net.max_hidden_layers, net.min_nodes, net.max_nodes,
                    tuple(net.node_changes), net.cnn.min_layers, net.cnn.max_layers, net.cnn.min_channels,
                    net.cnn.max_channels, tuple(net.cnn.channel_changes), tuple(net.cnn.kernel_choices),
-                   tuple(net.activation_choices))
+                   tuple(net.activation_choices), net.rnn.max_layers if net.rnn is not None else 2)
 
 
 def initial_arch(obs_spec: ObsSpec, out_dim: int, net) -> ArchSpec:
@@ -103,11 +112,17 @@ def initial_arch(obs_spec: ObsSpec, out_dim: int, net) -> ArchSpec:
                     for p in obs_spec.vector_parts]
     vector_in = sum(s.out_dim for _, s in encoders) if encoders else obs_spec.vector_dim
     in_dim = vector_in + sum(s.latent_dim for _, s in cnns)
-    return ArchSpec(MLPSpec(in_dim, out_dim, tuple(net.hidden_sizes), net.activation), tuple(cnns), tuple(encoders))
+    rnn = None
+    if net.rnn is not None:
+        rnn = RNNSpec(net.rnn.cell, in_dim, net.rnn.hidden_size, net.rnn.num_layers)
+        in_dim = rnn.hidden
+    return ArchSpec(MLPSpec(in_dim, out_dim, tuple(net.hidden_sizes), net.activation), tuple(cnns), tuple(encoders),
+                    rnn)
 
 
 class EvolvableNetwork(nn.Module):
-    """obs -> (vector, or an MLP encoder per vector key) ++ conv encoder per image key -> MLP head -> outputs."""
+    """obs -> (vector, or an MLP encoder per vector key) ++ conv encoder per image key [-> recurrent core]
+    -> MLP head -> outputs. A recurrent network acts through :meth:`step` (its state passed in and out)."""
 
     def __init__(self, obs_spec: ObsSpec, arch: ArchSpec, generator: torch.Generator | None = None,
                  noisy_std: float = 0.5) -> None:
@@ -116,6 +131,7 @@ class EvolvableNetwork(nn.Module):
         self.arch = arch
         self.cnns = nn.ModuleDict({key: EvolvableCNN(spec, generator) for key, spec in arch.cnns})
         self.encoders = nn.ModuleDict({key: EvolvableMLP(spec, generator) for key, spec in arch.encoders})
+        self.rnn = EvolvableRNN(arch.rnn, generator) if arch.rnn is not None else None
         self.mlp = EvolvableMLP(arch.mlp, generator, noisy_std)
         self._set_layout()
         self.obs_norm: RunningObsNorm | None = None  # the agent's, shared by all its networks
@@ -148,10 +164,19 @@ class EvolvableNetwork(nn.Module):
 
     def forward(self, obs: Obs, action: torch.Tensor | None = None) -> torch.Tensor:
         """Outputs for a batch of observations; a Q(s, a) critic also takes the (agent-scale) actions."""
+        if self.rnn is not None:
+            raise TypeError("a recurrent network acts through step(obs, state, starts), which carries its state")
         x = self.features(obs)
         if action is not None:
             x = torch.cat([x, action], dim=1)
         return self.mlp(x)
+
+    def step(self, obs: Obs, state: torch.Tensor | None, starts: torch.Tensor | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step of a recurrent network for a batch of B observations: (outputs [B, out], new state
+        [B, layers, S, H]) from `state` (None: zeros), zeroed first where `starts` [B] is set."""
+        x, new = self.rnn(self.features(obs).unsqueeze(1), state, None if starts is None else starts.unsqueeze(1))
+        return self.mlp(x[:, 0]), new
 
     def rebuilt(self, arch: ArchSpec, generator: torch.Generator | None = None) -> EvolvableNetwork:
         """A new network with `arch` that keeps every weight that still exists."""
@@ -161,6 +186,8 @@ class EvolvableNetwork(nn.Module):
         new.arch = arch
         new.cnns = nn.ModuleDict({key: self.cnns[key].rebuilt(spec, generator) for key, spec in arch.cnns})
         new.encoders = nn.ModuleDict({key: self.encoders[key].rebuilt(spec, generator) for key, spec in arch.encoders})
+        new.rnn = None if arch.rnn is None else (EvolvableRNN(arch.rnn, generator) if self.rnn is None
+                                                 else self.rnn.rebuilt(arch.rnn, generator))
         new.mlp = self.mlp.rebuilt(arch.mlp, generator)
         new._set_layout()
         new.obs_norm = self.obs_norm
@@ -182,28 +209,49 @@ class EvolvableNetwork(nn.Module):
 
 # ---- architecture mutations (pure functions of the spec) -------------------------------------------
 
-LAYER_MUTATIONS = ("mlp.add_layer", "mlp.remove_layer", "cnn.add_layer", "cnn.remove_layer")
+LAYER_MUTATIONS = ("mlp.add_layer", "mlp.remove_layer", "cnn.add_layer", "cnn.remove_layer", "rnn.add_layer",
+                   "rnn.remove_layer")
 NODE_MUTATIONS = ("mlp.add_nodes", "mlp.remove_nodes", "cnn.add_channels", "cnn.remove_channels",
-                  "cnn.change_kernel", "enc.add_nodes", "enc.remove_nodes")
+                  "cnn.change_kernel", "enc.add_nodes", "enc.remove_nodes", "rnn.add_nodes", "rnn.remove_nodes")
 
 
 def applicable_mutations(arch: ArchSpec, names: tuple[str, ...]) -> list[str]:
-    """The mutations in `names` that act on a part `arch` has (head MLP always; convs, key encoders)."""
+    """The mutations in `names` that act on a part `arch` has (head MLP always; convs, key encoders, core)."""
     return [n for n in names if n.startswith("mlp.") or (n.startswith("cnn.") and arch.cnns)
-            or (n.startswith("enc.") and arch.encoders)]
+            or (n.startswith("enc.") and arch.encoders) or (n.startswith("rnn.") and arch.rnn is not None)]
+
+
+def _mutate_rnn(arch: ArchSpec, name: str, bounds: ArchBounds, rng: np.random.Generator) -> tuple[ArchSpec, str] | None:
+    rnn = arch.rnn
+    if name == "rnn.add_layer":
+        if rnn.layers >= bounds.max_rnn_layers:
+            return None
+        return replace(arch, rnn=replace(rnn, layers=rnn.layers + 1)), name
+    if name == "rnn.remove_layer":
+        return None if rnn.layers <= 1 else (replace(arch, rnn=replace(rnn, layers=rnn.layers - 1)), name)
+    n = int(rng.choice(bounds.node_changes))
+    new = min(rnn.hidden + n, bounds.max_nodes) if name == "rnn.add_nodes" else max(rnn.hidden - n, bounds.min_nodes)
+    if new == rnn.hidden:
+        return None
+    return (replace(arch, rnn=replace(rnn, hidden=new), mlp=replace(arch.mlp, in_dim=new)),
+            f"{name}({new - rnn.hidden:+d})")
 
 
 def _map_cnns(arch: ArchSpec, fn) -> ArchSpec | None:
     cnns = tuple((k, fn(s)) for k, s in arch.cnns)
     if any(not s.is_valid() for _, s in cnns):
         return None
-    mlp_in = arch.mlp.in_dim - sum(s.latent_dim for _, s in arch.cnns) + sum(s.latent_dim for _, s in cnns)
-    return ArchSpec(replace(arch.mlp, in_dim=mlp_in), cnns, arch.encoders)
+    change = sum(s.latent_dim for _, s in cnns) - sum(s.latent_dim for _, s in arch.cnns)
+    if arch.rnn is not None:  # the conv latents feed the core, not the head
+        return replace(arch, cnns=cnns, rnn=replace(arch.rnn, in_dim=arch.rnn.in_dim + change))
+    return replace(arch, mlp=replace(arch.mlp, in_dim=arch.mlp.in_dim + change), cnns=cnns)
 
 
 def propose_mutation(arch: ArchSpec, name: str, bounds: ArchBounds,
                      rng: np.random.Generator) -> tuple[ArchSpec, str] | None:
     """Apply architecture mutation `name` to `arch`; None when the bounds forbid it."""
+    if name.startswith("rnn."):
+        return None if arch.rnn is None else _mutate_rnn(arch, name, bounds, rng)
     mlp = arch.mlp
     hidden = list(mlp.hidden)
     if name == "mlp.add_layer":
@@ -276,6 +324,6 @@ def propose_mutation(arch: ArchSpec, name: str, bounds: ArchBounds,
 
 def with_activation(arch: ArchSpec, activation: str) -> ArchSpec:
     """The same architecture with another hidden activation (MLP and convs)."""
-    return ArchSpec(replace(arch.mlp, activation=activation),
-                    tuple((k, replace(s, activation=activation)) for k, s in arch.cnns),
-                    tuple((k, replace(s, activation=activation)) for k, s in arch.encoders))
+    return replace(arch, mlp=replace(arch.mlp, activation=activation),
+                   cnns=tuple((k, replace(s, activation=activation)) for k, s in arch.cnns),
+                   encoders=tuple((k, replace(s, activation=activation)) for k, s in arch.encoders))

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from agilerl_core.envs.spaces import Obs
+from agilerl_core.networks.recurrent import run_sequence
 from agilerl_core.networks.transfer import ACTIVATION_FNS
 
 Layers = list[tuple[torch.Tensor, torch.Tensor]]  # (weight [K, out, in], bias [K, out]) per layer
@@ -122,7 +123,8 @@ class StackedNetwork:
         self.eps: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
         self.grouped_convs: bool | None = None  # one grouped convolution per layer; None: on GPUs only
         spec = self.arch.mlp
-        self._hand = (not self.arch.cnns and not self.arch.encoders and not spec.noisy and not spec.dueling
+        self._hand = (not self.arch.cnns and not self.arch.encoders and self.arch.rnn is None and not spec.noisy
+                      and not spec.dueling
                       and spec.activation in _DERIVATIVES and not any(n.endswith("_mu") for n in self.p))
         self._grad_blocks: tuple[torch.Tensor, dict[str, torch.Tensor]] | None = None  # views of backward's out
 
@@ -278,8 +280,23 @@ class StackedNetwork:
                 g = derivative(torch.bmm(g, self.p[f"{name}.weight"]), x)
         return out
 
+    def sequence(self, obs: Obs, state: torch.Tensor | None, starts: torch.Tensor | None, steps: int
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A recurrent network's outputs for every member's B sequences of `steps` observations (member-major,
+        then sequence, then step: every tensor [K * B * steps, ...]) from `state` [K, B, layers, S, H] (None:
+        zeros), zeroed before the steps where `starts` [K, B, steps] is set: (outputs [K, B * steps, out],
+        the state after the last step)."""
+        x = self.features(obs)
+        k, rnn = self.k, self.arch.rnn
+        params = [tuple(self.p[f"rnn.layers.{i}.{n}"] for n in ("w_ih", "w_hh", "b_ih", "b_hh"))
+                  for i in range(rnn.layers)]
+        h, new = run_sequence(rnn.cell, params, x.view(k, -1, steps, x.shape[-1]), state, starts)
+        return self.mlp("mlp.", self.arch.mlp, h.reshape(k, -1, h.shape[-1])), new
+
     def forward(self, obs: Obs, action: torch.Tensor | None = None) -> torch.Tensor:
         """Every member's outputs [K, B, out]; a Q(s, a) critic also takes the actions [K, B, A]."""
+        if self.arch.rnn is not None:
+            raise TypeError("a recurrent network runs through sequence(obs, state, starts, steps)")
         x = self.features(obs)
         if action is not None:
             x = torch.cat([x, action], dim=2)

@@ -18,3 +18,9 @@ class IPPOHyperparameters(PPOHyperparameters):
     share_policy: Literal["agent", "group"] = Field("agent", description="One policy per agent, or one per group "
                                                                          "(agents named GROUP_N, identical spaces), "
                                                                          "trained on all its agents' experience.")
+
+
+class MAPPOHyperparameters(IPPOHyperparameters):
+    """MAPPO (Yu et al. 2022): IPPO's learners with a centralised critic on the team's joint observation."""
+
+    algorithm_name: ClassVar[str] = "mappo"

@@ -16,6 +16,7 @@ class MADDPGHyperparameters(OffPolicyHyperparameters):
 
     algorithm_name: ClassVar[str] = "maddpg"
     default_space: ClassVar[HyperparameterSpace] = ACTOR_CRITIC_SPACE
+    fixed_fields: ClassVar[frozenset[str]] = OffPolicyHyperparameters.fixed_fields | {"share_policy"}
 
     batch_size: int = Field(128, ge=1, description="Transitions (vector rows of all agents) per gradient step.")
     learn_step: int = Field(16, ge=1, description="Env steps (of all agents) per gradient step.")
@@ -33,6 +34,10 @@ class MADDPGHyperparameters(OffPolicyHyperparameters):
     ou_theta: float = Field(0.15, gt=0, description="Ornstein-Uhlenbeck mean reversion.")
     ou_dt: float = Field(1e-2, gt=0, description="Ornstein-Uhlenbeck time step.")
     gumbel_temperature: float = Field(1.0, gt=0, description="Gumbel-softmax temperature of Discrete actions.")
+    share_policy: Literal["agent", "group"] = Field("agent", description="One actor per agent, or one per group "
+                                                                         "(agents named GROUP_N, identical spaces) "
+                                                                         "acting for each of them and trained on all "
+                                                                         "their rows; critics stay one per agent.")
 
 
 class MATD3Hyperparameters(MADDPGHyperparameters):

@@ -33,4 +33,6 @@ class PPOHyperparameters(Hyperparameters):
     max_grad_norm: float | None = Field(0.5, gt=0, description="Clip each network's gradient norm (None: off).")
     target_kl: float | None = Field(None, gt=0, description="Stop a rollout's epochs once the approx. KL exceeds this.")
     norm_adv: bool = Field(True, description="Normalise advantages per minibatch.")
+    seq_len: int = Field(16, ge=1, description="Recurrent networks (network.rnn): steps per truncated-BPTT "
+                                                "sequence; minibatches are sets of whole sequences.")
     log_std_init: float = Field(0.0, description="Continuous actions: initial log std of the Gaussian policy.")

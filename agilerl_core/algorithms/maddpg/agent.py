@@ -3,7 +3,9 @@ NeurIPS 2017; and MATD3 (Ackermann et al., "Reducing Overestimation Bias in Mult
 Double Centralized Critics", 2019) as MADDPG with TD3's three changes switched on.
 
 Every agent has a deterministic actor on its own observation and a centralised critic Q_i(x, a_1..a_N)
-on every agent's observation (x, concatenated) and action. Box actions are tanh-bounded in [-1, 1]
+on every agent's observation (x, concatenated) and action. With ``share_policy: group`` identical agents
+(``agent_0``, ``agent_1``, ...) act through one actor of their group, whose gradient sums every agent's
+term; each agent keeps its own critic (its own reward). Box actions are tanh-bounded in [-1, 1]
 (scaled to the env's bounds by its ActionSpec); Discrete actions are one-hot in the critics, explored by
 sampling the actor's softmax, and trained through a straight-through Gumbel-softmax sample, drawn from
 the agent's own generator (so runs repeat bit for bit).
@@ -39,6 +41,7 @@ from agilerl_core.algorithms.maddpg.group import MADDPGGroup
 from agilerl_core.algorithms.maddpg.maths import masked_logits
 from agilerl_core.algorithms.optim import FlatAdam, stack_parameters
 from agilerl_core.buffers.replay import AgentTensors
+from agilerl_core.envs.multi_agent import policy_units
 from agilerl_core.envs.spaces import ActionSpec, MultiAgentSpec, Obs, ObsSpec
 from agilerl_core.networks.evolvable import ArchSpec, EvolvableNetwork
 from agilerl_core.networks.stacked import stackable
@@ -56,12 +59,15 @@ class MADDPG(RLAlgorithm):
                  seed: int, device: str | torch.device = "cpu") -> None:
         self.ma = obs_spec
         self.agents = obs_spec.agents
+        # policy units: one actor per agent, or one per group of identical agents (share_policy: group)
+        self.units = policy_units(obs_spec, getattr(hp, "share_policy", "agent"))
+        self.unit_of = {a: u for u, agents in self.units.items() for a in agents}
         critics = ("critic_1", "critic_2") if hp.twin_q else ("critic_1",)
         self.critic_names = critics
-        self.online_networks = (*(f"actor.{a}" for a in self.agents),
+        self.online_networks = (*(f"actor.{u}" for u in self.units),
                                 *(f"{c}.{a}" for c in critics for a in self.agents))
         self.target_networks = {f"{n}.target": n for n in self.online_networks}
-        self.noise_networks = tuple(f"actor.{a}" for a in self.agents)
+        self.noise_networks = tuple(f"actor.{u}" for u in self.units)
         self._noise: dict[str, GaussianNoise | OUNoise] = {}
         super().__init__(obs_spec, action if action is not None else obs_spec.actions, arch, hp, seed, device)
 
@@ -85,12 +91,13 @@ class MADDPG(RLAlgorithm):
         return meta["action"]
 
     def network_obs_spec(self, name: str) -> ObsSpec:
-        kind, _, agent = name.partition(".")
-        return self.ma.obs[agent] if kind == "actor" else self.ma.joint
+        kind, _, who = name.partition(".")
+        return self.ma.obs[self.units[who][0]] if kind == "actor" else self.ma.joint
 
     def network_arch(self, arch: ArchSpec, name: str) -> ArchSpec:
-        kind, _, agent = name.partition(".")
+        kind, _, who = name.partition(".")
         if kind == "actor":
+            agent = self.units[who][0]  # a unit's agents have identical spaces
             in_dim, out = self.ma.obs[agent].vector_dim, self.action_specs[agent].dim
         else:
             in_dim, out = self.ma.joint.vector_dim + self.action_dim, 1
@@ -101,7 +108,8 @@ class MADDPG(RLAlgorithm):
 
     # ---- acting -----------------------------------------------------------------------------------------
     def _actor_out(self, agent: str, obs: torch.Tensor, target: bool = False) -> torch.Tensor:
-        net = self.networks[f"actor.{agent}.target" if target else f"actor.{agent}"]
+        unit = self.unit_of[agent]
+        net = self.networks[f"actor.{unit}.target" if target else f"actor.{unit}"]
         return net({"obs": obs})
 
     @torch.no_grad()
@@ -167,7 +175,7 @@ class MADDPG(RLAlgorithm):
     def batch_key(self) -> tuple:
         """Teams with equal keys learn as one group: the same agents, architecture (hidden widths may differ)
         and critics; rates, gamma, tau, noise, temperature and policy_freq are per team."""
-        return self._group_key(self.critic_names, self.hp.max_grad_norm)
+        return self._group_key(self.critic_names, self.hp.max_grad_norm, tuple(self.units.items()))
 
     def joint_action(self, actions: AgentTensors) -> torch.Tensor:
         """The critics' action input: every agent's action (Discrete ones one-hot), concatenated in agent order."""

@@ -42,6 +42,7 @@ class MADDPGGroup(ReplayGroup):
     def __init__(self, agents: Sequence) -> None:
         first = agents[0]
         self.names = first.agents
+        self.units, self.unit_of = first.units, first.unit_of  # actors are per policy unit
         self.c, self.n = len(first.critic_names), len(first.agents)
         super().__init__(agents)
         self.ma, self.specs = first.ma, first.action_specs
@@ -55,12 +56,12 @@ class MADDPGGroup(ReplayGroup):
         self.critic_target_layers = merged(stacked_blocks(self.targets["critics.target"], self.k, self.critics.padded))
         self.actors: dict[str, StackedNetwork] = {}
         self.actor_targets: dict[str, StackedNetwork] = {}
-        for x in self.names:
-            adam = self.adams[f"actor.{x}"]
-            self.actors[x] = StackedNetwork([a.networks[f"actor.{x}"] for a in self.agents], adam.flat, adam.padded,
+        for u in self.units:
+            adam = self.adams[f"actor.{u}"]
+            self.actors[u] = StackedNetwork([a.networks[f"actor.{u}"] for a in self.agents], adam.flat, adam.padded,
                                             trainable=True)
-            self.actor_targets[x] = StackedNetwork([a.networks[f"actor.{x}.target"] for a in self.agents],
-                                                   self.targets[f"actor.{x}.target"], adam.padded)
+            self.actor_targets[u] = StackedNetwork([a.networks[f"actor.{u}.target"] for a in self.agents],
+                                                   self.targets[f"actor.{u}.target"], adam.padded)
         self.columns: dict[str, slice] = {}  # each agent's action columns in the critics' input
         start = self.ma.joint.vector_dim
         for x in self.names:
@@ -74,8 +75,8 @@ class MADDPGGroup(ReplayGroup):
 
     # ---- what stacks --------------------------------------------------------------------------------------
     def stacked_optimizers(self) -> dict[str, tuple]:
-        out = {f"actor.{x}": ([a.optimizers[f"actor.{x}"] for a in self.agents],
-                              [param_shapes(a.networks[f"actor.{x}"]) for a in self.agents]) for x in self.names}
+        out = {f"actor.{u}": ([a.optimizers[f"actor.{u}"] for a in self.agents],
+                              [param_shapes(a.networks[f"actor.{u}"]) for a in self.agents]) for u in self.units}
         m = self.c * self.n  # a member's critics live as [C * N, *shape] blocks (critic-major, then agent)
         out["critics"] = ([a.critic_adam for a in self.agents],
                           [[(m, *s) for s in param_shapes(a.networks[f"critic_1.{self.names[0]}"])]
@@ -83,15 +84,19 @@ class MADDPGGroup(ReplayGroup):
         return out
 
     def stacked_targets(self) -> dict[str, tuple[str, list[torch.Tensor]]]:
-        out = {f"actor.{x}.target": (f"actor.{x}", [a.target_flat[f"actor.{x}.target"] for a in self.agents])
-               for x in self.names}
+        out = {f"actor.{u}.target": (f"actor.{u}", [a.target_flat[f"actor.{u}.target"] for a in self.agents])
+               for u in self.units}
         out["critics.target"] = ("critics", [a.critic_target_flat for a in self.agents])
         return out
 
     # ---- acting -------------------------------------------------------------------------------------------
     @torch.no_grad()
     def explore(self, obs: Sequence, masks: Sequence) -> list[dict[str, np.ndarray]]:
-        out = {x: self.actors[x]({"obs": torch.cat([o[x] for o in obs])}) for x in self.names}
+        out = {}
+        for u, agents in self.units.items():  # a unit's agents through its one actor, member-major then agent
+            y = self.actors[u]({"obs": torch.cat([o[x] for o in obs for x in agents])})
+            for j, x in enumerate(y.view(self.k, len(agents), -1, y.shape[-1]).unbind(1)):
+                out[agents[j]] = x
         return [a.actions_from({x: out[x][i] for x in self.names}, True, masks[i]) for i, a in enumerate(self.agents)]
 
     # ---- targets ------------------------------------------------------------------------------------------
@@ -126,7 +131,7 @@ class MADDPGGroup(ReplayGroup):
         who = [on and a.hp.target_noise > 0 for a, on in zip(self.agents, rows.active.tolist(), strict=True)]
         out = {}
         for x in self.names:
-            y = self.actor_targets[x]({"obs": batch.next_obs[x]})
+            y = self.actor_targets[self.unit_of[x]]({"obs": batch.next_obs[x]})
             if self.specs[x].discrete:
                 y = masked_logits(y, self._mask(batch, x, k, following=True))
                 out[x] = F.one_hot(y.argmax(-1), y.shape[-1]).to(torch.float32).view(-1, y.shape[-1])
@@ -182,7 +187,7 @@ class MADDPGGroup(ReplayGroup):
         k = rows.k
         inputs = []
         for x in self.names:
-            pre = self.actors[x]({"obs": batch.obs[x]})
+            pre = self.actors[self.unit_of[x]]({"obs": batch.obs[x]})  # a shared actor sums its agents' terms
             if self.specs[x].discrete:  # masked actions get no probability, so no gradient either
                 noise = self._gumbel(rows, turns, pre.shape[-1])
                 mine = gumbel_softmax(masked_logits(pre, self._mask(batch, x, k)), self.temperature, noise=noise)
@@ -196,8 +201,8 @@ class MADDPGGroup(ReplayGroup):
                      b.view(k, m, -1)[:, : self.n].reshape(-1, b.shape[1])) for w, b in self.critic_layers()]
         q = stacked_forward(critic_1, xs.view(k * self.n, xs.shape[2], -1), self.activation)
         loss = -(weight * q.view(weight.shape)).sum()
-        adams = [self.adams[f"actor.{x}"] for x in self.names]
-        grads = gradients(loss, *(self.actors[x].leaves for x in self.names))
+        adams = [self.adams[f"actor.{u}"] for u in self.units]
+        grads = gradients(loss, *(self.actors[u].leaves for u in self.units))
         active = None if all(turns) else torch.tensor(turns, device=self.device)
         for adam, grad in zip(adams, grads, strict=True):
             adam.grad = grad

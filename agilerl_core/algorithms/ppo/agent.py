@@ -25,7 +25,7 @@ from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.hyperparameters.ppo import PPOHyperparameters
 from agilerl_core.algorithms.ppo.group import PPOGroup
 from agilerl_core.buffers.rollout import Rollout
-from agilerl_core.envs.spaces import Obs
+from agilerl_core.envs.spaces import Obs, ObsSpec
 
 
 class PPO(RLAlgorithm):
@@ -40,22 +40,68 @@ class PPO(RLAlgorithm):
     noise_networks: ClassVar[tuple[str, ...]] = ("actor",)
     group_class = PPOGroup
 
-    def __init__(self, obs_spec, action, arch, hp, seed, device="cpu") -> None:
+    def __init__(self, obs_spec, action, arch, hp, seed, device="cpu", critic_obs_spec: ObsSpec | None = None) -> None:
+        # a centralised critic (MAPPO) reads other observations than the actor: the team's joint observation
+        self.critic_obs_spec = critic_obs_spec
         super().__init__(obs_spec, action, arch, hp, seed, device)
         self.continuous = not self.action_spec.discrete
         # Gaussian log std (Box actions): a plain tensor with its own Adam moments, saved as extra state
         self.log_std = torch.full((self.action_dim,), float(self.hp.log_std_init), device=self.device)
         self.log_std_adam = torch.zeros(2 * self.action_dim + 1, device=self.device)  # m, v, step
+        # a recurrent member's state per network while it acts step by step (greedy_action, policy_step):
+        # episode-local, never checkpointed; see reset_memory
+        self.memory: dict[str, torch.Tensor] = {}
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether the networks have a recurrent core (network.rnn)."""
+        return self.arch.rnn is not None
+
+    def reset_memory(self, done: np.ndarray | None = None) -> None:
+        if done is None:
+            self.memory = {}
+            return
+        ended = torch.as_tensor(np.asarray(done, dtype=bool))
+        for state in self.memory.values():
+            if state.shape[0] == ended.shape[0]:
+                state[ended.to(state.device)] = 0.0
+
+    def apply_architecture(self, arch):
+        self.memory = {}  # a state of the old shape means nothing to the new networks
+        return super().apply_architecture(arch)
+
+    def _net(self, name: str, obs: Obs, advance: bool = True) -> torch.Tensor:
+        """Network `name`'s outputs for a batch; a recurrent one steps from this member's memory of the
+        batch's envs (fresh when the batch size changed) and, with `advance`, remembers the new state."""
+        net = self.networks[name]
+        if not self.recurrent:
+            return net(obs)
+        state = self.memory.get(name)
+        if state is not None and state.shape[0] != next(iter(obs.values())).shape[0]:
+            state = None
+        out, new = net.step(obs, state)
+        if advance:
+            self.memory[name] = new
+        return out
 
     def network_io(self, name: str) -> tuple[int, int]:
-        return (0, 1) if name == "critic" else (0, self.action_dim)
+        if name != "critic":
+            return 0, self.action_dim
+        return (0 if self.critic_obs_spec is None else self.critic_obs_spec.vector_dim - self.obs_spec.vector_dim), 1
+
+    def network_obs_spec(self, name: str) -> ObsSpec:
+        return self.critic_obs_spec if name == "critic" and self.critic_obs_spec is not None else self.obs_spec
+
+    def init_kwargs(self) -> dict:
+        return {} if self.critic_obs_spec is None else {"critic_obs_spec": self.critic_obs_spec}
 
     # ---- the policy -----------------------------------------------------------------------------------
     def value(self, obs: Obs) -> torch.Tensor:
-        return self.networks["critic"](obs).squeeze(1)
+        """V(s) for a batch (a recurrent critic: from its memory, which this does not advance)."""
+        return self._net("critic", obs, advance=False).squeeze(1)
 
     def _dist_params(self, obs: Obs, mask: torch.Tensor | None, log_std: torch.Tensor | None = None):
-        return self.dist_from(self.networks["actor"](obs), mask, log_std)
+        return self.dist_from(self._net("actor", obs), mask, log_std)
 
     def dist_from(self, out: torch.Tensor, mask: torch.Tensor | None, log_std: torch.Tensor | None = None):
         """The policy's distribution parameters from the actor's outputs `out` [..., A]: (means, log std)
@@ -85,12 +131,13 @@ class PPO(RLAlgorithm):
         return logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1), -(probs * logits).sum(-1)
 
     @torch.no_grad()
-    def policy_step(self, obs: Obs, action_mask: np.ndarray | None = None
+    def policy_step(self, obs: Obs, action_mask: np.ndarray | None = None, critic_obs: Obs | None = None
                     ) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
-        """Sampled actions (agent scale), their log-probs and the state values, for collection."""
+        """Sampled actions (agent scale), their log-probs and the state values (a centralised critic reads
+        `critic_obs`), for collection."""
         mask = None if action_mask is None else torch.as_tensor(action_mask, dtype=torch.bool, device=self.device)
         actions, logp = self.sample_from(*self._dist_params(obs, mask))
-        return actions, logp, self.value(obs)
+        return actions, logp, self._net("critic", obs if critic_obs is None else critic_obs).squeeze(1)
 
     @torch.no_grad()
     def sample_from(self, p: torch.Tensor, log_std: torch.Tensor | None) -> tuple[np.ndarray, torch.Tensor]:
@@ -121,18 +168,23 @@ class PPO(RLAlgorithm):
         coefficients, epochs, minibatches and KL targets are per member."""
         hp = self.hp
         return self._group_key(self.continuous, hp.norm_adv, hp.clip_vloss, hp.max_grad_norm, hp.rollout_steps,
-                               self.obs_norm is not None)
+                               self.obs_norm is not None, hp.seq_len if self.recurrent else None,
+                               None if self.critic_obs_spec is None else self.critic_obs_spec.vector_dim)
 
     # ---- learning -------------------------------------------------------------------------------------
-    @staticmethod
-    def rollout_rows(rollout: Rollout, steps: int, advantages: torch.Tensor, returns: torch.Tensor,
+    def rollout_rows(self, rollout: Rollout, steps: int, advantages: torch.Tensor, returns: torch.Tensor,
                      valid: torch.Tensor | None = None) -> tuple[dict, torch.Tensor, torch.Tensor]:
         """What an update learns from: the first `steps` rows of `rollout` flattened, with their advantages
-        and returns, only those where `valid` [T, N] is set (None: all)."""
+        and returns, only those where `valid` [T, N] is set (None: all). A recurrent member's rollout (one with
+        states) gives sequences of ``seq_len`` steps instead (:meth:`Rollout.sequences`)."""
+        if getattr(rollout, "states", None) is not None:
+            if valid is not None:
+                raise ValueError("a recurrent rollout learns from whole sequences; padded agent steps are not supported")
+            return rollout.sequences(steps, self.hp.seq_len, advantages, returns)
         data = rollout.flat(steps)
         adv, ret = advantages[:steps].reshape(-1), returns[:steps].reshape(-1)
         if valid is not None:
-            rows = valid[:steps].reshape(-1).nonzero().squeeze(1)
+            rows = valid[:steps].reshape(-1).nonzero().squeeze(1)  # (critic_obs is a dict like obs)
             data = {k: ({kk: vv.index_select(0, rows) for kk, vv in v.items()} if isinstance(v, dict)
                         else v.index_select(0, rows)) for k, v in data.items()}
             adv, ret = adv.index_select(0, rows), ret.index_select(0, rows)

@@ -35,28 +35,59 @@ class PPOGroup(MemberGroup):
         self.clip, self.ent_coef, self.vf_coef = (self.hp_tensor(n) for n in ("clip_coef", "ent_coef", "vf_coef"))
         self.norm_adv, self.clip_vloss, self.max_grad_norm = first.hp.norm_adv, first.hp.clip_vloss, first.hp.max_grad_norm
         self.log_std = torch.stack([a.log_std for a in self.agents]) if self.continuous else None
+        # a recurrent group: every member's state of each network while acting, [K, N, layers, S, H] (the
+        # group's widest hidden size; a narrower member's extra units stay 0)
+        rnn = first.arch.rnn
+        self.rnn = None if rnn is None else (rnn.layers, rnn.state_shape()[1], max(a.arch.rnn.hidden for a in self.agents))
+        self.seq_len = first.hp.seq_len
+        self.act_state: dict[str, torch.Tensor] = {}
+
+    def begin_acting(self, num_envs: int) -> None:
+        """Recurrent members: every env starts from a zero state (a no-op otherwise)."""
+        if self.rnn is not None:
+            self.act_state = {n: torch.zeros(self.k, num_envs, *self.rnn, device=self.device) for n in self.nets}
 
     # ---- acting ---------------------------------------------------------------------------------------
     @torch.no_grad()
-    def policy_step(self, obs: Sequence, masks: Sequence) -> list[tuple[np.ndarray, torch.Tensor, torch.Tensor]]:
+    def policy_step(self, obs: Sequence, masks: Sequence, starts: Sequence | None = None,
+                    critic_obs: Sequence | None = None) -> list[tuple]:
         """Every member's (actions, log-probs, values) for its envs' observations (one batch each, the same
-        size), as :meth:`PPO.policy_step`: the actions sampled from each member's own generator."""
+        size), as :meth:`PPO.policy_step`: the actions sampled from each member's own generator. Recurrent
+        members also give each network's state before the step ({name: [N, layers, S, H]}), and `starts`
+        (per member, [N] bool) says which envs begin an episode at this step (their state is zeroed first).
+        A centralised critic (MAPPO) values each member's `critic_obs` instead of its observations."""
         joined = self.joined(obs)
-        out, values = self.nets["actor"](joined), self.nets["critic"](joined).squeeze(2)
+        before = None
+        if self.rnn is None:
+            out = self.nets["actor"](joined)
+            values = self.nets["critic"](joined if critic_obs is None else self.joined(critic_obs)).squeeze(2)
+        else:
+            begin = torch.as_tensor(np.stack(starts), device=self.device).view(self.k, -1, 1)
+            before = self.act_state
+            out, actor_state = self.nets["actor"].sequence(joined, before["actor"], begin, 1)
+            values, critic_state = self.nets["critic"].sequence(joined, before["critic"], begin, 1)
+            values = values.squeeze(2)
+            self.act_state = {"actor": actor_state, "critic": critic_state}
         res = []
         for i, a in enumerate(self.agents):
             mask = None if masks[i] is None else torch.as_tensor(masks[i], dtype=torch.bool, device=self.device)
             actions, logp = a.sample_from(*a.dist_from(out[i], mask, None if self.log_std is None else self.log_std[i]))
-            res.append((actions, logp, values[i]))
+            res.append((actions, logp, values[i]) if before is None else
+                       (actions, logp, values[i], {n: st[i].cpu() for n, st in before.items()}))
         return res
 
     def explore(self, obs: Sequence, masks: Sequence) -> list[np.ndarray]:
         return [r[0] for r in self.policy_step(obs, masks)]
 
     @torch.no_grad()
-    def value(self, i: int, obs) -> torch.Tensor:
-        """Member i's V(s) [N] for a batch of its observations."""
-        return self.nets["critic"].member(i)(obs)[0, :, 0]
+    def value(self, i: int, obs, starts: np.ndarray | None = None) -> torch.Tensor:
+        """Member i's V(s) [N] for a batch of its observations (a recurrent critic: from its current acting
+        state, zeroed first where `starts` is set; the state is not advanced)."""
+        critic = self.nets["critic"].member(i)
+        if self.rnn is None:
+            return critic(obs)[0, :, 0]
+        begin = None if starts is None else torch.as_tensor(starts, device=self.device).view(1, -1, 1)
+        return critic.sequence(obs, self.act_state["critic"][i: i + 1], begin, 1)[0][0, :, 0]
 
     # ---- learning -------------------------------------------------------------------------------------
     def learn_rollouts(self, datas: list[dict], advantages: list[torch.Tensor], returns: list[torch.Tensor]
@@ -100,12 +131,30 @@ class PPOGroup(MemberGroup):
         def pick(get):
             return torch.stack([get(m).index_select(0, pad[m]) for m in range(k)]).to(self.device)
 
-        f = {"obs": {key: pick(lambda m, key=key: datas[m]["obs"][key]).flatten(0, 1) for key in datas[0]["obs"]},
+        f = {"obs": {key: pick(lambda m, key=key: datas[m]["obs"][key]) for key in datas[0]["obs"]},
              "actions": pick(lambda m: datas[m]["actions"]), "logp": pick(lambda m: datas[m]["logprobs"]),
              "values": pick(lambda m: datas[m]["values"]), "adv": pick(lambda m: advantages[m]),
              "ret": pick(lambda m: returns[m])}
         if "masks" in datas[0]:
             f["masks"] = pick(lambda m: datas[m]["masks"])
+        if self.rnn is None:
+            f["obs"] = {key: v.flatten(0, 1) for key, v in f["obs"].items()}
+            if "critic_obs" in datas[0]:
+                f["critic_obs"] = {key: pick(lambda m, key=key: datas[m]["critic_obs"][key]).flatten(0, 1)
+                                   for key in datas[0]["critic_obs"]}
+            return f, w
+        # recurrent: rows are sequences [K, b, L]; each real step weighs 1 / its member's count of real steps
+        steps = pick(lambda m: datas[m]["valid"]).float() * (w > 0).unsqueeze(2)
+        w = (steps / steps.sum((1, 2), keepdim=True).clamp(min=1)).flatten(1)
+        width = self.rnn[2]
+        for name in self.nets:  # a state a member stored alone is as wide as its own core: padded with zeros
+            f[f"state/{name}"] = pick(lambda m, name=name: torch.nn.functional.pad(
+                datas[m][f"state/{name}"], (0, width - datas[m][f"state/{name}"].shape[-1])))
+        f["starts"] = pick(lambda m: datas[m]["starts"])
+        f["obs"] = {key: v.flatten(0, 2) for key, v in f["obs"].items()}
+        for key in ("actions", "logp", "values", "adv", "ret", "masks"):
+            if key in f:
+                f[key] = f[key].flatten(1, 2)
         return f, w
 
     def minibatch_step(self, datas, advantages, returns, idxs) -> tuple[torch.Tensor, torch.Tensor]:
@@ -118,12 +167,16 @@ class PPOGroup(MemberGroup):
         first = self.agents[0]
         actor, critic = self.nets["actor"], self.nets["critic"]
         hand = actor.hand_backward and critic.hand_backward  # the trunks' backward by hand, the losses' autograd
-        if hand:
-            (a_out, a_saved), (c_out, c_saved) = actor.forward_saving(f["obs"]), critic.forward_saving(f["obs"])
+        if self.rnn is not None:  # truncated BPTT over each sequence, from the state stored before it
+            a_out = actor.sequence(f["obs"], f["state/actor"], f["starts"], self.seq_len)[0]
+            c_out = critic.sequence(f["obs"], f["state/critic"], f["starts"], self.seq_len)[0]
+        elif hand:
+            a_out, a_saved = actor.forward_saving(f["obs"])
+            c_out, c_saved = critic.forward_saving(f.get("critic_obs", f["obs"]))
             a_out.requires_grad_(True)
             c_out.requires_grad_(True)
         else:
-            a_out, c_out = actor(f["obs"]), critic(f["obs"])
+            a_out, c_out = actor(f["obs"]), critic(f.get("critic_obs", f["obs"]))
         p, ls = first.dist_from(a_out, f.get("masks"), None if ls_leaf is None else ls_leaf.unsqueeze(1))
         new_logp, entropy = first.log_prob_entropy_from(p, ls, f["actions"])
         adv = normalized_advantages(f["adv"], valid) if self.norm_adv else f["adv"]
