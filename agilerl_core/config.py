@@ -612,7 +612,8 @@ class LLMExperimentConfig(_ExperimentBase):
     default_algorithm: ClassVar[str] = "grpo"
 
     kind: Literal["llm"] = Field(description="Kind of experiment: llm (LoRA adapters on a causal language model).")
-    algorithm: Literal[LLM_ALGORITHMS] = Field("grpo", description="grpo (verifiable rewards) or dpo (preferences).")
+    algorithm: Literal[LLM_ALGORITHMS] = Field("grpo", description="grpo or reinforce (RLOO) on verifiable rewards, "
+                                                                   "or dpo (preferences).")
     hyperparameters: LLMHyperparameterModels = Field(default_factory=GRPOHyperparameters,
                                                      description="Initial hyperparameters of every member.")
     model: LLMModelConfig = Field(description="The shared base model and the members' adapters.")

@@ -60,6 +60,21 @@ def test_group_advantages_are_normalised_within_each_group():
     assert torch.equal(adv[4:], torch.zeros(4))  # equal rewards teach nothing
 
 
+def test_rloo_advantages_leave_each_completion_out_of_its_own_baseline():
+    from agilerl_core.algorithms.reinforce import rloo_advantages
+
+    r = torch.tensor([1.0, 0.0, 0.0, 1.0, 3.0, 3.0])  # two groups of 3
+    adv = rloo_advantages(r, 3)
+    # group 1: 1 - (0+0)/2 = 1, 0 - (1+0)/2 = -0.5, -0.5; group 2: 1 - 6/2 = -2, 3 - 4/2 = 1, 1
+    assert torch.allclose(adv, torch.tensor([1.0, -0.5, -0.5, -2.0, 1.0, 1.0]))
+    # RLOO = k/(k-1) (r - group mean): no division by the group's std, unlike GRPO's
+    assert not torch.allclose(adv, group_advantages(r, 3))
+    g = r.reshape(2, 3)
+    assert torch.allclose(adv, (1.5 * (g - g.mean(1, keepdim=True))).reshape(-1))
+    with pytest.raises(ValueError, match="group_size >= 2"):
+        rloo_advantages(torch.ones(4), 1)
+
+
 def test_grpo_token_loss_clips_the_ratio_and_adds_beta_k3():
     old = torch.log(torch.tensor([[0.5, 0.5], [0.5, 0.5]]))
     logp = torch.log(torch.tensor([[0.8, 0.5], [0.2, 0.5]]))  # ratios 1.6 / 1 and 0.4 / 1
@@ -155,11 +170,13 @@ def test_adapter_svd_shrink_of_a_known_product():
 
 
 # ---- learning -------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_a_tiny_model_learns_a_constant_target_probe(data_dir, dtype):
-    """Sampled completions (temperature 1) reach >= 95% reward within a few thousand completions. With a
-    bfloat16 base (the GPU default, `model.dtype: auto`) the adapters and their Adam moments stay float32."""
-    evo = build_evolution(llm_config(data_dir, population_size=1, max_env_steps=4096, **{"model.dtype": dtype}))
+@pytest.mark.parametrize(("algorithm", "dtype"), [("grpo", "float32"), ("grpo", "bfloat16"), ("reinforce", "float32")])
+def test_a_tiny_model_learns_a_constant_target_probe(data_dir, algorithm, dtype):
+    """Sampled completions (temperature 1) reach >= 95% reward within a few thousand completions (GRPO, and
+    REINFORCE with its leave-one-out baseline). With a bfloat16 base (the GPU default, `model.dtype: auto`) the
+    adapters and their Adam moments stay float32."""
+    evo = build_evolution(llm_config(data_dir, algorithm=algorithm, population_size=1, max_env_steps=4096,
+                                     **{"model.dtype": dtype}))
     base = {p.dtype for n, p in evo.arena.base.model.named_parameters() if "lora_" not in n}
     assert base == {getattr(torch, dtype)}
     member = evo.population.members[0].agent
@@ -237,7 +254,7 @@ def test_config_refuses_what_llm_members_cannot_do(data_dir):
         llm_config(data_dir, **{"mutation.architecture": 0.2})
     with pytest.raises(ConfigError, match="mutation.parameters: LLM members take no weight-noise"):
         llm_config(data_dir, **{"mutation.parameters": 0.1})
-    with pytest.raises(ConfigError, match="algorithm: ppo does not train in llm experiments; use one of grpo, dpo"):
+    with pytest.raises(ConfigError, match="algorithm: ppo does not train in llm experiments; use one of grpo, reinforce, dpo"):
         llm_config(data_dir, algorithm="ppo")
     with pytest.raises(ConfigError, match="tokenizer_chars"):
         llm_config(data_dir, **{"model.tokenizer_chars": None})
@@ -432,7 +449,7 @@ def _logits_of(model, member):
     return model(input_ids=ids, attention_mask=mask).logits
 
 
-@pytest.mark.parametrize("algorithm", ["grpo", "dpo"])
+@pytest.mark.parametrize("algorithm", ["grpo", "reinforce", "dpo"])
 def test_a_group_trains_in_shared_forwards_as_each_member_alone(data_dir, algorithm):
     """Three members with other adapters, ranks and hyperparameters (GRPO: temperature, group size, beta, update
     epochs; DPO: beta, NLL weight) train their phases as one group, every learn step's rows through one forward of
@@ -440,7 +457,7 @@ def test_a_group_trains_in_shared_forwards_as_each_member_alone(data_dir, algori
     (drawn from its own generator), metrics, adapter and Adam state equal its phase alone (float tolerance); the
     group's fitness equals each member's own."""
     over = {"algorithm": algorithm, "population_size": 3, "hyperparameters.micro_batch_size": 24}
-    if algorithm == "grpo":
+    if algorithm != "dpo":
         over.update({"hyperparameters.max_new_tokens": 3, "hyperparameters.generation_batch_size": 40,
                      "hyperparameters.beta": 0.1})
     evo = build_evolution(llm_config(data_dir, **over))
@@ -450,7 +467,7 @@ def test_a_group_trains_in_shared_forwards_as_each_member_alone(data_dir, algori
     for m in members:  # adapters that change the completions
         for n in m.adapter.names:
             m.adapter.b[n].data.normal_(0, 0.3, generator=g)
-    if algorithm == "grpo":
+    if algorithm != "dpo":
         for m, (temp, size, beta, epochs) in zip(members, [(1.0, 8, 0.1, 1), (0.7, 5, 0.0, 2), (1.3, 8, 0.3, 1)], strict=True):
             m.hp.temperature, m.hp.group_size, m.hp.beta, m.hp.update_epochs = temp, size, beta, epochs
     else:
@@ -458,7 +475,7 @@ def test_a_group_trains_in_shared_forwards_as_each_member_alone(data_dir, algori
             m.hp.beta, m.hp.nll_weight = beta, nll
     assert len({arena.batch_key(m) for m in members}) == 1
     alone = [m.clone() for m in members]
-    seeds, budget = [11, 12, 13], 200 if algorithm == "grpo" else 64
+    seeds, budget = [11, 12, 13], 64 if algorithm == "dpo" else 200
     one_by_one = [arena.train(c, s, seed, budget) for s, (c, seed) in enumerate(zip(alone, seeds, strict=True))]
     together = arena.train_group(members, [0, 1, 2], seeds, budget)
     for a, t, ma, mt in zip(one_by_one, together, alone, members, strict=True):

@@ -78,6 +78,12 @@ class GRPO(LLMAlgorithm):
     data_kind = "prompts"
 
     @staticmethod
+    def advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+        """Each completion's advantage from the rewards of its prompt's group (consecutive runs of
+        `group_size`): GRPO's group-normalised rewards."""
+        return group_advantages(rewards, group_size)
+
+    @staticmethod
     def prepare(base: SharedBase, records: Any, chat_template: bool) -> PromptData:
         answers = records.answers if records.answers is not None else [None] * len(records)
         return PromptData(base.encode(records.prompts, chat_template), list(records.prompts), list(answers))
@@ -158,7 +164,7 @@ class GRPO(LLMAlgorithm):
                 g = h.group_size
                 r.append(rewards(texts, [data.answers[p] for p in idx for _ in range(g)],
                                  [data.prompts[p] for p in idx for _ in range(g)]))
-                adv.append(group_advantages(torch.as_tensor(r[i], dtype=torch.float32), g).to(base.device))
+                adv.append(members[i].advantages(torch.as_tensor(r[i], dtype=torch.float32), g).to(base.device))
             fmask = [c[1].float() for c in comps]
             ntok = [f.sum().clamp(min=1) for f in fmask]
             parts = LLMAlgorithm.group_parts(members, row_pieces([len(x) for x in rows], hps[0].micro_batch_size))

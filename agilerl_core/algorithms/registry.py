@@ -15,7 +15,7 @@ from agilerl_core.algorithms.hyperparameters.bc import BCHyperparameters
 from agilerl_core.algorithms.hyperparameters.cql import CQLHyperparameters, CQNHyperparameters
 from agilerl_core.algorithms.hyperparameters.dqn import DQNHyperparameters, RainbowHyperparameters
 from agilerl_core.algorithms.hyperparameters.ippo import IPPOHyperparameters, MAPPOHyperparameters
-from agilerl_core.algorithms.hyperparameters.llm import DPOHyperparameters, GRPOHyperparameters
+from agilerl_core.algorithms.hyperparameters.llm import DPOHyperparameters, GRPOHyperparameters, REINFORCEHyperparameters
 from agilerl_core.algorithms.hyperparameters.maddpg import MADDPGHyperparameters, MATD3Hyperparameters
 from agilerl_core.algorithms.hyperparameters.ppo import PPOHyperparameters
 from agilerl_core.algorithms.hyperparameters.sac import SACHyperparameters
@@ -64,6 +64,8 @@ ALGORITHMS: dict[str, AlgorithmInfo] = {a.name: a for a in (
     AlgorithmInfo("mappo", MAPPOHyperparameters, "agilerl_core.algorithms.ippo:MAPPO",
                   {"multi_agent": "multi_agent_on_policy"}, on_policy=True),
     AlgorithmInfo("grpo", GRPOHyperparameters, "agilerl_core.algorithms.grpo:GRPO", {"llm": "llm"}, on_policy=True),
+    AlgorithmInfo("reinforce", REINFORCEHyperparameters, "agilerl_core.algorithms.reinforce:REINFORCE", {"llm": "llm"},
+                  on_policy=True),
     AlgorithmInfo("dpo", DPOHyperparameters, "agilerl_core.algorithms.dpo:DPO", {"llm": "llm"}),
 )}
 

@@ -1,4 +1,4 @@
-"""Hyperparameters of the language-model algorithms (GRPO, DPO): a population of LoRA adapters on one base.
+"""Hyperparameters of the language-model algorithms (GRPO, REINFORCE, DPO): a population of LoRA adapters on one base.
 
 Budgets of LLM experiments count training samples: GRPO completions (prompts x group_size), DPO preference
 pairs."""
@@ -49,6 +49,17 @@ class GRPOHyperparameters(LLMHyperparameters):
                                                               "batches use the cores better, memory grows with it).")
     clip: float = Field(0.2, gt=0, lt=1, description="PPO-style ratio clip.")
     update_epochs: int = Field(1, ge=1, description="Gradient passes over each batch of completions.")
+
+
+class REINFORCEHyperparameters(GRPOHyperparameters):
+    """REINFORCE with a leave-one-out baseline (RLOO): GRPO's sampling and loss, each completion's advantage its
+    reward minus the mean of its prompt's other completions' rewards."""
+
+    algorithm_name: ClassVar[str] = "reinforce"
+
+    group_size: int = Field(4, ge=2, description="Completions sampled per prompt (each one's baseline is the mean "
+                                                 "reward of the others).")
+    beta: float = Field(0.0, ge=0, description="Weight of the k3 KL penalty to the base model (0: no reference pass).")
 
 
 class DPOHyperparameters(LLMHyperparameters):
