@@ -110,7 +110,7 @@ def _subject_tags(cfg: PipelineConfig) -> dict[str, str]:
         m = cfg.model
         name = m.path or m.gguf_file or f"config:{m.config.get('model_type')}"
         return {"agilerl.base_model": f"{name}{'/' + m.gguf_file if m.path and m.gguf_file else ''}",
-                "agilerl.dataset": cfg.dataset.uri}
+                "agilerl.dataset": cfg.dataset.label}
     return {"agilerl.env_id": cfg.env_id}
 
 

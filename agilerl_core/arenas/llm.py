@@ -19,6 +19,7 @@ from agilerl_core.arenas.base import checked_space, torch_device
 from agilerl_core.arenas.experience import OwnExperience
 from agilerl_core.data.fetch import check_pin
 from agilerl_core.data.prompts import TextRecords, load_text_records, split_indices
+from agilerl_core.data.reasoning import generate
 from agilerl_core.errors import CheckpointError, ConfigError, DatasetError
 from agilerl_core.hpo.evolution import TrainResult
 from agilerl_core.io.storage import s3_options
@@ -70,8 +71,12 @@ class LLMArena(OwnExperience):
         self.space = checked_space(cfg, algo_cls)
         lora = cfg.model.lora
         self.arch_bounds = RankBounds(lora.min_rank, lora.max_rank)
-        self.rewards = Rewards(cfg.rewards) if algo_cls.data_kind == "prompts" else None
         self.dataset = self._load_records(cfg)
+        self.rewards = Rewards(cfg.rewards, self.dataset.entries) if algo_cls.data_kind == "prompts" else None
+        if self.rewards is not None and self.rewards.needs_answers and self.dataset.answers is None:
+            raise DatasetError(f"dataset {cfg.dataset.label}: the exact_answer reward needs answers, but no record has "
+                               f"an {cfg.dataset.answer_field!r} field; set dataset.answer_field, or use regex/python "
+                               f"rewards")
         self.base = SharedBase.load(cfg.model, self.device)
         template = cfg.model.chat_template
         self.chat_template = template == "on" or (template == "auto" and bool(self.base.tokenizer.chat_template))
@@ -82,20 +87,43 @@ class LLMArena(OwnExperience):
             held_idx = held_idx[: cfg.eval_prompts]
         self.train_data = algo_cls.prepare(self.base, self.dataset.subset(train_idx), self.chat_template)
         self.eval_data = algo_cls.prepare(self.base, self.dataset.subset(held_idx), self.chat_template)
+        self._check_context(cfg)
         self.env_desc: dict[str, Any] = {"kind": "llm", "base": self.base.describe(),
                                          "chat_template": self.chat_template,
                                          "dataset": {"uri": self.dataset.uri, "sha256": self.dataset.sha256}}
+        if cfg.dataset.source == "reasoning_gym":  # what was generated, beside its hash
+            from importlib.metadata import version
+
+            self.env_desc["dataset"].update(task=cfg.dataset.task, size=cfg.dataset.size, seed=cfg.dataset.seed,
+                                            options=dict(cfg.dataset.options), reasoning_gym=version("reasoning_gym"))
+
+    def _check_context(self, cfg) -> None:
+        """A DatasetError when the longest prompt plus ``max_new_tokens`` outruns the model's context (an index
+        error deep in its position embeddings otherwise)."""
+        context = getattr(self.base.model.config, "max_position_embeddings", None)
+        new = getattr(cfg.hyperparameters, "max_new_tokens", 0)
+        ids = [*getattr(self.train_data, "ids", []), *getattr(self.eval_data, "ids", [])]
+        if context is None or not ids:
+            return
+        longest = max(len(x) for x in ids)
+        if longest + new > context:
+            raise DatasetError(f"dataset {cfg.dataset.label}: its longest prompt is {longest} tokens, and with "
+                               f"hyperparameters.max_new_tokens {new} that outruns the model's context of {context} "
+                               f"positions; use shorter prompts, fewer new tokens or a model with a longer context")
 
     def _load_records(self, cfg) -> TextRecords:
         ds = cfg.dataset
         fields = {"prompt": ds.prompt_field, "answer": ds.answer_field, "chosen": ds.chosen_field,
                   "rejected": ds.rejected_field}
         need = ("prompt", "chosen", "rejected") if self.algo_cls.data_kind == "preferences" else ("prompt",)
-        records = load_text_records(ds.uri, fields, need, s3_options(cfg), ds.cache_dir)
-        check_pin(ds.uri, records.sha256, ds.sha256)
-        if self.rewards is not None and self.rewards.needs_answers and records.answers is None:
-            raise DatasetError(f"dataset {ds.uri}: the exact_answer reward needs answers, but no record has an "
-                               f"{ds.answer_field!r} field; set dataset.answer_field, or use regex/python rewards")
+        if ds.source == "reasoning_gym":
+            if self.algo_cls.data_kind != "prompts":
+                raise ConfigError(f"dataset.source: reasoning_gym generates prompts with answers, not the preference "
+                                  f"pairs {cfg.algorithm} learns from; use a file of pairs")
+            records = generate(ds.task, ds.size, ds.seed, ds.options)
+        else:
+            records = load_text_records(ds.uri, fields, need, s3_options(cfg), ds.cache_dir)
+        check_pin(ds.label, records.sha256, ds.sha256)
         return records
 
     # ---- members ---------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ class TextRecords:
     answers: list[str | None] | None = None
     chosen: list[str] | None = None
     rejected: list[str] | None = None
+    entries: list[dict[str, Any]] | None = None  # generated records' whole entries (reasoning-gym: for its scorer)
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -42,7 +43,7 @@ class TextRecords:
             return None if col is None else [col[i] for i in index]
 
         return TextRecords(self.uri, self.sha256, pick(self.prompts), pick(self.answers), pick(self.chosen),
-                           pick(self.rejected))
+                           pick(self.rejected), pick(self.entries))
 
     def describe(self) -> dict[str, Any]:
         return {"uri": self.uri, "sha256": self.sha256, "records": len(self), "format": "text",

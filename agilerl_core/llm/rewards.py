@@ -7,6 +7,8 @@ Kinds:
   stripped text, case-insensitively.
 * ``regex``: 1 when ``pattern`` matches the completion (``re.search``; ``fullmatch: true`` for the whole text):
   a format reward.
+* ``reasoning_gym``: the dataset's reasoning-gym task scores the completion against the record's entry
+  (:class:`TaskScorer`; needs ``dataset.source: reasoning_gym``).
 * ``python``: ``module:function`` called as ``function(completion: str, answer: str | None, prompt: str)`` and
   returning a number; the module is imported when the experiment is built, so a typo fails before any work.
 """
@@ -67,10 +69,46 @@ def import_function(ref: str, field: str) -> Callable:
     return fn
 
 
+class TaskScorer:
+    """The ``reasoning_gym`` reward: each completion scored in [0, 1] by its record's task scorer (reasoning-gym's
+    ``score_answer``) against the record's entry (found by its prompt, metadata included). The candidate answer:
+    the one inside ``<answer>...</answer>`` when the completion has one, else the whole stripped completion and its
+    last number (whichever scores best)."""
+
+    def __init__(self, entries: list[dict[str, Any]]) -> None:
+        from agilerl_core.data.reasoning import reasoning_gym
+
+        rg = reasoning_gym()
+        self.by_prompt = {str(e["question"]): e for e in entries}
+        self.scorers = {name: rg.get_score_answer_fn(name)
+                        for name in {e["metadata"]["source_dataset"] for e in entries}}
+
+    def __call__(self, completion: str, answer: str | None, prompt: str) -> float:
+        from reasoning_gym.utils import extract_answer
+
+        entry = self.by_prompt.get(prompt)
+        if entry is None:
+            return 0.0
+        score = self.scorers[entry["metadata"]["source_dataset"]]
+        tagged = extract_answer(completion)
+        candidates = [tagged] if tagged is not None else [completion.strip()]
+        number = last_number(completion)
+        if tagged is None and number is not None:
+            candidates.append(str(int(number)) if number == int(number) else str(number))
+        best = 0.0
+        for c in candidates:
+            try:
+                best = max(best, float(score(c, entry)))
+            except Exception:  # a scorer failing on a malformed answer scores it 0
+                continue
+        return best
+
+
 class Rewards:
     """The weighted sum of the declared reward functions."""
 
-    def __init__(self, specs: Sequence[Any]) -> None:
+    def __init__(self, specs: Sequence[Any], entries: list[dict[str, Any]] | None = None) -> None:
+        """`entries`: a reasoning-gym dataset's records (what the ``reasoning_gym`` kind scores against)."""
         if not specs:
             raise ConfigError("rewards: GRPO needs at least one reward (e.g. - kind: exact_answer)")
         self.terms: list[tuple[str, float, RewardFn]] = []
@@ -82,6 +120,11 @@ class Rewards:
                     fn = _regex(spec.pattern, spec.fullmatch)
                 except re.error as err:
                     raise ConfigError(f"rewards[{i}].pattern: not a valid regular expression ({err})") from None
+            elif spec.kind == "reasoning_gym":
+                if entries is None:
+                    raise ConfigError(f"rewards[{i}].kind: reasoning_gym scores with the dataset's reasoning-gym task; "
+                                      f"set dataset.source: reasoning_gym (or use exact_answer/regex/python)")
+                fn = TaskScorer(entries)
             else:
                 fn = import_function(spec.function, f"rewards[{i}].function")
             self.terms.append((spec.name or spec.kind, float(spec.weight), fn))
