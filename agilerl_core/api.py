@@ -365,7 +365,7 @@ def _load_dir(path: Path, where: str, device: str) -> Policy:
         agent, env = load_llm_member(str(path), device)
         record = meta["record"]  # verified by the load above
         member = Member(int(record["member_id"]), agent, record["parent_id"], str(record["mutation"]),
-                        int(record["born"]), [float(f) for f in record["fitness_history"]])
+                        int(record["born"]), [float(f) for f in record["fitness_history"]], record.get("other_parent_id"))
         return Policy(member, env)
     member, env = load_member(path, device=device)
     return Policy(member, env)

@@ -612,6 +612,9 @@ class LLMMutationConfig(_Strict):
     rl_hp: float = Field(0.4, ge=0, description="Weight of a hyperparameter mutation (hp_space).")
     adapter_rank: float = Field(0.2, ge=0, description="Weight of doubling or halving the LoRA rank (function kept "
                                                        "on growth, largest components kept on shrinking).")
+    adapter_crossover: float = Field(0.0, ge=0, description="Weight of a crossover: the child takes each target "
+                                                            "module's adapter from its parent or from a second "
+                                                            "parent (a tournament winner); both are in the lineage.")
 
     @model_validator(mode="before")
     @classmethod
@@ -627,7 +630,7 @@ class LLMMutationConfig(_Strict):
 
     @model_validator(mode="after")
     def _some(self) -> LLMMutationConfig:
-        if self.no_mutation + self.rl_hp + self.adapter_rank <= 0:
+        if self.no_mutation + self.rl_hp + self.adapter_rank + self.adapter_crossover <= 0:
             raise ValueError("at least one mutation weight must be positive")
         return self
 

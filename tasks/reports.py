@@ -8,7 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-LINEAGE_COLUMNS = ["generation", "slot", "member_id", "parent_id", "mutation", "fitness", "architecture"]
+LINEAGE_COLUMNS = ["generation", "slot", "member_id", "parent_id", "other_parent_id", "mutation", "fitness",
+                   "architecture"]
 
 
 def member_rows(population, train_returns: list[float], space_names: list[str],
@@ -72,6 +73,7 @@ EDGE_KINDS = {
     "params": ("weight noise", "tab:green", "-"),
     "activation": ("activation", "tab:purple", "-"),
     "rank": ("adapter rank", "tab:brown", "-"),
+    "crossover": ("adapter crossover (both parents)", "tab:pink", "-"),
 }
 
 
@@ -123,6 +125,10 @@ def plot_family_tree(lineage: list[dict[str, Any]], out: str | Path, title: str 
         _, colour, style = EDGE_KINDS.get(kind, (kind, "0.3", ":"))
         seen[kind] = True
         ax.plot([pg, e["generation"]], [ps, e["slot"]], style, color=colour, lw=1.4, zorder=1)
+        other = e.get("other_parent_id")
+        if other is not None and other in where:  # a crossover child: an edge from its second parent too
+            og, os_ = where[other]
+            ax.plot([og, e["generation"]], [os_, e["slot"]], "--", color=colour, lw=1.4, zorder=1)
         if e["member_id"] in path and e["parent_id"] in path:
             ax.plot([pg, e["generation"]], [ps, e["slot"]], "-", color="red", lw=3.5, alpha=0.45, zorder=0)
     xs = [e["generation"] for e in lineage]

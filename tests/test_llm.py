@@ -544,3 +544,44 @@ def test_reasoning_gym_config_fields_are_checked(data_dir):
         _rg_config(**{"dataset.uri": str(data_dir / "const.jsonl")})
     with pytest.raises(ConfigError, match="rewards\\[0\\].kind: reasoning_gym scores with the dataset's"):
         build_evolution(llm_config(data_dir, rewards=[{"kind": "reasoning_gym"}]))
+
+
+# ---- crossover of adapters --------------------------------------------------------------------------------------
+def test_a_crossover_child_takes_each_module_from_one_parent_and_the_lineage_names_both(data_dir, tmp_path):
+    evo = build_evolution(llm_config(data_dir, population_size=3, **{
+        "mutation": {"no_mutation": 0.0, "rl_hp": 0.0, "adapter_rank": 0.0, "adapter_crossover": 1.0}}))
+    members = [m.agent for m in evo.population.members]
+    g = torch.Generator().manual_seed(9)
+    for m in members:  # parents whose modules differ
+        for n in m.adapter.names:
+            m.adapter.b[n].data.normal_(0, 0.3, generator=g)
+    members[1].set_rank(8, 3)  # a second parent of another rank is brought to the child's first
+    evo.arena.train(members[0], 0, 0, 64)  # Adam moments to keep
+    child, other = members[0].clone(), members[1]
+    before = {n: members[0].adapter.delta(n) for n in child.adapter.names}
+    theirs = {n: other.adapter.shrunk(4).delta(n) for n in child.adapter.names}
+    desc = child.crossover(other, np.random.default_rng(0))
+    taken = [n for n in child.adapter.names if not torch.allclose(child.adapter.delta(n), before[n])]
+    assert desc == f"crossover:{len(taken)}/{len(child.adapter.names)} modules" and 0 < len(taken) < 4
+    for n in child.adapter.names:
+        torch.testing.assert_close(child.adapter.delta(n), theirs[n] if n in taken else before[n])
+    assert child.adapter.rank == 4
+    step, moments = child._adam_state()
+    kept = next(n for n in child.adapter.names if n not in taken)
+    assert step > 0 and moments[f"{kept}.lora_A"][0].abs().sum() > 0 and moments[f"{taken[0]}.lora_B"][0].abs().sum() == 0
+    # in a run: every non-elite child is a crossover of two members of the previous generation, both recorded
+    for m in evo.population.members:
+        m.fitness_history.append(0.5)
+    evo.evolve()
+    events = [e for e in evo.population.lineage if e.generation == 1 and e.slot > 0]
+    assert events and all(e.mutation.startswith("crossover:") and e.other_parent_id is not None
+                          and e.other_parent_id != e.parent_id for e in events)
+    from tasks.reports import lineage_table, plot_family_tree
+
+    table = lineage_table([e.to_dict() for e in evo.population.lineage])
+    assert table["other_parent_id"][-1] == events[-1].other_parent_id
+    assert plot_family_tree([e.to_dict() for e in evo.population.lineage], tmp_path / "tree.png").stat().st_size > 0
+    evo.save(tmp_path / "pop")
+    again = build_evolution(llm_config(data_dir, population_size=3))
+    again.restore(tmp_path / "pop")
+    assert [e.other_parent_id for e in again.population.lineage] == [e.other_parent_id for e in evo.population.lineage]

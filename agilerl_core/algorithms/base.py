@@ -20,7 +20,7 @@ from agilerl_core.algorithms.group import plain_mlp_shape_key
 from agilerl_core.algorithms.hyperparameters.base import Hyperparameters
 from agilerl_core.algorithms.optim import FlatAdam, flatten_parameters
 from agilerl_core.envs.spaces import ActionSpec, Obs, ObsSpec
-from agilerl_core.hpo.evolvable import MUTATION_KINDS, MutationSettings
+from agilerl_core.hpo.evolvable import RL_MUTATION_KINDS, MutationSettings
 from agilerl_core.networks.evolvable import (
     LAYER_MUTATIONS,
     NODE_MUTATIONS,
@@ -46,7 +46,7 @@ class RLAlgorithm(ABC):
     noise_networks: ClassVar[tuple[str, ...] | None] = None  # parameter-noise mutation targets (None: all online)
     action_kinds: ClassVar[tuple[str, ...]] = ("discrete",)  # ActionSpec kinds the algorithm handles
     uses_replay: ClassVar[bool] = True  # off-policy: learns from the shared replay buffer
-    mutation_kinds: ClassVar[frozenset[str]] = frozenset(MUTATION_KINDS)  # every kind (Evolvable protocol)
+    mutation_kinds: ClassVar[frozenset[str]] = RL_MUTATION_KINDS  # (Evolvable protocol)
     group_class: ClassVar[type | None] = None  # the MemberGroup that learns for this algorithm's members
 
     def __init__(self, obs_spec: ObsSpec, action: ActionSpec | int, arch: ArchSpec, hp: BaseModel, seed: int,

@@ -23,7 +23,7 @@ from agilerl_core.algorithms.hyperparameters.ppo import PPOHyperparameters
 from agilerl_core.algorithms.ppo import PPO, PPOGroup
 from agilerl_core.envs.multi_agent import policy_units
 from agilerl_core.envs.spaces import ActionSpec, MultiAgentSpec, Obs, ObsSpec
-from agilerl_core.hpo.evolvable import MUTATION_KINDS, MutationSettings
+from agilerl_core.hpo.evolvable import RL_MUTATION_KINDS, MutationSettings
 from agilerl_core.networks.evolvable import ArchSpec
 
 
@@ -55,7 +55,7 @@ class IPPO:
     hp_model = IPPOHyperparameters
     action_kinds: ClassVar[tuple[str, ...]] = ("discrete", "box")
     uses_replay: ClassVar[bool] = False
-    mutation_kinds: ClassVar[frozenset[str]] = frozenset(MUTATION_KINDS)
+    mutation_kinds: ClassVar[frozenset[str]] = RL_MUTATION_KINDS
 
     def __init__(self, obs_spec: MultiAgentSpec, action: dict[str, Any] | None, arch: ArchSpec, hp, seed: int,
                  device: str | torch.device = "cpu") -> None:

@@ -25,7 +25,7 @@ from agilerl_core.llm.adapter import LoraAdapter
 from agilerl_core.llm.base_model import SharedBase
 from agilerl_core.llm.sampling import pad_prompts, sample
 
-LLM_MUTATIONS = frozenset({"none", "rl_hp", "adapter_rank"})
+LLM_MUTATIONS = frozenset({"none", "rl_hp", "adapter_rank", "adapter_crossover"})
 
 
 @dataclass(frozen=True)
@@ -140,6 +140,36 @@ class LLMAlgorithm:
             return "none(rank at its bounds)"
         self.set_rank(new, int(rng.integers(2**31)))
         return f"rank:{old}->{new}"
+
+    def crossover(self, other: LLMAlgorithm, rng: np.random.Generator) -> str:
+        """Become a child of this adapter and `other`'s (a second parent): each target module's (A, B) taken from
+        one parent or the other (a fair coin per module; at least one from each when there are two or more
+        modules). `other`'s adapter is first brought to this one's rank (grown keeping its function, or shrunk
+        to its largest singular components), so every module's update ``B @ A`` is one parent's exactly. Adam
+        moments stay with the modules this member kept and start at zero for those it took."""
+        mine, theirs = self.adapter, other.adapter
+        if theirs.scale != mine.scale:
+            raise ValueError("crossover: the parents' adapters scale their updates differently")
+        if theirs.rank > mine.rank:
+            theirs = theirs.shrunk(mine.rank)
+        elif theirs.rank < mine.rank:
+            theirs = theirs.grown(mine.rank, torch.Generator().manual_seed(int(rng.integers(2**31))))
+        names = mine.names
+        take = [n for n in names if rng.random() < 0.5]
+        if len(names) > 1 and len(take) in (0, len(names)):  # a child of both, not a copy of one
+            flip = names[int(rng.integers(len(names)))]
+            take = [n for n in take if n != flip] if take else [flip]
+        step, moments = self._adam_state()
+        self.adapter = LoraAdapter({n: (theirs if n in take else mine).a[n] for n in names},
+                                   {n: (theirs if n in take else mine).b[n] for n in names}, mine.scale)
+        self.optimizer = torch.optim.Adam(self.adapter.parameters(), lr=self.hp.lr, foreach=False)
+        if step:
+            for n in take:
+                for part in ("lora_A", "lora_B"):
+                    m, v = moments[f"{n}.{part}"]
+                    moments[f"{n}.{part}"] = (torch.zeros_like(m), torch.zeros_like(v))
+            self._load_adam(step, moments)
+        return f"crossover:{len(take)}/{len(names)} modules"
 
     def set_rank(self, rank: int, seed: int) -> None:
         """Grow (function kept exactly, Adam moments kept for the old components) or shrink (largest singular

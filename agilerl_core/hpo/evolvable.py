@@ -17,8 +17,10 @@ import numpy as np
 from pydantic import BaseModel
 
 # every mutation kind a member may support; a new kind is added here and applied by the members that declare
-# it (adapter_rank: an LLM member's LoRA rank)
-MUTATION_KINDS = ("none", "architecture", "parameters", "activation", "rl_hp", "adapter_rank")
+# it (adapter_rank: an LLM member's LoRA rank; adapter_crossover: a child of two parents' adapters)
+MUTATION_KINDS = ("none", "architecture", "parameters", "activation", "rl_hp", "adapter_rank", "adapter_crossover")
+# the kinds of an RL member (networks it owns); the adapter kinds are an LLM member's
+RL_MUTATION_KINDS = frozenset({"none", "architecture", "parameters", "activation", "rl_hp"})
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,9 @@ class Evolvable(Protocol):
         """Set one hyperparameter (validated), taking effect at once (e.g. an optimiser's learning rate)."""
 
     def mutate(self, kind: str, rng: np.random.Generator, settings: MutationSettings) -> str:
-        """Apply one mutation of `kind` (one of its own kinds) in place, drawing from `rng`; return what was done."""
+        """Apply one mutation of `kind` (one of its own kinds) in place, drawing from `rng`; return what was done.
+        (A member supporting ``adapter_crossover`` also has ``crossover(other, rng) -> str``: it becomes a child
+        of itself and `other`, a second parent.)"""
 
     def describe(self) -> str:
         """Its architecture in one line (the lineage's ``architecture`` column)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -45,12 +46,23 @@ class Mutations:
 
     def mutate(self, member: Evolvable, rng: np.random.Generator) -> str:
         """Apply one randomly chosen mutation to `member` in place; return what was done."""
+        return self.mutate_with(member, rng)[0]
+
+    def mutate_with(self, member: Evolvable, rng: np.random.Generator,
+                    partner: Callable[[], tuple[int, Evolvable]] | None = None) -> tuple[str, int | None]:
+        """:meth:`mutate`, where a crossover draws its second parent from `partner()` ((member id, member)):
+        (what was done, the second parent's id or None)."""
         kind = self.choose(rng, member.mutation_kinds)
         if kind == "none":
-            return "none"
+            return "none", None
         if kind == "rl_hp":
-            return self.rl_hp(member, rng)
-        return member.mutate(kind, rng, self.settings)
+            return self.rl_hp(member, rng), None
+        if kind == "adapter_crossover":
+            if partner is None:
+                return "none(no second parent)", None
+            other_id, other = partner()
+            return f"{member.crossover(other, rng)} x{other_id}", other_id
+        return member.mutate(kind, rng, self.settings), None
 
     def rl_hp(self, member: Evolvable, rng: np.random.Generator) -> str:
         if not self.space:

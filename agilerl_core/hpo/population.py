@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class LineageEvent:
-    """How one member came to be: created at `generation` in `slot`, cloned from `parent_id`."""
+    """How one member came to be: created at `generation` in `slot`, cloned from `parent_id` (and, for a crossover,
+    crossed with `other_parent_id`)."""
 
     generation: int
     slot: int
@@ -27,6 +28,7 @@ class LineageEvent:
     hyperparameters: dict
     architecture: str
     fitness: float | None = None  # filled in once the member is evaluated
+    other_parent_id: int | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -42,6 +44,7 @@ class Member:
     mutation: str = "init"
     born: int = 0  # generation it was created in
     fitness_history: list[float] = field(default_factory=list)  # its line's evaluations, oldest first
+    other_parent_id: int | None = None  # a crossover child's second parent
 
     @property
     def fitness(self) -> float | None:
@@ -50,7 +53,7 @@ class Member:
 
 def _event(member: Member, slot: int, generation: int) -> LineageEvent:
     return LineageEvent(generation, slot, member.member_id, member.parent_id, member.mutation,
-                        member.agent.hp.model_dump(), member.agent.describe())
+                        member.agent.hp.model_dump(), member.agent.describe(), other_parent_id=member.other_parent_id)
 
 
 @dataclass
@@ -96,12 +99,17 @@ class Population:
             agent = parent.agent.clone()
             if seed_of is not None:
                 agent.reseed(seed_of(self.generation + 1, slot))
+            other = None
             if slot == 0 and tournament.elitism:
                 mutation = "elite"
             else:
-                mutation = mutations.mutate(agent, self.rng)
+                def partner(p: int = p) -> tuple[int, Evolvable]:
+                    q = self.members[tournament.second_parent(fitnesses, p, self.rng)]
+                    return q.member_id, q.agent
+
+                mutation, other = mutations.mutate_with(agent, self.rng, partner)
             new_members.append(Member(self.next_id, agent, parent.member_id, mutation, self.generation + 1,
-                                      list(parent.fitness_history)))
+                                      list(parent.fitness_history), other))
             self.next_id += 1
         self.members = new_members
         self.generation += 1

@@ -30,3 +30,13 @@ class TournamentSelection:
             entrants = rng.choice(n, size=k, replace=False)
             parents.append(int(entrants[np.argmax(f[entrants])]))
         return parents
+
+    def second_parent(self, fitnesses: list[float], first: int, rng: np.random.Generator) -> int:
+        """A crossover's other parent: the winner of a tournament among the members other than `first` (`first`
+        itself when it is alone)."""
+        others = np.array([i for i in range(len(fitnesses)) if i != first])
+        if not len(others):
+            return first
+        f = np.nan_to_num(np.asarray(fitnesses, dtype=np.float64), nan=-np.inf)
+        entrants = rng.choice(others, size=min(self.size, len(others)), replace=False)
+        return int(entrants[np.argmax(f[entrants])])

@@ -118,7 +118,8 @@ def _write_member(path: Path, member: Member, env: dict[str, Any]) -> None:
         "format": MEMBER_FORMAT, "version": VERSION, "env": env, "agent": meta,
         **({"spec": obs_spec_to_dict(spec)} if spec is not None else {}),
         "record": {"member_id": member.member_id, "parent_id": member.parent_id, "mutation": member.mutation,
-                   "born": member.born, "fitness_history": member.fitness_history},
+                   "born": member.born, "fitness_history": member.fitness_history,
+                   **({"other_parent_id": member.other_parent_id} if member.other_parent_id is not None else {})},
         "files": {"weights.safetensors": sha},
     })
 
@@ -166,7 +167,7 @@ def load_member(path: str | Path, obs_spec: ObsSpec | MultiAgentSpec | None = No
     except (KeyError, ValueError, RuntimeError, TypeError) as err:
         raise CheckpointError(f"{path / 'weights.safetensors'}: does not match {path / 'member.json'} ({err})") from None
     member = Member(int(record["member_id"]), agent, record["parent_id"], str(record["mutation"]),
-                    int(record["born"]), [float(f) for f in record["fitness_history"]])
+                    int(record["born"]), [float(f) for f in record["fitness_history"]], record.get("other_parent_id"))
     return member, env
 
 
