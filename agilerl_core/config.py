@@ -642,8 +642,9 @@ class LLMExperimentConfig(_ExperimentBase):
     default_algorithm: ClassVar[str] = "grpo"
 
     kind: Literal["llm"] = Field(description="Kind of experiment: llm (LoRA adapters on a causal language model).")
-    algorithm: Literal[LLM_ALGORITHMS] = Field("grpo", description="grpo or reinforce (RLOO) on verifiable rewards, "
-                                                                   "or dpo (preferences).")
+    algorithm: Literal[LLM_ALGORITHMS] = Field("grpo", description="grpo, reinforce (RLOO) or llm_ppo (a value head, "
+                                                                   "token-level GAE) on verifiable rewards, or dpo "
+                                                                   "(preferences).")
     hyperparameters: LLMHyperparameterModels = Field(default_factory=GRPOHyperparameters,
                                                      description="Initial hyperparameters of every member.")
     model: LLMModelConfig = Field(description="The shared base model and the members' adapters.")
@@ -660,6 +661,13 @@ class LLMExperimentConfig(_ExperimentBase):
                                                          "(MLflow's sample table).")
     kl_metric: bool = Field(True, description="Track the KL to the base even when beta is 0 (one more forward pass "
                                               "per GRPO step).")
+
+    @model_validator(mode="after")
+    def _llm_ppo_alone(self) -> LLMExperimentConfig:
+        if self.algorithm == "llm_ppo" and self.model.data_parallel > 1:
+            raise ValueError("model.data_parallel: llm_ppo whitens advantages and fits its value head over a member's "
+                             "whole batch in one process; set data_parallel: 1 (or use grpo/reinforce)")
+        return self
 
     def check_env(self) -> None:
         """The fast check the CLI runs first: the base model and the dataset exist (nothing loaded)."""

@@ -75,6 +75,26 @@ def test_rloo_advantages_leave_each_completion_out_of_its_own_baseline():
         rloo_advantages(torch.ones(4), 1)
 
 
+def test_token_gae_and_the_clipped_value_loss_on_hand_computed_numbers():
+    from agilerl_core.algorithms.llm_ppo import clipped_value_loss, token_gae
+
+    # two completions: 3 tokens (reward 1 on the last, -0.1 KL penalty on the first) and 1 token (reward 2)
+    r = torch.tensor([[-0.1, 0.0, 1.0], [2.0, 0.0, 0.0]])
+    v = torch.tensor([[0.5, 0.6, 0.7], [1.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    adv, ret = token_gae(r, v, mask, gamma=1.0, lam=0.5)
+    d2 = 1.0 - 0.7                  # last token: no value after it
+    d1 = 0.0 + 0.7 - 0.6
+    d0 = -0.1 + 0.6 - 0.5
+    a1 = d1 + 0.5 * d2
+    a0 = d0 + 0.5 * a1
+    assert torch.allclose(adv[0], torch.tensor([a0, a1, d2]))
+    assert torch.allclose(adv[1], torch.tensor([1.0, 0.0, 0.0])) and torch.allclose(ret, (adv + v) * mask)
+    vl = clipped_value_loss(torch.tensor([1.0]), torch.tensor([0.5]), torch.tensor([2.0]), 0.2)
+    assert float(vl) == pytest.approx(0.5 * max(1.0, (0.7 - 2.0) ** 2))  # the clipped value is further: it counts
+    assert float(clipped_value_loss(torch.tensor([1.0]), torch.tensor([0.5]), torch.tensor([2.0]), None)) == 0.5
+
+
 def test_grpo_token_loss_clips_the_ratio_and_adds_beta_k3():
     old = torch.log(torch.tensor([[0.5, 0.5], [0.5, 0.5]]))
     logp = torch.log(torch.tensor([[0.8, 0.5], [0.2, 0.5]]))  # ratios 1.6 / 1 and 0.4 / 1
@@ -170,7 +190,8 @@ def test_adapter_svd_shrink_of_a_known_product():
 
 
 # ---- learning -------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("algorithm", "dtype"), [("grpo", "float32"), ("grpo", "bfloat16"), ("reinforce", "float32")])
+@pytest.mark.parametrize(("algorithm", "dtype"), [("grpo", "float32"), ("grpo", "bfloat16"), ("reinforce", "float32"),
+                                                 ("llm_ppo", "float32")])
 def test_a_tiny_model_learns_a_constant_target_probe(data_dir, algorithm, dtype):
     """Sampled completions (temperature 1) reach >= 95% reward within a few thousand completions (GRPO, and
     REINFORCE with its leave-one-out baseline). With a bfloat16 base (the GPU default, `model.dtype: auto`) the
@@ -200,9 +221,10 @@ def test_dpo_learns_preferences_and_its_fitness_is_held_out_accuracy(data_dir):
     assert held and not held & set(evo.arena.train_data.prompts)  # fitness never sees a training prompt
 
 
-def test_same_seed_same_result_and_checkpoint_round_trip(data_dir, tmp_path):
+@pytest.mark.parametrize("algorithm", ["grpo", "llm_ppo"])
+def test_same_seed_same_result_and_checkpoint_round_trip(data_dir, tmp_path, algorithm):
     def run():
-        evo = build_evolution(llm_config(data_dir, **{"mutation.adapter_rank": 0.5}))
+        evo = build_evolution(llm_config(data_dir, algorithm=algorithm, **{"mutation.adapter_rank": 0.5}))
         for _ in range(3):
             if evo.history:
                 evo.evolve()
@@ -216,8 +238,10 @@ def test_same_seed_same_result_and_checkpoint_round_trip(data_dir, tmp_path):
         ta, tb = ma.agent.state()[0], mb.agent.state()[0]
         assert ta.keys() == tb.keys() and all(torch.equal(ta[k], tb[k]) for k in ta)
     a.save(tmp_path / "pop")
-    c = build_evolution(llm_config(data_dir, **{"mutation.adapter_rank": 0.5}))
+    c = build_evolution(llm_config(data_dir, algorithm=algorithm, **{"mutation.adapter_rank": 0.5}))
     c.restore(tmp_path / "pop")
+    if algorithm == "llm_ppo":  # the value head travels with the adapter
+        assert any(float(m.agent.head["value.weight"].detach().abs().sum()) > 0 for m in c.population.members)
     for ma, mc in zip(a.population.members, c.population.members, strict=True):
         ta, tc = ma.agent.state(), mc.agent.state()
         assert ta[1] == tc[1] and all(torch.equal(ta[0][k], tc[0][k]) for k in ta[0])
@@ -254,7 +278,8 @@ def test_config_refuses_what_llm_members_cannot_do(data_dir):
         llm_config(data_dir, **{"mutation.architecture": 0.2})
     with pytest.raises(ConfigError, match="mutation.parameters: LLM members take no weight-noise"):
         llm_config(data_dir, **{"mutation.parameters": 0.1})
-    with pytest.raises(ConfigError, match="algorithm: ppo does not train in llm experiments; use one of grpo, reinforce, dpo"):
+    with pytest.raises(ConfigError, match="algorithm: ppo does not train in llm experiments; use one of grpo, reinforce, "
+                                          "llm_ppo, dpo"):
         llm_config(data_dir, algorithm="ppo")
     with pytest.raises(ConfigError, match="tokenizer_chars"):
         llm_config(data_dir, **{"model.tokenizer_chars": None})
@@ -449,7 +474,7 @@ def _logits_of(model, member):
     return model(input_ids=ids, attention_mask=mask).logits
 
 
-@pytest.mark.parametrize("algorithm", ["grpo", "reinforce", "dpo"])
+@pytest.mark.parametrize("algorithm", ["grpo", "reinforce", "llm_ppo", "dpo"])
 def test_a_group_trains_in_shared_forwards_as_each_member_alone(data_dir, algorithm):
     """Three members with other adapters, ranks and hyperparameters (GRPO: temperature, group size, beta, update
     epochs; DPO: beta, NLL weight) train their phases as one group, every learn step's rows through one forward of
@@ -535,6 +560,11 @@ def test_a_reasoning_gym_task_is_generated_seeded_scored_by_its_own_scorer_and_t
 def test_bad_reasoning_gym_input_is_refused_before_any_work(overrides, error, match):
     with pytest.raises(error, match=match):
         build_evolution(_rg_config(**overrides))
+
+
+def test_llm_ppo_refuses_data_parallel_training(data_dir):
+    with pytest.raises(ConfigError, match="model.data_parallel: llm_ppo whitens advantages"):
+        llm_config(data_dir, algorithm="llm_ppo", **{"model.data_parallel": 2})
 
 
 def test_reasoning_gym_config_fields_are_checked(data_dir):

@@ -40,9 +40,9 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 def grpo_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | None,
                     advantages: torch.Tensor, clip: float, beta: float) -> torch.Tensor:
     """Per-token loss [batch, T]: the clipped surrogate -min(ratio A, clip(ratio) A), plus beta k3 when
-    `ref_logp` is given and beta > 0."""
+    `ref_logp` is given and beta > 0. `advantages`: one per completion [batch], or per token [batch, T]."""
     ratio = torch.exp(logp - old_logp)
-    adv = advantages[:, None]
+    adv = advantages[:, None] if advantages.dim() == 1 else advantages
     loss = -torch.minimum(ratio * adv, ratio.clamp(1 - clip, 1 + clip) * adv)
     if ref_logp is not None and beta > 0:
         loss = loss + beta * k3_kl(logp, ref_logp)
@@ -72,6 +72,90 @@ def _pad_right(parts: list[tuple[torch.Tensor, torch.Tensor]], pad_id: int) -> t
     return ids, mask
 
 
+class GroupRollout:
+    """One learn step's completions for a group of members, each on its own prompts, inside the group's bound
+    model (:meth:`~agilerl_core.llm.base_model.SharedBase.bound_many`): what GRPO, REINFORCE and LLM-PPO share.
+
+    Member i samples at its own temperature from generators[i], its rows in the chunks (of
+    ``generation_batch_size``) and the order it samples them alone; its completions are scored by `rewards`.
+    :attr:`parts` cuts every member's rows into micro-batches of ``micro_batch_size`` rows across members, and
+    :meth:`forward` scores a micro-batch's completions (each row through its member's adapter)."""
+
+    def __init__(self, model, members: list, batches: list[list[int]], data: PromptData, rewards: Rewards,
+                 generators: list[torch.Generator]) -> None:
+        first = members[0]
+        base, k = first.base, len(members)
+        hps = [m.hp for m in members]
+        if any(m.base is not base or h.max_new_tokens != hps[0].max_new_tokens for m, h in zip(members, hps, strict=True)):
+            raise ValueError("learn_group: members must share the base and max_new_tokens")
+        self.model, self.members, self.base, self.hps = model, members, base, hps
+        rows = [[data.ids[p] for p in idx for _ in range(h.group_size)] for idx, h in zip(batches, hps, strict=True)]
+        width = max(len(r) for member_rows in rows for r in member_rows)  # every prompt left-padded alike
+        self.prompts = [pad_prompts(r, base.pad_id, base.device, width) for r in rows]
+        # sampling: the j-th chunk of every member's rows in one batch
+        cuts = [chunks(len(r), h.generation_batch_size) for r, h in zip(rows, hps, strict=True)]
+        pieces: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in members]
+        for j in range(max(len(c) for c in cuts)):
+            who = [i for i in range(k) if j < len(cuts[i])]
+            blocks, start = [], 0
+            for i in who:
+                n = cuts[i][j].stop - cuts[i][j].start
+                blocks.append(RowBlock(slice(start, start + n), hps[i].temperature, generators[i]))
+                start += n
+            ids, mask = self.joined([(i, cuts[i][j]) for i in who])
+            comp, cmask = sample(model, ids, mask, hps[0].max_new_tokens, 0.0, base.eos_id, base.pad_id,
+                                 rows=[(i, b.rows.stop - b.rows.start) for i, b in zip(who, blocks, strict=True)],
+                                 blocks=blocks)
+            for i, b in zip(who, blocks, strict=True):
+                pieces[i].append((comp[b.rows], cmask[b.rows]))
+        self.comps = [_pad_right(p, base.pad_id) for p in pieces]
+        self.rewards: list[np.ndarray] = []
+        for i, (idx, h) in enumerate(zip(batches, hps, strict=True)):
+            texts = base.decode(*self.comps[i])
+            g = h.group_size
+            self.rewards.append(rewards(texts, [data.answers[p] for p in idx for _ in range(g)],
+                                        [data.prompts[p] for p in idx for _ in range(g)]))
+        self.fmask = [c[1].float() for c in self.comps]
+        self.ntok = [f.sum().clamp(min=1) for f in self.fmask]
+        self.parts = LLMAlgorithm.group_parts(members, row_pieces([len(x) for x in rows], hps[0].micro_batch_size))
+
+    def joined(self, segments: list[tuple[int, slice]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The prompts (ids, mask) of (member, rows) segments, in order."""
+        prompts = self.prompts
+        if len(segments) == 1:
+            i, s = segments[0]
+            return prompts[i][0][s], prompts[i][1][s]
+        return (torch.cat([prompts[i][0][s] for i, s in segments]),
+                torch.cat([prompts[i][1][s] for i, s in segments]))
+
+    def forward(self, piece: list[tuple[int, slice]], reference: bool = False, values: bool = False):
+        """Each member's completion log-probs [its rows in the piece, its width], at the temperature it sampled at
+        (the reference: the base alone, scored likewise); with `values`, also each member's values of the states
+        before every completion token (its value head on the last hidden layer): (log-probs, values)."""
+        comps, hps, base, k = self.comps, self.hps, self.base, len(self.members)
+        ids, mask = self.joined(piece)
+        comp, cmask = _pad_right([(comps[i][0][s], comps[i][1][s]) for i, s in piece], base.pad_id)
+        temp = hps[piece[0][0]].temperature if k == 1 else torch.tensor(
+            [hps[i].temperature for i, s in piece for _ in range(s.stop - s.start)])
+        blocks = [(i, s.stop - s.start) for i, s in piece]
+        if reference:
+            with base.reference():
+                lp = completion_logprobs(self.model, ids, mask, comp, cmask, temp, blocks)
+            hidden = None
+        elif values:
+            lp, hidden = completion_logprobs(self.model, ids, mask, comp, cmask, temp, blocks, hidden=True)
+        else:
+            lp, hidden = completion_logprobs(self.model, ids, mask, comp, cmask, temp, blocks), None
+        out, vals, start = [], [], 0
+        for i, s in piece:
+            n, w = s.stop - s.start, comps[i][0].shape[1]
+            out.append(lp[start:start + n, :w])
+            if hidden is not None:
+                vals.append(self.members[i].value_of(hidden[start:start + n, :w]))
+            start += n
+        return (out, vals) if values else out
+
+
 class GRPO(LLMAlgorithm):
     hp_model = GRPOHyperparameters
     algorithm_name = "grpo"
@@ -95,7 +179,7 @@ class GRPO(LLMAlgorithm):
     def train_phase(self, data: PromptData, rewards: Rewards, budget: int, seed: int, kl_metric: bool = True
                     ) -> PhaseMetrics:
         """Learn steps until `budget` completions were sampled (the last step is whole): a group of one."""
-        return GRPO.train_group([self], data, rewards, budget, [seed], kl_metric)[0]
+        return type(self).train_group([self], data, rewards, budget, [seed], kl_metric)[0]
 
     @staticmethod
     def train_group(members: list[GRPO], data: PromptData, rewards: Rewards, budget: int, seeds: list[int],
@@ -106,7 +190,7 @@ class GRPO(LLMAlgorithm):
 
         def step(who: list[int], batches: list[list[int]]) -> list[tuple[int, dict[str, float]]]:
             group = [members[i] for i in who]
-            values = GRPO.learn_group(group, batches, data, rewards, [gens[i] for i in who], kl_metric)
+            values = type(members[0]).learn_group(group, batches, data, rewards, [gens[i] for i in who], kl_metric)
             return [(len(b) * m.hp.group_size, v) for m, b, v in zip(group, batches, values, strict=True)]
 
         return LLMAlgorithm.run_group_phase(members, len(data), budget, seeds, step)
@@ -126,68 +210,11 @@ class GRPO(LLMAlgorithm):
         first = members[0]
         base, k = first.base, len(members)
         hps = [m.hp for m in members]
-        if any(m.base is not base or h.max_new_tokens != hps[0].max_new_tokens for m, h in zip(members, hps, strict=True)):
-            raise ValueError("learn_group: members must share the base and max_new_tokens")
-        rows = [[data.ids[p] for p in idx for _ in range(h.group_size)] for idx, h in zip(batches, hps, strict=True)]
-        width = max(len(r) for member_rows in rows for r in member_rows)  # every prompt left-padded alike
-        prompts = [pad_prompts(r, base.pad_id, base.device, width) for r in rows]
-
-        def joined(segments: list[tuple[int, slice]]) -> tuple[torch.Tensor, torch.Tensor]:
-            """The prompts (ids, mask) of (member, rows) segments, in order."""
-            if len(segments) == 1:
-                i, s = segments[0]
-                return prompts[i][0][s], prompts[i][1][s]
-            return (torch.cat([prompts[i][0][s] for i, s in segments]),
-                    torch.cat([prompts[i][1][s] for i, s in segments]))
-
         with base.bound_many([m.adapter for m in members]) as model:
-            # sampling: the j-th chunk of every member's rows in one batch
-            cuts = [chunks(len(r), h.generation_batch_size) for r, h in zip(rows, hps, strict=True)]
-            pieces: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in members]
-            for j in range(max(len(c) for c in cuts)):
-                who = [i for i in range(k) if j < len(cuts[i])]
-                blocks, start = [], 0
-                for i in who:
-                    n = cuts[i][j].stop - cuts[i][j].start
-                    blocks.append(RowBlock(slice(start, start + n), hps[i].temperature, generators[i]))
-                    start += n
-                ids, mask = joined([(i, cuts[i][j]) for i in who])
-                comp, cmask = sample(model, ids, mask, hps[0].max_new_tokens, 0.0, base.eos_id, base.pad_id,
-                                     rows=[(i, b.rows.stop - b.rows.start) for i, b in zip(who, blocks, strict=True)],
-                                     blocks=blocks)
-                for i, b in zip(who, blocks, strict=True):
-                    pieces[i].append((comp[b.rows], cmask[b.rows]))
-            comps = [_pad_right(p, base.pad_id) for p in pieces]
-            r, adv = [], []
-            for i, (idx, h) in enumerate(zip(batches, hps, strict=True)):
-                texts = base.decode(*comps[i])
-                g = h.group_size
-                r.append(rewards(texts, [data.answers[p] for p in idx for _ in range(g)],
-                                 [data.prompts[p] for p in idx for _ in range(g)]))
-                adv.append(members[i].advantages(torch.as_tensor(r[i], dtype=torch.float32), g).to(base.device))
-            fmask = [c[1].float() for c in comps]
-            ntok = [f.sum().clamp(min=1) for f in fmask]
-            parts = LLMAlgorithm.group_parts(members, row_pieces([len(x) for x in rows], hps[0].micro_batch_size))
-
-            def forward(piece: list[tuple[int, slice]], reference: bool = False) -> list[torch.Tensor]:
-                """Each member's completion log-probs [its rows in the piece, its width], at the temperature
-                it sampled at (the reference: the base alone, scored likewise)."""
-                ids, mask = joined(piece)
-                comp, cmask = _pad_right([(comps[i][0][s], comps[i][1][s]) for i, s in piece], base.pad_id)
-                temp = hps[piece[0][0]].temperature if k == 1 else torch.tensor(
-                    [hps[i].temperature for i, s in piece for _ in range(s.stop - s.start)])
-                blocks = [(i, s.stop - s.start) for i, s in piece]
-                if reference:
-                    with base.reference():
-                        lp = completion_logprobs(model, ids, mask, comp, cmask, temp, blocks)
-                else:
-                    lp = completion_logprobs(model, ids, mask, comp, cmask, temp, blocks)
-                out, start = [], 0
-                for i, s in piece:
-                    out.append(lp[start:start + s.stop - s.start, :comps[i][0].shape[1]])
-                    start += s.stop - s.start
-                return out
-
+            roll = GroupRollout(model, members, batches, data, rewards, generators)
+            r, fmask, ntok, parts, forward = roll.rewards, roll.fmask, roll.ntok, roll.parts, roll.forward
+            adv = [m.advantages(torch.as_tensor(r[i], dtype=torch.float32), h.group_size).to(base.device)
+                   for i, (m, h) in enumerate(zip(members, hps, strict=True))]
             ref = old = None
             with torch.no_grad():
                 if any(h.beta > 0 for h in hps) or kl_metric:

@@ -96,11 +96,14 @@ class LLMAlgorithm:
     algorithm_name: ClassVar[str]
     mutation_kinds: ClassVar[frozenset[str]] = LLM_MUTATIONS
 
-    def __init__(self, base: SharedBase, adapter: LoraAdapter, hp: LLMHyperparameters) -> None:
+    def __init__(self, base: SharedBase, adapter: LoraAdapter, hp: LLMHyperparameters,
+                 head: dict[str, torch.Tensor] | None = None) -> None:
         self.base = base
         self.adapter = adapter
         self.hp = hp
-        self.optimizer = torch.optim.Adam(adapter.parameters(), lr=hp.lr, foreach=False)
+        # trainable tensors beside the adapter (LLM-PPO's value head), saved, cloned and optimised with it
+        self.head = {n: torch.nn.Parameter(t.detach().clone()) for n, t in sorted((head or self.new_head(base)).items())}
+        self.optimizer = torch.optim.Adam(self.trainable(), lr=hp.lr, foreach=False)
         self.learn_steps = 0
         self.samples_seen = 0
         self.train_metrics: dict[str, float] = {}  # the last training phase's means (tracked per member)
@@ -116,6 +119,18 @@ class LLMAlgorithm:
     @property
     def device(self) -> str:
         return self.base.device
+
+    @classmethod
+    def new_head(cls, base: SharedBase) -> dict[str, torch.Tensor]:
+        """A fresh member's tensors beside its adapter. Default: none."""
+        return {}
+
+    def trainable(self) -> list[torch.nn.Parameter]:
+        """Every tensor the member's Adam steps: the adapter's, then its head's."""
+        return [*self.adapter.parameters(), *self.head.values()]
+
+    def trainable_names(self) -> list[str]:
+        return [*self.adapter.param_names(), *(f"head.{n}" for n in self.head)]
 
     # ---- Evolvable ----------------------------------------------------------------------------------------
     def set_hyperparameter(self, name: str, value: Any) -> None:
@@ -162,7 +177,7 @@ class LLMAlgorithm:
         step, moments = self._adam_state()
         self.adapter = LoraAdapter({n: (theirs if n in take else mine).a[n] for n in names},
                                    {n: (theirs if n in take else mine).b[n] for n in names}, mine.scale)
-        self.optimizer = torch.optim.Adam(self.adapter.parameters(), lr=self.hp.lr, foreach=False)
+        self.optimizer = torch.optim.Adam(self.trainable(), lr=self.hp.lr, foreach=False)
         if step:
             for n in take:
                 for part in ("lora_A", "lora_B"):
@@ -180,10 +195,13 @@ class LLMAlgorithm:
             self.adapter = old_adapter.grown(rank, torch.Generator().manual_seed(seed))
         else:
             self.adapter = old_adapter.shrunk(rank)
-        self.optimizer = torch.optim.Adam(self.adapter.parameters(), lr=self.hp.lr, foreach=False)
+        self.optimizer = torch.optim.Adam(self.trainable(), lr=self.hp.lr, foreach=False)
         if rank > old_rank and step > 0:
             grown = {}
             for name, (m, v) in moments.items():
+                if name.startswith("head."):  # the head's shape does not depend on the rank
+                    grown[name] = (m, v)
+                    continue
                 pad = [(0, 0), (0, rank - old_rank)] if name.endswith("lora_B") else [(0, rank - old_rank), (0, 0)]
                 grown[name] = tuple(torch.nn.functional.pad(t, [x for p in reversed(pad) for x in p]) for t in (m, v))
             self._load_adam(step, grown)
@@ -200,7 +218,7 @@ class LLMAlgorithm:
         return None
 
     def clone(self) -> LLMAlgorithm:
-        new = type(self)(self.base, self.adapter.clone(), self.hp.model_copy())
+        new = type(self)(self.base, self.adapter.clone(), self.hp.model_copy(), dict(self.head))
         step, moments = self._adam_state()
         if step:
             new._load_adam(step, {k: (m.clone(), v.clone()) for k, (m, v) in moments.items()})
@@ -210,9 +228,9 @@ class LLMAlgorithm:
 
     # ---- as data --------------------------------------------------------------------------------------------
     def _adam_state(self) -> tuple[int, dict[str, tuple[torch.Tensor, torch.Tensor]]]:
-        names = self.adapter.param_names()
+        names = self.trainable_names()
         out, step = {}, 0
-        for name, p in zip(names, self.adapter.parameters(), strict=True):
+        for name, p in zip(names, self.trainable(), strict=True):
             st = self.optimizer.state.get(p)
             if st:
                 step = int(st["step"])
@@ -220,13 +238,14 @@ class LLMAlgorithm:
         return step, out
 
     def _load_adam(self, step: int, moments: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
-        for name, p in zip(self.adapter.param_names(), self.adapter.parameters(), strict=True):
+        for name, p in zip(self.trainable_names(), self.trainable(), strict=True):
             m, v = moments[name]
             self.optimizer.state[p] = {"step": torch.tensor(float(step)), "exp_avg": m.to(p.device).clone(),
                                        "exp_avg_sq": v.to(p.device).clone()}
 
     def state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         tensors = {f"adapter.{k}": v for k, v in self.adapter.tensors().items()}
+        tensors.update({f"head.{k}": v.detach() for k, v in self.head.items()})
         step, moments = self._adam_state()
         for name, (m, v) in moments.items():
             tensors[f"adam.exp_avg.{name}"] = m
@@ -250,11 +269,16 @@ class LLMAlgorithm:
         missing = set(base.shapes) - set(adapter.names)
         if missing or adapter.rank != int(meta["rank"]):
             raise CheckpointError(f"adapter tensors do not fit the base's LoRA targets (missing {sorted(missing)})")
-        member = cls(base, adapter, cls.hp_model(**meta["hp"]))
+        head = {k.removeprefix("head."): v.to(base.device) for k, v in tensors.items() if k.startswith("head.")}
+        fresh = cls.new_head(base)
+        if set(head) != set(fresh) or any(head[k].shape != fresh[k].shape for k in fresh):
+            raise CheckpointError(f"this {meta.get('algorithm')} member's head tensors {sorted(head)} do not fit the "
+                                  f"base (expected {sorted(fresh)})")
+        member = cls(base, adapter, cls.hp_model(**meta["hp"]), head)
         step = int(meta["adam_step"])
         if step:
             member._load_adam(step, {n: (tensors[f"adam.exp_avg.{n}"], tensors[f"adam.exp_avg_sq.{n}"])
-                                     for n in adapter.param_names()})
+                                     for n in member.trainable_names()})
         member.learn_steps, member.samples_seen = int(meta["learn_steps"]), int(meta["samples_seen"])
         member.train_metrics = dict(meta.get("train_metrics", {}))
         member.samples = list(meta.get("samples", []))
@@ -306,14 +330,14 @@ class LLMAlgorithm:
 
     def take(self, other: LLMAlgorithm) -> None:
         """Become `other` (the same member trained elsewhere, on this base): adapter, optimiser and counters."""
-        self.adapter, self.optimizer, self.hp = other.adapter, other.optimizer, other.hp
+        self.adapter, self.optimizer, self.hp, self.head = other.adapter, other.optimizer, other.hp, other.head
         self.learn_steps, self.samples_seen = other.learn_steps, other.samples_seen
         self.train_metrics, self.samples = dict(other.train_metrics), list(other.samples)
 
     def _step(self) -> float:
         """Clip and apply the accumulated gradient (summed over data-parallel processes first); returns its
         norm before clipping."""
-        params = self.adapter.parameters()
+        params = self.trainable()
         if self.parallel is not None:
             self.parallel.sum_grads(params)
         if self.hp.max_grad_norm is not None:

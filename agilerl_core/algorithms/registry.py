@@ -15,7 +15,12 @@ from agilerl_core.algorithms.hyperparameters.bc import BCHyperparameters
 from agilerl_core.algorithms.hyperparameters.cql import CQLHyperparameters, CQNHyperparameters
 from agilerl_core.algorithms.hyperparameters.dqn import DQNHyperparameters, RainbowHyperparameters
 from agilerl_core.algorithms.hyperparameters.ippo import IPPOHyperparameters, MAPPOHyperparameters
-from agilerl_core.algorithms.hyperparameters.llm import DPOHyperparameters, GRPOHyperparameters, REINFORCEHyperparameters
+from agilerl_core.algorithms.hyperparameters.llm import (
+    DPOHyperparameters,
+    GRPOHyperparameters,
+    LLMPPOHyperparameters,
+    REINFORCEHyperparameters,
+)
 from agilerl_core.algorithms.hyperparameters.maddpg import MADDPGHyperparameters, MATD3Hyperparameters
 from agilerl_core.algorithms.hyperparameters.ppo import PPOHyperparameters
 from agilerl_core.algorithms.hyperparameters.sac import SACHyperparameters
@@ -65,6 +70,8 @@ ALGORITHMS: dict[str, AlgorithmInfo] = {a.name: a for a in (
                   {"multi_agent": "multi_agent_on_policy"}, on_policy=True),
     AlgorithmInfo("grpo", GRPOHyperparameters, "agilerl_core.algorithms.grpo:GRPO", {"llm": "llm"}, on_policy=True),
     AlgorithmInfo("reinforce", REINFORCEHyperparameters, "agilerl_core.algorithms.reinforce:REINFORCE", {"llm": "llm"},
+                  on_policy=True),
+    AlgorithmInfo("llm_ppo", LLMPPOHyperparameters, "agilerl_core.algorithms.llm_ppo:LLMPPO", {"llm": "llm"},
                   on_policy=True),
     AlgorithmInfo("dpo", DPOHyperparameters, "agilerl_core.algorithms.dpo:DPO", {"llm": "llm"}),
 )}

@@ -98,21 +98,30 @@ def sample(model, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int, te
 
 def completion_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, comp_ids: torch.Tensor,
                         comp_mask: torch.Tensor, temperature: float | torch.Tensor = 1.0,
-                        rows: list[tuple[int, int]] | None = None) -> torch.Tensor:
+                        rows: list[tuple[int, int]] | None = None, hidden: bool = False
+                        ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Log-probability of every completion token under `model` at `temperature` ([batch, T]; padding positions
     hold garbage, weigh them with `comp_mask`). Only the completion's logits are computed (``logits_to_keep``).
     Score at the temperature the completions were sampled at: that is the policy whose ratio, KL and gradient
     GRPO takes (0, greedy, scores at 1). A tensor `temperature` holds one per row (0 scores at 1);
-    `rows` runs each member's block of rows through its own adapter, as in :func:`sample`."""
+    `rows` runs each member's block of rows through its own adapter, as in :func:`sample`. With `hidden`, also
+    the last layer's hidden state at the same positions (the state each completion token is predicted from,
+    [batch, T, H], float32): (log-probs, hidden states)."""
     ids = torch.cat([prompt_ids, comp_ids], dim=1)
     mask = torch.cat([prompt_mask, comp_mask], dim=1)
     width = comp_ids.shape[1]
     extra = {} if rows is None else {"rows": rows}
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=False,
-                   logits_to_keep=width + 1, **extra).logits[:, :-1].float()
+    if hidden:
+        extra["output_hidden_states"] = True
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=False,
+                logits_to_keep=width + 1, **extra)
+    logits = out.logits[:, :-1].float()
     if isinstance(temperature, torch.Tensor):
         t = torch.where(temperature > 0, temperature, torch.ones_like(temperature)).float()
         logits = logits / t.to(logits.device)[:, None, None]
     elif temperature > 0 and temperature != 1.0:
         logits = logits / temperature
-    return torch.gather(logits, -1, comp_ids[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    logp = torch.gather(logits, -1, comp_ids[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    if hidden:
+        return logp, out.hidden_states[-1][:, -(width + 1):-1].float()
+    return logp

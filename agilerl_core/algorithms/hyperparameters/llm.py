@@ -1,4 +1,4 @@
-"""Hyperparameters of the language-model algorithms (GRPO, REINFORCE, DPO): a population of LoRA adapters on one base.
+"""Hyperparameters of the language-model algorithms (GRPO, REINFORCE, LLM-PPO, DPO): a population of LoRA adapters on one base.
 
 Budgets of LLM experiments count training samples: GRPO completions (prompts x group_size), DPO preference
 pairs."""
@@ -60,6 +60,30 @@ class REINFORCEHyperparameters(GRPOHyperparameters):
     group_size: int = Field(4, ge=2, description="Completions sampled per prompt (each one's baseline is the mean "
                                                  "reward of the others).")
     beta: float = Field(0.0, ge=0, description="Weight of the k3 KL penalty to the base model (0: no reference pass).")
+
+
+class LLMPPOHyperparameters(GRPOHyperparameters):
+    """PPO on completions: a value head on the adapted base, token-level GAE, clipped policy and value losses, the
+    KL to the base as a per-token reward penalty."""
+
+    algorithm_name: ClassVar[str] = "llm_ppo"
+    default_space: ClassVar[HyperparameterSpace] = {
+        "lr": LLM_LEARNING_RATE,
+        "beta": HyperparameterSpec(min=0.0, max=0.5, kind="float", grow=1.5, shrink=1 / 1.5),
+        "temperature": HyperparameterSpec(min=0.2, max=1.5, kind="float", grow=1.2, shrink=1 / 1.2),
+        "vf_coef": HyperparameterSpec(min=0.05, max=2.0, kind="float", grow=1.5, shrink=1 / 1.5),
+    }
+
+    group_size: int = Field(2, ge=1, description="Completions sampled per prompt (the value head is the baseline, "
+                                                 "so one is enough).")
+    beta: float = Field(0.05, ge=0, description="Per-token KL-to-base penalty in the reward (0: no reference pass "
+                                                "unless kl_metric).")
+    update_epochs: int = Field(2, ge=1, description="Passes over each batch of completions.")
+    gamma: float = Field(1.0, ge=0, le=1, description="Discount over completion tokens.")
+    gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda over completion tokens.")
+    vf_coef: float = Field(0.5, ge=0, description="Weight of the value loss.")
+    value_clip: float | None = Field(0.2, gt=0, description="Clip the value's change around the rollout's (None: off).")
+    norm_adv: bool = Field(True, description="Whiten the advantages over the member's completion tokens.")
 
 
 class DPOHyperparameters(LLMHyperparameters):
