@@ -1,4 +1,4 @@
-"""GRPO speed beside AgileRL 2.58 on the peer's tiny model, measured alternately in one run.
+"""GRPO (and LLM-PPO, REINFORCE) speed beside AgileRL 2.58 on the peer's tiny model, measured alternately in one run.
 
 Configuration (../shared/bench/peer_agilerl_grpo.py, --task digit_sum, from AgileRL's
 grpo_constant_target.yaml): a GPT-2 built from a config (n_embd 64, 2 layers, 2 heads, random weights) with
@@ -13,6 +13,11 @@ held-out episodes per evaluation, ours the 5 held-out prompts of the 25 the task
 one optimiser update over a whole batch (both epochs) as one step, as the peer's learn() call does.
 
     python benchmarks/llm_grpo_speed.py [--peer-python ~/peer-venv/bin/python] [--pops 1 2 4]
+                                        [--algorithms grpo llm_ppo reinforce]
+
+``--algorithms`` runs each of ours with the same settings (LLM-PPO: the same batch and group, its value head
+and GAE on top; REINFORCE: its leave-one-out baseline) beside the peer's same-named algorithm (its ``PPO`` and
+``REINFORCE`` of ``agilerl.algorithms.ppo_llm`` / ``reinforce_llm``, ``peer_agilerl_grpo.py --algo``).
 
 The peer needs its cpu-llm extra (see ../shared/bench/README.md). Prints one JSON object.
 """
@@ -38,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peer import PEER_DIR, in_fresh_process  # beside this script
 
 
-def _config(pop: int, data: str, kl_metric: bool) -> dict:
-    return {"kind": "llm", "name": "grpo-speed", "algorithm": "grpo", "population_size": pop, "seed": 1,
+def _config(pop: int, data: str, kl_metric: bool, algorithm: str = "grpo") -> dict:
+    return {"kind": "llm", "name": "grpo-speed", "algorithm": algorithm, "population_size": pop, "seed": 1,
             "model": {"config": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 2, "n_positions": 128,
                                  "attn_pdrop": 0.0, "embd_pdrop": 0.0, "resid_pdrop": 0.0},
                       "tokenizer_chars": "0123456789+=",
@@ -53,10 +58,10 @@ def _config(pop: int, data: str, kl_metric: bool) -> dict:
             "evo_steps": 1024, "max_env_steps": 4096 * pop, "kl_metric": kl_metric, "sample_completions": 0}
 
 
-def ours(pop: int, data: str, kl_metric: bool) -> dict:
+def ours(pop: int, data: str, kl_metric: bool, algorithm: str = "grpo") -> dict:
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    evo = build_evolution(validate_config(_config(pop, data, kl_metric)))
+    evo = build_evolution(validate_config(_config(pop, data, kl_metric, algorithm)))
     build = time.perf_counter() - t0
     t0 = time.perf_counter()
     while not evo.finished():
@@ -74,12 +79,16 @@ def ours(pop: int, data: str, kl_metric: bool) -> dict:
             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
 
 
-def peer(python: str, pop: int) -> dict:
+PEER_ALGO = {"grpo": "grpo", "llm_ppo": "ppo", "reinforce": "reinforce"}
+
+
+def peer(python: str, pop: int, algorithm: str = "grpo") -> dict:
     import re
     import subprocess
 
     args = ["--pop", str(pop), "--seed", "1", "--task", "digit_sum", "--max-steps", str(4096 * pop),
-            "--evo-steps", "4", "--eval-interval", "4", "--eval-loop", "32", "--threads", "1"]
+            "--evo-steps", "4", "--eval-interval", "4", "--eval-loop", "32", "--threads", "1",
+            "--algo", PEER_ALGO[algorithm]]
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.run([python, "peer_agilerl_grpo.py", *args, "--out", f"{tmp}/r.json"], cwd=PEER_DIR,
                               capture_output=True, text=True, check=False)
@@ -100,19 +109,22 @@ def main() -> None:
     p.add_argument("--pops", type=int, nargs="+", default=[1, 2, 4])
     p.add_argument("--kl-metric", action="store_true", help="ours also computes the KL to the base (beta 0)")
     p.add_argument("--no-peer", action="store_true")
+    p.add_argument("--algorithms", nargs="+", default=["grpo"], choices=sorted(PEER_ALGO))
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         data = str(write_jsonl(Path(tmp) / "digit_sum.jsonl",
                                [{"prompt": f"{a}+{b}=", "answer": str((a + b) % 10)} for a in range(5) for b in range(5)]))
         rows = []
-        for pop in args.pops:
-            row = {"pop": pop, "ours": in_fresh_process("llm_grpo_speed", f"ours({pop}, {data!r}, {args.kl_metric})")}
-            if not args.no_peer:
-                row["peer"] = peer(args.peer_python, pop)
-                row["completions_speedup"] = round(row["ours"]["completions_per_s"] / row["peer"]["completions_per_s"], 2)
-                row["learn_steps_speedup"] = round(row["ours"]["learn_steps_per_s"] / row["peer"]["learn_steps_per_s"], 2)
-            rows.append(row)
-            print(json.dumps(row), file=sys.stderr, flush=True)
+        for algorithm in args.algorithms:
+            for pop in args.pops:
+                row = {"algorithm": algorithm, "pop": pop,
+                       "ours": in_fresh_process("llm_grpo_speed", f"ours({pop}, {data!r}, {args.kl_metric}, {algorithm!r})")}
+                if not args.no_peer:
+                    row["peer"] = peer(args.peer_python, pop, algorithm)
+                    row["completions_speedup"] = round(row["ours"]["completions_per_s"] / row["peer"]["completions_per_s"], 2)
+                    row["learn_steps_speedup"] = round(row["ours"]["learn_steps_per_s"] / row["peer"]["learn_steps_per_s"], 2)
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
     print(json.dumps({"benchmark": "llm_grpo_speed", "kl_metric": args.kl_metric, "rows": rows, "target_speedup": 3.0}))
 
 
