@@ -31,7 +31,10 @@ class LineageEvent:
     other_parent_id: int | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if d["other_parent_id"] is None:  # a plain child: the record reads as before crossovers existed
+            del d["other_parent_id"]
+        return d
 
 
 @dataclass
