@@ -39,6 +39,7 @@ from agilerl_core.algorithms.hyperparameters.maddpg import MATD3Hyperparameters
 from agilerl_core.algorithms.registry import ALGORITHMS, algorithms_for_kind
 from agilerl_core.errors import ConfigError
 from agilerl_core.hpo.space import HyperparameterSpec
+from agilerl_core.limits import Limits
 
 ACTIVATIONS = ("relu", "leaky_relu", "elu", "tanh")
 
@@ -265,6 +266,9 @@ class _ExperimentBase(_Strict):
     storage: StorageConfig = Field(default_factory=StorageConfig, description="Pipeline persistence.")
     champion: ChampionConfig = Field(default_factory=ChampionConfig, description="The registered champion: "
                                                                                 "candidates and promotion.")
+    limits: Limits = Field(default_factory=Limits, description="The largest sizes accepted from this config, "
+                                                             "the checkpoints and datasets it reads (raise one "
+                                                             "here when a size is meant: docs/security.md).")
 
     @field_validator("device")
     @classmethod
