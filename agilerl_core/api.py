@@ -28,7 +28,7 @@ from agilerl_core.envs.make import bind_env_factory
 from agilerl_core.errors import CheckpointError, ConfigError
 from agilerl_core.hpo.evolution import GenerationStats, RunResult, TrainResult
 from agilerl_core.hpo.population import Member
-from agilerl_core.io.checkpoint import MEMBER_FORMAT, _read_json, load_member, save_member
+from agilerl_core.io.checkpoint import MEMBER_FORMAT, _member_record, _read_json, load_member, save_member
 
 PIPELINE_SECTIONS = ("runner", "tracking", "schedule")  # what a pipeline YAML adds (tasks.config); never read here
 
@@ -302,7 +302,7 @@ def evolve(config: str | Path | dict[str, Any] | ExperimentConfig, *, env: Calla
     Raises:
         ConfigError: a bad config, override, env or callback, naming the field, before anything trains.
     """
-    from agilerl_core.experiment import build_evolution, train_local
+    from agilerl_core.experiment import build_evolution, default_run_dir, train_local
 
     cfg, left_out = resolve_config(config, overrides, env)
     if left_out:
@@ -311,10 +311,10 @@ def evolve(config: str | Path | dict[str, Any] | ExperimentConfig, *, env: Calla
                       stacklevel=2)
     if group_size is not None and (not isinstance(group_size, int) or group_size < 1):
         raise ConfigError(f"group_size: {group_size!r}; give a whole number >= 1 or None (no limit)")
+    run_dir = Path(run_dir or default_run_dir(cfg))  # inside output_dir, checked before anything is built
     hooks = CallbackHooks(callbacks, {})
     evo = build_evolution(cfg, batch_members, group_size)
     hooks.env = evo.arena.env_desc
-    run_dir = Path(run_dir or Path(cfg.output_dir) / f"{cfg.name}-seed{cfg.seed}")
     res = train_local(cfg, progress=progress, run_dir=run_dir, evolution=evo, hooks=hooks)
     population = [Policy(m, evo.arena.env_desc) for m in evo.population.members]
     elite = population[evo.population.members.index(evo.population.elite())]
@@ -357,15 +357,17 @@ def _load_dir(path: Path, where: str, device: str) -> Policy:
         elif (path / "population.json").is_file():
             hint = f"; a population: load one member, e.g. {where.rstrip('/')}/members/0"
         raise CheckpointError(f"{where}: no member checkpoint there (member.json){hint}")
+    from agilerl_core.io.run_store import verify_committed
+
+    verify_committed(path)  # a member of a committed generation: its files checked against the manifest
     meta = _read_json(path / "member.json", MEMBER_FORMAT)
     env = meta.get("env") if isinstance(meta.get("env"), dict) else {}
     if env.get("kind") == "llm":
         from agilerl_core.arenas.llm import load_llm_member
 
         agent, env = load_llm_member(str(path), device)
-        record = meta["record"]  # verified by the load above
-        member = Member(int(record["member_id"]), agent, record["parent_id"], str(record["mutation"]),
-                        int(record["born"]), [float(f) for f in record["fitness_history"]], record.get("other_parent_id"))
+        record = _member_record(meta, str(path / "member.json"))  # every field checked
+        member = Member(record["member_id"], agent, *record["rest"])
         return Policy(member, env)
     member, env = load_member(path, device=device)
     return Policy(member, env)

@@ -37,6 +37,7 @@ from agilerl_core.algorithms.hyperparameters.dqn import DQNHyperparameters
 from agilerl_core.algorithms.hyperparameters.llm import GRPOHyperparameters
 from agilerl_core.algorithms.hyperparameters.maddpg import MATD3Hyperparameters
 from agilerl_core.algorithms.registry import ALGORITHMS, algorithms_for_kind
+from agilerl_core.code_refs import env_id_problem, ref_problem, split_env_id, split_ref, split_wrapper, wrapper_problem
 from agilerl_core.errors import ConfigError
 from agilerl_core.hpo.space import HyperparameterSpec
 from agilerl_core.limits import Limits
@@ -236,13 +237,35 @@ LLM_ALGORITHMS = algorithms_for_kind("llm")
 LLMHyperparameterModels = _hyperparameter_union("llm")
 
 
+RUN_NAME_MAX = 128  # bytes (UTF-8) of an experiment name: a directory name (output_dir/NAME-seedN) and a run id
+_RUN_NAME = re.compile(r"\w(?:[\w .-]*[\w.-])?")
+
+
+def check_run_name(value: str) -> str:
+    """`value` when it is a safe experiment name: one directory name under output_dir and the start of a run id
+    (letters, digits and _, then also spaces, - and .; no path separator, '..', control character or
+    trailing space; at most RUN_NAME_MAX bytes). A ValueError saying which characters are allowed otherwise."""
+    if len(value.encode("utf-8", "surrogatepass")) > RUN_NAME_MAX or not _RUN_NAME.fullmatch(value) \
+            or ".." in value:
+        shown = value if len(value) <= 60 else value[:60] + "..."
+        raise ValueError(f"{shown!r} is not a run name: the run's directory (output_dir/NAME-seedN) and id are made "
+                         f"from it, so use letters, digits and _, then also spaces, - and . (no '/', '\\', '..', "
+                         f"control characters or trailing space; start with a letter, digit or _), at most "
+                         f"{RUN_NAME_MAX} bytes, e.g. cartpole-dqn")
+    return value
+
+
 class _ExperimentBase(_Strict):
     """What every kind of experiment shares: the population, its evolution, the budget and where it runs."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, json_schema_extra=_schema_any_hyperparameters)
     default_algorithm: ClassVar[str]
 
-    name: str = Field("experiment", min_length=1, description="Experiment name (tracking groups runs by it).")
+    name: str = Field("experiment", min_length=1, description="Experiment name (tracking groups runs by it; the "
+                                                              "run's directory and id start with it): letters, "
+                                                              "digits, _ and, after the first character, "
+                                                              "spaces, - and . (no '..'); at most "
+                                                              "128 bytes.")
     population_size: int = Field(4, ge=1, description="Members in the population.")
     hp_space: dict[str, HyperparameterSpec | dict[str, Any] | None] = Field(
         default_factory=dict, description="Overrides of the algorithm's mutable hyperparameters (null removes one).")
@@ -269,6 +292,42 @@ class _ExperimentBase(_Strict):
     limits: Limits = Field(default_factory=Limits, description="The largest sizes accepted from this config, "
                                                              "the checkpoints and datasets it reads (raise one "
                                                              "here when a size is meant: docs/security.md).")
+
+    @field_validator("name")
+    @classmethod
+    def _run_name(cls, value: str) -> str:
+        return check_run_name(value)
+
+    @model_validator(mode="after")
+    def _within_limits(self) -> _ExperimentBase:
+        """Sizes this config asks for (population, envs, buffer, layer widths) against its own `limits`, before
+        anything is allocated from them; the refusal names the field and the limit to raise."""
+        from agilerl_core.limits import check
+
+        net = getattr(self, "network", None)
+        sizes: list[tuple[str, str, Any]] = [("population_size", "population_size", self.population_size),
+                                             ("num_envs", "num_envs", getattr(self, "num_envs", None)),
+                                             ("hyperparameters.buffer_size", "buffer_size",
+                                              getattr(getattr(self, "hyperparameters", None), "buffer_size", None))]
+        if net is not None:
+            sizes += [(f"network.hidden_sizes[{i}]", "layer_width", h) for i, h in enumerate(net.hidden_sizes)]
+            sizes += [("network.max_nodes", "layer_width", net.max_nodes),
+                      ("network.max_hidden_layers", "layer_count", net.max_hidden_layers),
+                      ("network.cnn.max_channels", "layer_width", net.cnn.max_channels),
+                      ("network.cnn.max_layers", "layer_count", net.cnn.max_layers),
+                      ("network.cnn.latent_dim", "layer_width", getattr(net.cnn, "latent_dim", None)),
+                      ("network.vector_encoder.latent_dim", "layer_width", getattr(net.vector_encoder, "latent_dim", None)),
+                      ("network.rnn.hidden_size", "layer_width", net.rnn.hidden_size if net.rnn else None)]
+            sizes += [(f"network.cnn.channels[{i}]", "layer_width", h) for i, h in enumerate(net.cnn.channels)]
+            sizes += [(f"network.vector_encoder.hidden_sizes[{i}]", "layer_width", h)
+                      for i, h in enumerate(net.vector_encoder.hidden_sizes)]
+        for name, limit, value in sizes:
+            if value is not None:
+                try:
+                    check(limit, value, name, limits=self.limits)
+                except ConfigError as err:
+                    raise ValueError(str(err)) from None
+        return self
 
     @field_validator("device")
     @classmethod
@@ -325,9 +384,9 @@ class WrapperConfig(_Strict):
     @field_validator("wrapper")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z_][\w.]*[.:][A-Za-z_]\w*", value):
-            raise ValueError(f"{value!r}: name the wrapper class as module.Name, e.g. "
-                             f"gymnasium.wrappers.FrameStackObservation")
+        why = wrapper_problem(value)
+        if why is not None:
+            raise ValueError(why)
         return value
 
 
@@ -358,6 +417,22 @@ class _EnvExperimentBase(_ExperimentBase):
                                                  "each member's training vector env, in order (e.g. gymnasium."
                                                  "wrappers.vector.NormalizeReward); evaluation envs never get them, "
                                                  "so fitness stays the env's own return.")
+
+    @field_validator("env_id")
+    @classmethod
+    def _env_id_form(cls, value: str) -> str:
+        why = env_id_problem(value)  # as Gymnasium resolves it: what the allowlist checks is what gets imported
+        if why is not None:
+            raise ValueError(why)
+        return value
+
+    @field_validator("env_entry_point")
+    @classmethod
+    def _entry_point_form(cls, value: str | None) -> str | None:
+        why = None if value is None else ref_problem(value, "my_pkg.envs:GridWorld")
+        if why is not None:
+            raise ValueError(why)
+        return value
 
     @model_validator(mode="after")
     def _backend(self) -> _EnvExperimentBase:
@@ -453,6 +528,14 @@ class MultiAgentExperimentConfig(_EnvExperimentBase):
                                                        description="Initial hyperparameters of every member (the "
                                                                    "fields of the chosen algorithm).")
     fitness: FitnessConfig = Field(default_factory=FitnessConfig, description="The team's fitness.")
+
+    @field_validator("env_id")
+    @classmethod
+    def _env_id_form(cls, value: str) -> str:  # replaces the Gymnasium form: imported as module, then getattr
+        why = ref_problem(value, "mpe2:simple_speaker_listener_v4") if ":" in value else None
+        if why is not None:
+            raise ValueError(why)
+        return value
 
     @model_validator(mode="after")
     def _no_entry_point(self) -> MultiAgentExperimentConfig:
@@ -602,6 +685,9 @@ class RewardConfig(_Strict):
             raise ValueError("pattern: a regex reward needs a pattern")
         if self.kind == "python" and not self.function:
             raise ValueError("function: a python reward needs module:function")
+        why = ref_problem(self.function, "my_rewards:brevity") if self.function else None
+        if why is not None:
+            raise ValueError(f"function: {why}")
         return self
 
 
@@ -906,20 +992,19 @@ def code_references(cfg: ExperimentConfig) -> dict[str, str]:
     trusted in the user's own files, checked against an allowlist when a config arrives as a flow-run
     parameter (:func:`check_code_allowed`)."""
     refs: dict[str, str] = {}
-    env_id = getattr(cfg, "env_id", None)
+    env_id = getattr(cfg, "env_id", None)  # parsed as its importer reads it (a ConfigError for what it cannot)
     if env_id and ":" in env_id:
-        refs["env_id"] = env_id.partition(":")[0]
+        refs["env_id"] = (split_ref(env_id, "env_id") if getattr(cfg, "kind", None) == "multi_agent"
+                          else split_env_id(env_id))[0]
     entry = getattr(cfg, "env_entry_point", None)
     if entry:
-        refs["env_entry_point"] = entry.partition(":")[0]
-    from agilerl_core.envs.make import wrapper_module
-
+        refs["env_entry_point"] = split_ref(entry, "env_entry_point")[0]
     for name in ("env_wrappers", "vector_wrappers"):
         for i, w in enumerate(getattr(cfg, name, None) or []):
-            refs[f"{name}[{i}].wrapper"] = wrapper_module(w.wrapper)[0]
+            refs[f"{name}[{i}].wrapper"] = split_wrapper(w.wrapper, f"{name}[{i}].wrapper")[0]
     for i, reward in enumerate(getattr(cfg, "rewards", None) or []):
-        if reward.kind == "python" and reward.function:
-            refs[f"rewards[{i}].function"] = reward.function.partition(":")[0]
+        if reward.function and reward.kind == "python":
+            refs[f"rewards[{i}].function"] = split_ref(reward.function, f"rewards[{i}].function")[0]
     return refs
 
 

@@ -6,6 +6,7 @@ arena, the arena checks the config against the env (and dataset) while it builds
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from tqdm import tqdm
 from agilerl_core.algorithms.registry import algorithm_info, get_algorithm
 from agilerl_core.arenas import arena_class
 from agilerl_core.config import ExperimentConfig
+from agilerl_core.errors import ConfigError
 from agilerl_core.hpo.evolution import Evolution, EvolutionSettings, RunResult
 
 
@@ -33,11 +35,25 @@ def build_evolution(cfg: ExperimentConfig, batch_members: bool = True, group_cap
                                                           group_cap))
 
 
+def default_run_dir(cfg: ExperimentConfig) -> Path:
+    """OUTPUT_DIR/NAME-seedSEED, where a run keeps its elite and population; a ConfigError naming `name` when
+    that directory would not be one directory inside output_dir (the name is validated already: this is the
+    second check, on the joined path)."""
+    root = Path(cfg.output_dir)
+    run_dir = root / f"{cfg.name}-seed{cfg.seed}"
+    if Path(os.path.abspath(run_dir)).parent != Path(os.path.abspath(root)):
+        raise ConfigError(f"name: {cfg.name!r} would put the run's directory at {os.path.abspath(run_dir)}, outside "
+                          f"output_dir {os.path.abspath(root)}; give a plain name (letters, digits, _, -, .), "
+                          f"e.g. cartpole-dqn")
+    return run_dir
+
+
 def train_local(cfg: ExperimentConfig, progress: bool = True, run_dir: str | Path | None = None,
                 evolution: Evolution | None = None, batch_members: bool = True, hooks: Any = None) -> RunResult:
     """Evolve a population until the target fitness or the budget, in this process; save the elite and the
     population under `run_dir` (default OUTPUT_DIR/NAME-seedSEED). `batch_members`: see :func:`build_evolution`.
     `hooks`: the run's callbacks (:class:`agilerl_core.api.CallbackHooks`); one may stop the run early."""
+    run_dir = Path(run_dir or default_run_dir(cfg))  # checked before anything trains or is written
     evo = evolution or build_evolution(cfg, batch_members)
     on_trained = (lambda r: hooks.member_trained(evo.population.members, r)) if hooks else None
     t0 = time.perf_counter()
@@ -59,7 +75,6 @@ def train_local(cfg: ExperimentConfig, progress: bool = True, run_dir: str | Pat
     finally:
         bar.close()
     wall = time.perf_counter() - t0
-    run_dir = Path(run_dir or Path(cfg.output_dir) / f"{cfg.name}-seed{cfg.seed}")
     elite_path = evo.save_elite(run_dir / "elite")
     evo.save(run_dir / "population", config=cfg.model_dump(mode="json"))
     return evo.result(wall, evo.global_steps - steps0, str(elite_path.resolve()))

@@ -52,6 +52,9 @@ class Limits(BaseModel):
     llm_config_params: int = Field(200_000_000, ge=1, description="Parameters of an LLM base built from a "
                                                                   "config (random weights: tests, benchmarks, "
                                                                   "from-scratch models).")
+    llm_layers: int = Field(1_024, ge=1, description="Layers of an LLM base's config (num_hidden_layers, n_layer, "
+                                                     "...) and experts of one MoE layer: checked before its "
+                                                     "parameters are counted.")
     json_bytes: int = Field(256 * 2**20, ge=1, description="Bytes of one JSON record file (member, population, "
                                                            "manifest, lineage, lease, dataset attributes).")
     json_depth: int = Field(64, ge=1, description="Nesting depth of one JSON record.")

@@ -230,7 +230,8 @@ def run_generation(job: GenerationJob, evo: Evolution, store: RunStore, runner, 
     groups = evo.groups()
     inline = job.mode == "threads" and job.config.runner.max_threads == 1
     members = evo.population.members  # a process runner ships each group's member states; threads, the live ones
-    shipped = [[MemberState(*members[s].agent.state()) for s in g] for g in groups] if job.mode == "process" else None
+    shipped = [[MemberState(*members[s].agent.state(), members[s].member_id) for s in g] for g in groups] \
+        if job.mode == "process" else None
     if inline:  # one group at a time in this thread (no hand-off to a pool thread), evaluated right after
         trained_lists, evaluated_lists = [], []
         for g in groups:
@@ -430,8 +431,11 @@ def _log_unlogged(tracker: Tracker, store: RunStore, evo: Evolution, space_names
                     h.generation)
         key = _spill_key(store, h.generation)
         if store.storage.exists(key):
-            kept = json.loads(store.storage.get_bytes(key))
-            tracker.log_generation(kept["stats"], kept["members"], only_missing=True)
+            from agilerl_core.io.records import field, read_record
+
+            url = store.storage.url(key)
+            kept = read_record(store.storage.get_bytes(key), url, allow_nan=True)  # the one parser for stored records
+            tracker.log_generation(field(kept, "stats", dict, url), field(kept, "members", list, url), only_missing=True)
         else:
             _log_from_store(tracker, store, h.generation, asdict(h), evo, space_names)
     spilled = store.storage.list(store.key("tracking") + "/")
@@ -485,8 +489,11 @@ def _finished_summary(prepared: PreparedRun) -> dict[str, Any] | None:
     store, evo = prepared.store, prepared.evo
     if prepared.latest is None or not evo.finished() or not store.storage.exists(store.key("summary.json")):
         return None
-    summary = json.loads(store.storage.get_bytes(store.key("summary.json")))
-    return summary if summary.get("generations") == len(evo.history) else None
+    from agilerl_core.io.records import read_record
+
+    summary = read_record(store.storage.get_bytes(store.key("summary.json")), store.storage.url(store.key("summary.json")),
+                          allow_nan=True)
+    return summary if isinstance(summary, dict) and summary.get("generations") == len(evo.history) else None
 
 
 def _flow_run(field: str) -> str | None:

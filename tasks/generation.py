@@ -30,6 +30,7 @@ import torch
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from agilerl_core.errors import NonFiniteError
 from agilerl_core.experiment import build_evolution
 from agilerl_core.hpo.evolution import Evolution, TrainResult
 from agilerl_core.io.run_store import RunStore, ShardRef
@@ -57,6 +58,7 @@ class MemberState:
 
     tensors: dict[str, torch.Tensor]
     meta: dict[str, Any]
+    member_id: int | None = None  # the flow's id of the member (a worker's own population does not know it)
 
 
 @dataclass
@@ -176,7 +178,12 @@ def _train_in_worker(run: WorkerRun, job: GenerationJob, slots: tuple[int, ...],
     together, returned as data with their fresh experience written to storage as shards."""
     for slot, m in zip(slots, members, strict=True):
         run.evo.load_member_state(slot, m.tensors, m.meta)
-    results = run.evo.train_group(slots, job.generation, job.steps)
+    try:
+        results = run.evo.train_group(slots, job.generation, job.steps)
+    except NonFiniteError as err:  # named by the flow's member id (None where it did not travel), not the worker's
+        ids = {s: m.member_id for s, m in zip(slots, members, strict=True)}
+        raise NonFiniteError(err.source, err.slot, err.what, err.step, err.step_kind, ids.get(err.slot),
+                             err.generation) from None
     where = placement()
     outputs = []
     for r in results:

@@ -1,19 +1,49 @@
-"""Who may make a flow run import code.
+"""Who may make a flow run import code, or point its data and the worker's credentials elsewhere.
 
-Config fields that name code (an env id's module, ``env_entry_point``, python rewards; see
-:func:`agilerl_core.config.code_references`) are code by design: trusted when the config comes from the user's
-own files (the CLI, a deployment's own config). A deployment's flow run, though, takes ``config`` as a
-parameter from anyone who can reach the Prefect API, so such a run imports only the modules its deployment's
-own config names, plus those in ``$AGILERL_TRUSTED_MODULES`` on the worker.
+Config fields that name code (an env id's module, ``env_entry_point``, wrappers, python rewards; see
+:func:`agilerl_core.config.code_references`, parsed the way Gymnasium and the importers read them) are code by
+design: trusted when the config comes from the user's own files (the CLI, a deployment's own config). A
+deployment's flow run, though, takes ``config`` as a parameter from anyone who can reach the Prefect API, so
+such a run (:func:`check_flow_run_parameters`):
+
+- imports only the modules its deployment's own config names, plus those in ``$AGILERL_TRUSTED_MODULES``;
+- sends its work and data only where its deployment's own config does: ``runner.address`` (a Dask or Ray
+  cluster: the members and data travel there pickled) must equal the deployment's value or be listed in
+  ``$AGILERL_TRUSTED_ADDRESSES``; ``tracking.uri``, ``storage.uri`` and ``storage.endpoint_url`` (the worker's
+  MLflow and S3 credentials go with every request) must equal the deployment's value or be listed in
+  ``$AGILERL_TRUSTED_URIS``;
+- writes and reads only where its deployment's own config does: ``output_dir``, ``dataset.uri`` and
+  ``dataset.cache_dir`` likewise (``$AGILERL_TRUSTED_URIS``);
+- raises no entry of ``limits`` above the deployment's own config (its defaults when it sets none).
+
+Each variable is read on the worker, comma-separated; an entry ending in ``/`` also allows every value below
+it (``s3://runs/`` allows ``s3://runs/team-a``; a value with a ``..`` part never matches a prefix).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any
 
 from agilerl_core.config import check_code_allowed, code_references, trusted_modules_from_env
+from agilerl_core.errors import ConfigError
+from agilerl_core.limits import Limits
 from tasks.config import validate_config
+
+TRUSTED_ADDRESSES_ENV = "AGILERL_TRUSTED_ADDRESSES"  # cluster addresses a flow-run parameter may name
+TRUSTED_URIS_ENV = "AGILERL_TRUSTED_URIS"  # tracking / storage URIs and S3 endpoints a flow-run parameter may name
+
+# (field, the allowlist's variable, what goes there)
+TARGETS = (
+    ("runner.address", TRUSTED_ADDRESSES_ENV, "the run's members and data are sent to that cluster (pickled)"),
+    ("tracking.uri", TRUSTED_URIS_ENV, "the worker's tracking credentials, metrics and models go there"),
+    ("storage.uri", TRUSTED_URIS_ENV, "the run's checkpoints go there with the worker's storage credentials"),
+    ("storage.endpoint_url", TRUSTED_URIS_ENV, "the worker's S3 credentials sign every request sent there"),
+    ("output_dir", TRUSTED_URIS_ENV, "the run's files are written there on the worker's disk"),
+    ("dataset.uri", TRUSTED_URIS_ENV, "the run reads its data from there with the worker's credentials"),
+    ("dataset.cache_dir", TRUSTED_URIS_ENV, "the run writes its dataset cache there on the worker's disk"),
+)
 
 
 def _deployment() -> tuple[str | None, dict[str, Any]]:
@@ -31,23 +61,109 @@ def _deployment() -> tuple[str | None, dict[str, Any]]:
         return str(dep_id), dict(client.read_deployment(dep_id).parameters or {})
 
 
-def deployed_modules(parameters: dict[str, Any]) -> set[str]:
-    """The modules a deployment's own default `config` parameter names (nothing when it has none)."""
+def deployed_config(parameters: dict[str, Any]):
+    """A deployment's own default `config` parameter, validated (None: it has none, or an unusable one)."""
     raw = parameters.get("config")
     if not isinstance(raw, dict):
+        return None
+    with contextlib.suppress(Exception):  # an unusable default allows nothing
+        return validate_config(raw, "the deployment's config")
+    return None
+
+
+def deployed_modules(parameters: dict[str, Any]) -> set[str]:
+    """The modules a deployment's own default `config` parameter names (nothing when it has none)."""
+    deployed = deployed_config(parameters)
+    if deployed is None:
         return set()
-    with contextlib.suppress(Exception):  # an unusable default names nothing it could allow
-        return set(code_references(validate_config(raw, "the deployment's config")).values())
+    with contextlib.suppress(Exception):
+        return set(code_references(deployed).values())
     return set()
 
 
-def check_flow_run_code(cfg) -> None:
-    """Refuse, naming the field, a config that arrived as a deployment run's parameter and names a module
-    outside the allowlist; a run started from the user's own files (no deployment) is not checked."""
-    dep_id, parameters = _deployment()
-    if dep_id is None or not code_references(cfg):
+def trusted_values_from_env(name: str) -> set[str]:
+    """The values the comma-separated environment variable `name` allows."""
+    return {v.strip() for v in os.environ.get(name, "").split(",") if v.strip()}
+
+
+def value_allowed(value: str, allowed: set[str]) -> bool:
+    """Whether `value` is in `allowed`, or below an entry ending in ``/`` (never with a ``..`` part)."""
+    if value in allowed:
+        return True
+    if ".." in value.replace("\\", "/").split("/"):
+        return False
+    return any(entry.endswith("/") and value.startswith(entry) for entry in allowed)
+
+
+def _field(cfg, dotted: str) -> Any:
+    value = cfg
+    for part in dotted.split("."):
+        value = getattr(value, part, None)
+    return value
+
+
+def _default(cfg, dotted: str) -> Any:
+    """The config model's default for `dotted` (what a deployment without a config of its own would use)."""
+    head, _, rest = dotted.partition(".")
+    info = type(cfg).model_fields.get(head)
+    if info is None or info.is_required():
+        return None
+    value = info.get_default(call_default_factory=True)
+    return _field(value, rest) if rest else value
+
+
+def check_targets(cfg, deployed, source: str = "the flow run's config") -> None:
+    """A ConfigError naming the first of :data:`TARGETS` whose value in `cfg` is neither `deployed`'s (the
+    deployment's validated config; None: it has none, so its defaults) nor in the worker's allowlist."""
+    for field, env, why in TARGETS:
+        value = _field(cfg, field)
+        if value is None or value == (_field(deployed, field) if deployed is not None else _default(cfg, field)):
+            continue
+        if value_allowed(str(value), trusted_values_from_env(env)):
+            continue
+        shown = str(value) if len(str(value)) <= 200 else str(value)[:200] + "..."
+        raise ConfigError(
+            f"{field}: {source} sets {shown!r}, which is not allowed in a parameter: {why}, and a flow run's "
+            f"parameters come from anyone who can reach the Prefect API, so only the deployment's own value or one "
+            f"listed in ${env} on the worker is accepted. Set it in the deployment's config, or add it to {env} "
+            f"(comma-separated; an entry ending in / allows what is below it) in the worker's environment")
+
+
+def check_limits(cfg, deployed, source: str = "the flow run's config") -> None:
+    """A ConfigError naming the first entry of `cfg`'s ``limits`` above the deployment's own (its defaults when
+    it has no config): a parameter may lower a limit, never raise one."""
+    mine = getattr(cfg, "limits", None)
+    if mine is None:
         return
-    check_code_allowed(cfg, deployed_modules(parameters) | trusted_modules_from_env())
+    theirs = getattr(deployed, "limits", None) or Limits()
+    for name in type(mine).model_fields:
+        value, cap = getattr(mine, name), getattr(theirs, name)
+        if value > cap:
+            raise ConfigError(
+                f"limits.{name}: {source} raises it to {value}, above the deployment's {cap}: a flow run's "
+                f"parameters come from anyone who can reach the Prefect API, so they may lower a limit but not "
+                f"raise one. Raise it in the deployment's own config (limits.{name}) and deploy again")
+
+
+def check_flow_run_parameters(cfg, parameters: dict[str, Any]) -> None:
+    """Refuse, naming the field and the fix, a config that arrived as a parameter of a run of the deployment
+    whose own default parameters are `parameters`, when it names code outside the allowlist
+    (``$AGILERL_TRUSTED_MODULES``), a cluster, tracking or storage target outside the deployment's own and
+    the operator's allowlists, or a limit above the deployment's."""
+    if code_references(cfg):  # a reference the importer would read otherwise is refused here too
+        check_code_allowed(cfg, deployed_modules(parameters) | trusted_modules_from_env())
+    deployed = deployed_config(parameters)
+    check_targets(cfg, deployed)
+    check_limits(cfg, deployed)
+
+
+def check_flow_run_code(cfg) -> None:
+    """:func:`check_flow_run_parameters` for the config of this flow run when it is a deployment's run; a run
+    started from the user's own files (no deployment) is not checked."""
+    dep_id, parameters = _deployment()
+    if dep_id is None:
+        return
+    check_flow_run_parameters(cfg, parameters)
 
 
 def check_stored_run_code(cfg) -> None:

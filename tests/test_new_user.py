@@ -116,7 +116,7 @@ def test_lineage_of_a_damaged_population_file_names_it(tmp_path):
     pop.write_bytes(b"\xff\xfe" + pop.read_bytes()[:40])
     p = _cli("lineage", "l", "--out", str(tmp_path / "t.png"), "--storage", str(tmp_path / "out"), cwd=tmp_path)
     assert p.returncode == 1 and "Traceback" not in p.stderr
-    assert "checkpoint error" in p.stderr and str(pop) in p.stderr and "not valid JSON" in p.stderr, p.stderr
+    assert "checkpoint error" in p.stderr and str(pop) in p.stderr and "checksum mismatch" in p.stderr, p.stderr
 
 
 def test_dataset_collect_respects_action_masks():

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from agilerl_core.buffers.replay import ReplayBuffer, Shard
+from agilerl_core.finite import FirstBad
 
 
 class ReplayLearning:
@@ -55,15 +56,19 @@ def replay_group_phase(group: Any, collectors: list, buffer: ReplayBuffer, slots
     `step(actions)`."""
     vector_steps = math.ceil(evo_steps / collectors[0].num_envs)
     loss_sums = torch.zeros(len(collectors), device=group.device)  # each member's losses (0 when it sat out)
+    bad_loss = FirstBad(len(collectors), group.device)  # the env step whose learning first gave a non-finite loss
     steps = [0] * len(collectors)
-    for _ in range(vector_steps):
+    for t in range(vector_steps):
         obs = [c.observation() for c in collectors]
         for c, actions in zip(collectors, group.explore(obs, [c.mask for c in collectors]), strict=True):
             c.step(actions)
         earned = [c.learning.earned(c.num_envs) for c in collectors]
         for r in range(max(earned, default=0)):
-            loss_sums += group.learn_step(buffer, slots, [e > r for e in earned])
+            loss = group.learn_step(buffer, slots, [e > r for e in earned])
+            bad_loss.see(loss, t + 1)
+            loss_sums += loss
         steps = [s + e for s, e in zip(steps, earned, strict=True)]
+    bad_loss.check([c.slot for c in collectors], "the loss of the learn steps taken", "env step")
     for c, loss, n in zip(collectors, loss_sums.cpu(), steps, strict=True):
         c.learning.record(loss, n)
     group.write_back()

@@ -21,6 +21,7 @@ from agilerl_core.arenas.experience import ReplayLearning, SharedReplay, replay_
 from agilerl_core.buffers.nstep import NStepCollector
 from agilerl_core.buffers.replay import ReplayBuffer, transition_fields
 from agilerl_core.envs.vector import action_masks, real_next_obs
+from agilerl_core.finite import check_host
 from agilerl_core.hpo.evolution import TrainResult
 
 
@@ -33,6 +34,8 @@ class _Collector:
         self.num_envs = env.num_envs
         self.action_dtype = torch.int64 if agent.action_spec.discrete else torch.float32
         self.obs, info = env.reset(seed=seed)
+        check_host(self.obs, "observation (after reset)", slot, 0)
+        self.t = 0  # vector steps taken this phase
         agent.begin_rollout(self.num_envs)
         self.mask, _ = action_masks(info, self.num_envs, agent.action_dim)
         self.has_mask = self.mask is not None
@@ -52,9 +55,14 @@ class _Collector:
         """Step the env with `actions` and stage the transitions."""
         agent, n = self.agent, self.num_envs
         next_obs, reward, terminated, truncated, info = self.env.step(agent.action_spec.to_env(actions))
+        self.t += 1
+        check_host(reward, "reward", self.slot, self.t)  # host arrays: no device wait
+        check_host(next_obs, "observation", self.slot, self.t)
         done = terminated | truncated
         agent.episodes_done(done)
         real_next = real_next_obs(next_obs, info, done)
+        if done.any():
+            check_host(real_next, "final observation", self.slot, self.t)
         data = {f"obs.{k}": v for k, v in self.obs_t.items()}
         data.update({f"next_obs.{k}": v for k, v in agent.obs_spec.to_tensors(real_next, agent.device).items()})
         data["action"] = torch.as_tensor(actions, dtype=self.action_dtype)

@@ -15,6 +15,7 @@ from agilerl_core.arenas.base import EpisodeReturns, GymArena
 from agilerl_core.arenas.experience import rollout_lengths
 from agilerl_core.buffers.rollout import Rollout, compute_gae
 from agilerl_core.envs.vector import action_masks, real_next_obs
+from agilerl_core.finite import check_host, check_loss
 from agilerl_core.hpo.evolution import TrainResult
 
 
@@ -30,6 +31,8 @@ class _RolloutCollector:
         spec, act_spec, hp = agent.obs_spec, agent.action_spec, agent.hp
         self.num_envs = env.num_envs
         obs, info = env.reset(seed=seed)
+        check_host(obs, "observation (after reset)", slot, 0)
+        self.t = 0  # vector steps taken this phase
         agent.begin_rollout(self.num_envs)
         self.mask, _ = action_masks(info, self.num_envs, agent.action_dim)
         self.obs_t = spec.to_tensors(obs, agent.device)
@@ -51,6 +54,9 @@ class _RolloutCollector:
         agent, rollout, hp = self.agent, self.rollout, self.agent.hp
         spec = agent.obs_spec
         next_obs, reward, terminated, truncated, info = self.env.step(agent.action_spec.to_env(actions))
+        self.t += 1
+        check_host(reward, "reward", self.slot, self.t)  # host arrays: no device wait
+        check_host(next_obs, "observation", self.slot, self.t)
         done = terminated | truncated
         for k, v in self.obs_t.items():
             rollout.obs[k][t] = v
@@ -66,6 +72,7 @@ class _RolloutCollector:
         cut = truncated & ~terminated
         if cut.any():  # a time limit is not the end of the world: credit the final state's value
             final = real_next_obs(next_obs, info, cut)
+            check_host(final, "final observation", self.slot, self.t)
             with torch.no_grad():
                 v_final = self.value(spec.to_tensors(final, agent.device), None).cpu()
             r = r + hp.gamma * v_final * torch.as_tensor(cut, dtype=torch.float32)
@@ -87,6 +94,7 @@ class _RolloutCollector:
 
     def learned(self, steps: int, stats: dict[str, float]) -> None:
         self.losses.append(stats["loss"])
+        check_loss(stats["loss"], self.slot, len(self.losses), "the loss", "update of rollout")
         # the statistics move between rollouts only, so a rollout's log-probs and its update see one scale
         self.agent.observe({k: v[:steps] for k, v in self.rollout.obs.items()})
 

@@ -49,7 +49,7 @@ def load_llm_member(path: str, device: str = "cpu") -> tuple[LLMAlgorithm, dict[
         spec = LLMModelConfig(**{k: v for k, v in fields.items() if v is not None}, sha256=rec["sha256"],
                               init_seed=rec.get("init_seed", 0),
                               lora=LoraSettings(targets=rec.get("targets"), rank=1, min_rank=1))
-        return get_algorithm(meta["algorithm"]).from_state(SharedBase.load(spec, device), tensors, meta)
+        return get_algorithm(meta["algorithm"]).from_state(SharedBase.load(spec, device, "agent.base"), tensors, meta)
 
     member, env = load_member(path, rebuild=rebuild)
     return member.agent, env

@@ -35,6 +35,7 @@ from agilerl_core.envs.multi_agent import (
 )
 from agilerl_core.envs.spaces import MultiAgentSpec
 from agilerl_core.errors import ConfigError
+from agilerl_core.finite import check_host, check_loss
 from agilerl_core.hpo.evolution import TrainResult
 from agilerl_core.networks.evolvable import ArchBounds, ArchSpec
 from agilerl_core.networks.mlp import MLPSpec
@@ -98,6 +99,8 @@ class _TeamCollector:
         self.spec: MultiAgentSpec = agent.ma
         self.num_envs = env.num_envs
         self.obs, info = env.reset(seed=seed)
+        check_host(self.obs, "observation (after reset)", slot, 0)
+        self.t = 0  # vector steps taken this phase
         self.mask = info["action_mask"]
         agent.begin_rollout(self.num_envs)
         self.returns = TeamReturns(self.spec.agents, self.num_envs)
@@ -112,6 +115,9 @@ class _TeamCollector:
         """Step the envs with every agent's `actions` and stage the transitions."""
         agent, spec, n = self.agent, self.spec, self.num_envs
         next_obs, rewards, terminated, _, info = self.env.step(agent.env_actions(actions))
+        self.t += 1
+        check_host(rewards, "reward", self.slot, self.t)  # host arrays: no device wait
+        check_host((next_obs, info["final_obs"]), "observation", self.slot, self.t)
         done = info["env_done"]
         final = spec.to_tensors(info["final_obs"], agent.device)
         data = {}
@@ -293,6 +299,8 @@ class _TeamRollouts:
         self.hp = team.hp
         n = self.num_envs = env.num_envs
         obs, info = env.reset(seed=seed)
+        check_host(obs, "observation (after reset)", slot, 0)
+        self.t = 0  # vector steps taken this phase
         self.masks, self.alive = info["action_mask"], info["alive"]
         self.returns = TeamReturns(self.spec.agents, n)
         self.obs_t = self.spec.to_tensors(obs, team.device)
@@ -343,6 +351,9 @@ class _TeamRollouts:
         """Step the envs with every unit's recorded actions; rewards and dones into row t."""
         team, spec, hp, n = self.team, self.spec, self.hp, self.num_envs
         next_obs, rewards, terminated, truncated, info = self.env.step(team.env_actions(self.actions))
+        self.t += 1
+        check_host(rewards, "reward", self.slot, self.t)  # host arrays: no device wait
+        check_host((next_obs, info["final_obs"]), "observation", self.slot, self.t)
         env_done = info["env_done"]
         final = spec.to_tensors(info["final_obs"], team.device)
         for u in team.learners:
@@ -390,7 +401,7 @@ def train_team_on_policy(team, slot: int, env: ParallelVectorEnv, evo_steps: int
     t0 = time.perf_counter()
     c = _TeamRollouts(team, slot, env, seed, lambda u, obs: team.learners[u].value(obs))
     vector_steps = math.ceil(evo_steps / c.num_envs)
-    for steps in rollout_lengths(vector_steps, team.hp.rollout_steps):
+    for n_rollout, steps in enumerate(rollout_lengths(vector_steps, team.hp.rollout_steps), 1):
         for t in range(steps):
             for u, learner in team.learners.items():
                 c.record(u, t, *learner.policy_step(*c.unit_input(u)))
@@ -398,6 +409,7 @@ def train_team_on_policy(team, slot: int, env: ParallelVectorEnv, evo_steps: int
         for u, learner in team.learners.items():
             adv, ret, valid = c.advantages(u, steps)
             c.losses.append(learner.learn_rollout(c.rollouts[u], steps, adv, ret, valid)["loss"])
+            check_loss(c.losses[-1], slot, n_rollout, f"the loss of policy unit {u}", "update of rollout")
     return c.result(vector_steps, fitness, time.perf_counter() - t0)
 
 
@@ -411,7 +423,7 @@ def train_team_group_on_policy(group, slots: list[int], envs: list[ParallelVecto
           for i, (team, s, seed) in enumerate(zip(group.agents, slots, seeds, strict=True))]
     vector_steps = math.ceil(evo_steps / cs[0].num_envs)
     rollout_steps = group.agents[0].hp.rollout_steps  # structural: equal within a group
-    for steps in rollout_lengths(vector_steps, rollout_steps):
+    for n_rollout, steps in enumerate(rollout_lengths(vector_steps, rollout_steps), 1):
         for t in range(steps):
             for u, unit in group.units.items():
                 inputs = [c.unit_input(u) for c in cs]
@@ -426,6 +438,7 @@ def train_team_group_on_policy(group, slots: list[int], envs: list[ParallelVecto
             stats = unit.learn_rollouts([d for d, _, _ in rows], [a for _, a, _ in rows], [r for _, _, r in rows])
             for c, st in zip(cs, stats, strict=True):
                 c.losses.append(st["loss"])
+                check_loss(c.losses[-1], c.slot, n_rollout, f"the loss of policy unit {u}", "update of rollout")
     group.write_back()
     wall = time.perf_counter() - t0
     return [c.result(vector_steps, fitness, wall) for c in cs]

@@ -18,6 +18,7 @@ from agilerl_core.arenas.base import GymArena
 from agilerl_core.buffers.replay import ReplayBuffer
 from agilerl_core.data.fetch import check_pin
 from agilerl_core.data.loader import Dataset, check_fits, dataset_buffer, load_dataset
+from agilerl_core.finite import FirstBad
 from agilerl_core.hpo.evolution import TrainResult
 from agilerl_core.io.storage import s3_options
 
@@ -31,8 +32,12 @@ def train_group_offline(group: ReplayGroup, slots: list[int], dataset: ReplayBuf
     t0 = time.perf_counter()
     loss_sum = torch.zeros(group.k)
     everyone = [True] * group.k
-    for _ in range(learn_steps):
-        loss_sum += group.learn_step(dataset, slots, everyone)
+    bad_loss = FirstBad(group.k, group.device)  # each member's first non-finite loss, read once at the end
+    for step in range(1, learn_steps + 1):
+        loss = group.learn_step(dataset, slots, everyone)
+        bad_loss.see(loss, step)
+        loss_sum += loss
+    bad_loss.check(slots, "the loss")
     group.write_back()
     wall = time.perf_counter() - t0
     return [TrainResult(s, learn_steps, learn_steps, 0, float("nan"), float(loss) / max(learn_steps, 1), wall)
@@ -41,7 +46,8 @@ def train_group_offline(group: ReplayGroup, slots: list[int], dataset: ReplayBuf
 
 def load_checked_dataset(cfg, obs_space, act_space) -> Dataset:
     """The config's dataset (downloaded into the cache if on S3), checked against the env and its pin."""
-    ds = load_dataset(cfg.dataset.uri, cfg.dataset.format, s3_options(cfg), cfg.dataset.cache_dir)
+    ds = load_dataset(cfg.dataset.uri, cfg.dataset.format, s3_options(cfg), cfg.dataset.cache_dir,
+                      getattr(cfg, "limits", None))
     check_pin(cfg.dataset.uri, ds.sha256, cfg.dataset.sha256)
     check_fits(ds, cfg.env_id, obs_space, act_space)
     return ds

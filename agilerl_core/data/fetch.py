@@ -25,6 +25,7 @@ from pathlib import Path
 from agilerl_core.data.minari_format import datasets_root
 from agilerl_core.errors import DatasetError, StorageError
 from agilerl_core.io.digest import sha256_file, tree_digest
+from agilerl_core.io.records import read_record
 from agilerl_core.io.storage import S3Options, S3Storage, contained, safe_relpath
 
 _MD5 = re.compile(r"^[0-9a-f]{32}$")
@@ -135,8 +136,8 @@ def _fetch_s3(uri: str, s3: S3Options | None, root: Path) -> LocalDataset:
     with _locked(entry):
         manifest_file = entry / "manifest.json"
         try:
-            cached = json.loads(manifest_file.read_text())["objects"] if manifest_file.is_file() else {}
-        except (json.JSONDecodeError, KeyError, TypeError):
+            cached = read_record(manifest_file, error=DatasetError)["objects"] if manifest_file.is_file() else {}
+        except (DatasetError, KeyError, TypeError):
             cached = {}  # a damaged manifest: everything is checked and fetched again
         manifest, downloaded = {}, False
         cached = {rel: m for rel, m in cached.items() if _is_safe(rel)} if isinstance(cached, dict) else {}

@@ -17,6 +17,7 @@ from agilerl_core.data.transitions import Transitions
 from agilerl_core.envs.spaces import ActionSpec, ObsSpec
 from agilerl_core.errors import DatasetError
 from agilerl_core.io.storage import S3Options
+from agilerl_core.limits import Limits, applied
 
 
 @dataclass
@@ -59,10 +60,13 @@ def read_local(path: Path, fmt: str = "auto") -> tuple[Transitions, dict, str]:
     return t, info, fmt
 
 
-def load_dataset(uri: str, fmt: str = "auto", s3: S3Options | None = None, cache_dir: str | None = None) -> Dataset:
-    """Resolve `uri` (downloading s3:// once into the cache) and read it."""
+def load_dataset(uri: str, fmt: str = "auto", s3: S3Options | None = None, cache_dir: str | None = None,
+                 limits: Limits | dict | None = None) -> Dataset:
+    """Resolve `uri` (downloading s3:// once into the cache) and read it; declared array sizes are checked
+    against `limits` (a config's ``limits``; None: the ones in force) before anything is read."""
     local = resolve_dataset(uri, s3, cache_dir)
-    t, info, fmt = read_local(local.path, fmt)
+    with applied(limits):
+        t, info, fmt = read_local(local.path, fmt)
     return Dataset(t, local, fmt, info)
 
 

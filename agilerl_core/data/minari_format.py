@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from agilerl_core.data.transitions import Transitions, from_episodes
+from agilerl_core.data.hdf5 import own_bytes, read_array
+from agilerl_core.data.transitions import Transitions, check_finite, from_episodes
 from agilerl_core.errors import DatasetError
 
 DATA = "data"
@@ -42,9 +44,14 @@ def read_minari(path: str | Path) -> tuple[Transitions, dict]:
     if not meta_file.is_file():
         raise DatasetError(f"dataset {path}: not a Minari dataset directory (no {DATA}/metadata.json)")
     try:
-        meta = json.loads(meta_file.read_text())
-    except json.JSONDecodeError as err:
+        from agilerl_core.io.records import read_record
+
+        meta = read_record(meta_file, f"dataset {meta_file}", error=DatasetError)  # size, depth, digits limits
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError) as err:
         raise DatasetError(f"dataset {meta_file}: metadata is not valid JSON ({err}); download it again") from None
+    if not isinstance(meta, dict):
+        raise DatasetError(f"dataset {meta_file}: metadata is a JSON {type(meta).__name__}, not an object; "
+                           f"download it again")
     fmt = meta.get("data_format", "hdf5")
     if fmt != "hdf5":
         raise DatasetError(f"dataset {path}: metadata data_format is {fmt!r}; only Minari's 'hdf5' format is read "
@@ -55,23 +62,33 @@ def read_minari(path: str | Path) -> tuple[Transitions, dict]:
         raise DatasetError(f"dataset {data_file}: not a readable HDF5 file ({err}); it may be truncated, so "
                            f"download or record it again") from None
     with f:
-        names = sorted((k for k in f if k.startswith("episode_")), key=lambda k: int(k.split("_", 1)[1]))
+        own_bytes(f, data_file)  # before any key is looked up: `in` and f[key] would follow links
+        names = [k for k in f if k.startswith("episode_")]
+        odd = [k for k in names if not re.fullmatch(r"episode_(0|[1-9][0-9]*)", k)]
+        if odd:
+            raise DatasetError(f"dataset {data_file}: group(s) {odd[:3]} are not named episode_<number>; Minari "
+                               f"names episodes episode_0, episode_1, ...")
+        names.sort(key=lambda k: (len(k), k))  # numeric order without int() of an arbitrarily long name
         if not names:
             raise DatasetError(f"dataset {data_file}: no episode_* groups; the dataset is empty")
+        size = os.path.getsize(data_file)
         episodes = []
         for name in names:
             g = f[name]
+            if not isinstance(g, h5py.Group):
+                raise DatasetError(f"dataset {data_file}: {name!r} is not a group; Minari stores one group per episode")
             for key in EPISODE_KEYS:
                 if key not in g:
                     raise DatasetError(f"dataset {data_file}: episode {name!r} lacks key {key!r}")
                 if not isinstance(g[key], h5py.Dataset):
                     raise DatasetError(f"dataset {data_file}: {name}/{key} is a group (a Dict or Tuple space); "
                                        f"offline training reads Box and Discrete spaces only")
-            try:
-                ep = {k: g[k][()] for k in EPISODE_KEYS}
-            except (OSError, ValueError) as err:
-                raise DatasetError(f"dataset {data_file}: episode {name!r} cannot be read ({err}); the file is "
-                                   f"truncated or corrupt, so download it again") from None
+            ep = {k: read_array(g[k], f"{name}/{k}", data_file, size) for k in EPISODE_KEYS}
+            if any(a.ndim == 0 for a in ep.values()):
+                raise DatasetError(f"dataset {data_file}: episode {name!r} holds a scalar where Minari stores one "
+                                   f"row per step; download it again")
+            for k in ("observations", "actions", "rewards"):
+                check_finite(ep[k], f"{name}/{k}", f"dataset {data_file}")
             t = ep["rewards"].shape[0]
             if ep["observations"].shape[0] != t + 1 or any(ep[k].shape[0] != t for k in ep if k != "observations"):
                 raise DatasetError(f"dataset {data_file}: episode {name!r} has {ep['observations'].shape[0]} "
@@ -79,9 +96,13 @@ def read_minari(path: str | Path) -> tuple[Transitions, dict]:
                                    f"rewards, terminations and truncations")
             episodes.append(ep)
     trans = from_episodes(episodes)
+    check_finite(trans.rewards, "rewards", f"dataset {data_file}")  # finite float64 beyond float32's range
     env_spec = meta.get("env_spec")
+    spec = read_record(env_spec.encode("utf-8", "surrogatepass"), f"dataset {meta_file}: field env_spec",
+                       error=DatasetError) if isinstance(env_spec, str) else None
+    env_id = spec.get("id") if isinstance(spec, dict) else None
     info = {"source": "minari", "dataset_id": meta.get("dataset_id"), "minari_version": meta.get("minari_version"),
-            "env_id": json.loads(env_spec).get("id") if isinstance(env_spec, str) else None}
+            "env_id": env_id if isinstance(env_id, str) else None}
     return trans, info
 
 

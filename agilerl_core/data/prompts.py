@@ -18,6 +18,7 @@ import numpy as np
 
 from agilerl_core.data.fetch import resolve_dataset
 from agilerl_core.errors import DatasetError
+from agilerl_core.io.records import read_record
 from agilerl_core.io.storage import S3Options
 
 SPLIT_SEED = 0x5917  # derive_seed(seed, SPLIT_SEED) orders a set's records before the split
@@ -62,9 +63,9 @@ def _read_rows(path: Path, uri: str) -> list[dict[str, Any]]:
                 if not line.strip():
                     continue
                 try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise DatasetError(f"dataset {uri}: line {n} is not JSON ({err.msg}); a prompt set is JSON "
+                    row = read_record(line.encode(), f"dataset {uri}: line {n}", error=DatasetError)
+                except DatasetError as err:
+                    raise DatasetError(f"dataset {uri}: line {n} is not JSON ({err}); a prompt set is JSON "
                                        f"Lines: one object per line") from None
                 if not isinstance(row, dict):
                     raise DatasetError(f"dataset {uri}: line {n} is a {type(row).__name__}, not an object")

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from agilerl_core.errors import DatasetError
+
 
 @dataclass
 class Transitions:
@@ -65,3 +67,18 @@ def from_episodes(episodes: list[dict[str, np.ndarray]]) -> Transitions:
                        np.concatenate([e["actions"] for e in episodes]),
                        np.concatenate([e["rewards"] for e in episodes]).astype(np.float32),
                        np.concatenate([e["observations"][1:] for e in episodes]), term, trunc & ~term)
+
+
+def check_finite(arr: np.ndarray, key: str, where: str) -> None:
+    """A DatasetError naming `where` (the file), `key` and the first row holding NaN or ±Inf in a float `arr`
+    (integer and bool arrays are always finite). A NaN reward or observation would train every member on NaN."""
+    if arr.dtype.kind != "f" or arr.size == 0:
+        return
+    bad = ~np.isfinite(arr)
+    if not bad.any():
+        return
+    first = np.unravel_index(int(np.argmax(bad)), arr.shape)  # argmax of a bool array: the first True
+    count = int(bad.sum())
+    raise DatasetError(f"{where}: key {key!r} holds {count:,} non-finite value(s) (NaN or ±Inf), the first at "
+                       f"row {int(first[0])} (index {tuple(int(i) for i in first)}: {float(arr[first])}); a dataset must "
+                       f"hold finite numbers (a reward beyond float32's range counts too), so fix or drop those rows")

@@ -19,6 +19,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
+from agilerl_core.code_refs import split_env_id, split_ref, split_wrapper
 from agilerl_core.errors import ConfigError
 
 _FACTORIES: dict[str, Callable[..., Any]] = {}  # in-process env factories by label (bind_env_factory)
@@ -58,18 +59,17 @@ def resolve_env_id(env_id: str, entry_point: str | None = None) -> str:
     bound by :func:`bind_env_factory` stands for itself."""
     if env_factory(env_id) is not None:
         return env_id
-    name = env_id
-    if ":" in env_id:
-        module, _, name = env_id.partition(":")
+    module, name = split_env_id(env_id)  # as Gymnasium reads it: one colon, a module name before it
+    if module is not None:
         try:
             importlib.import_module(module)
         except ImportError as err:
             raise ConfigError(f"env_id: {env_id!r} names module {module!r}, which cannot be imported ({err}); "
                               f"install the package that provides it or add its folder to PYTHONPATH") from None
     if entry_point is not None and name not in gym.registry:
-        module, _, attr = entry_point.partition(":")
+        module, attr = split_ref(entry_point, "env_entry_point")
         try:
-            found = getattr(importlib.import_module(module), attr, None) if module and attr else None
+            found = getattr(importlib.import_module(module), attr, None)
         except ImportError as err:
             raise ConfigError(f"env_entry_point: module {module!r} cannot be imported ({err}); install the "
                               f"package that provides it or add its folder to PYTHONPATH") from None
@@ -118,18 +118,14 @@ def _from_factory(label: str, factory: Callable[..., Any], env_kwargs: dict[str,
 
 
 def wrapper_module(name: str) -> tuple[str, str]:
-    """(module, class name) of a wrapper named module.Name or module:Name."""
-    if ":" in name:
-        module, _, attr = name.partition(":")
-    else:
-        module, _, attr = name.rpartition(".")
-    return module, attr
+    """(module, class name) of a wrapper named module.Name or module:Name (a ConfigError when it is neither)."""
+    return split_wrapper(name, "wrapper")
 
 
 def resolve_wrapper(name: str, field: str, vector: bool = False) -> type:
     """The wrapper class `name` (module.Name or module:Name) names: a gymnasium.Wrapper (a VectorWrapper for
     vector wrappers); a ConfigError naming `field` otherwise."""
-    module, attr = wrapper_module(name)
+    module, attr = split_wrapper(name, field)
     try:
         found = getattr(importlib.import_module(module), attr, None)
     except ImportError as err:

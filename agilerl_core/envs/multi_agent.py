@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from agilerl_core.code_refs import ref_problem
 from agilerl_core.envs.aec_direct import direct_parallel
 from agilerl_core.envs.make import env_factory
 from agilerl_core.errors import ConfigError
@@ -60,10 +61,10 @@ def resolve_env_fn(env_id: str) -> Callable[..., Any]:
     bound = env_factory(env_id)
     if bound is not None:
         return bound
-    module, sep, attr = env_id.partition(":")
-    if not sep or not module or not attr:
+    if ref_problem(env_id, "mpe2:simple_speaker_listener_v4") is not None:  # exactly one colon, module:identifier
         raise ConfigError(f"env_id: {env_id!r} must name a PettingZoo parallel env as module:env, e.g. "
                           f"mpe2:simple_speaker_listener_v4 (a module with parallel_env, or a function)")
+    module, _, attr = env_id.partition(":")
     try:
         mod = importlib.import_module(module)
     except ImportError as err:

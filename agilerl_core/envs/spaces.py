@@ -169,6 +169,14 @@ class ActionSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> ActionSpec:
+        if not isinstance(d, dict):
+            raise ValueError(f"action: expected an object, found {type(d).__name__}")
+        from agilerl_core.limits import check
+
+        try:
+            check("space_elements", d.get("dim"), "action.dim")
+        except ConfigError as err:
+            raise ValueError(str(err)) from None
         return cls(d["kind"], int(d["dim"]), tuple(float(x) for x in d.get("low", ())),
                    tuple(float(x) for x in d.get("high", ())), tuple(int(x) for x in d.get("shape", ())))
 
@@ -261,9 +269,54 @@ def space_to_dict(space: spaces.Space) -> dict:
     raise ValueError(f"{type(space).__name__} spaces cannot be recorded; supported: Box, Discrete, Dict")
 
 
+def space_elements(d: object, where: str = "space") -> int:
+    """Elements of the space dict `d` (a Box's shape product, Discrete 1, a Dict's sub-spaces summed), read from
+    the data alone and checked against ``limits.space_elements`` (and ``limits.discrete_n`` for a Discrete's n)
+    before any bound array is built; a ValueError naming `where` and the field otherwise."""
+    from agilerl_core.limits import check, current
+
+    lim = current()
+    total, stack = 0, [(d, where)]
+    while stack:  # no recursion: a record's nesting is bounded, but this stays flat anyway
+        node, at = stack.pop()
+        if not isinstance(node, dict):
+            raise ValueError(f"{at}: expected an object, found {type(node).__name__}")
+        kind = node.get("type")
+        try:
+            if kind == "Discrete":
+                check("discrete_n", node.get("n"), f"{at}.n", limits=lim)
+                total += 1
+            elif kind == "Box":
+                shape = node.get("shape")
+                if not isinstance(shape, list):
+                    raise ValueError(f"{at}.shape: expected a list, found {type(shape).__name__}")
+                size = 1
+                for i, n in enumerate(shape):
+                    size *= check("space_elements", n, f"{at}.shape[{i}]", limits=lim)
+                    check("space_elements", size, f"{at}.shape (elements)", limits=lim)
+                total += size
+            elif kind == "Dict":
+                subs = node.get("spaces")
+                if not isinstance(subs, dict):
+                    raise ValueError(f"{at}.spaces: expected an object, found {type(subs).__name__}")
+                stack += [(v, f"{at}.{k}") for k, v in subs.items()]
+            else:
+                raise ValueError(f"{at}: unknown space type {kind!r} (expected Box, Discrete or Dict)")
+            check("space_elements", total, f"{where} (elements of all its sub-spaces)", limits=lim)
+        except ConfigError as err:
+            raise ValueError(str(err)) from None
+    return total
+
+
 def space_from_dict(d: object, where: str = "space") -> spaces.Space:
     """Inverse of :func:`space_to_dict`. Only plain data is read: nothing named in `d` is imported or called;
-    anything unexpected raises a ValueError naming `where`."""
+    anything unexpected raises a ValueError naming `where`; sizes are checked (:func:`space_elements`) before
+    anything is allocated."""
+    space_elements(d, where)
+    return _space_from_dict(d, where)
+
+
+def _space_from_dict(d: object, where: str) -> spaces.Space:
     if not isinstance(d, dict):
         raise ValueError(f"{where}: expected an object, found {type(d).__name__}")
     kind = d.get("type")
@@ -276,6 +329,8 @@ def space_from_dict(d: object, where: str = "space") -> spaces.Space:
                 raise ValueError(f"dtype {dtype!r} is not one of {sorted(_SPACE_DTYPES)}")
             shape = tuple(int(s) for s in d["shape"])
             size = int(np.prod(shape)) if shape else 1
+            if not all(isinstance(d.get(k, []), list) for k in ("low", "high", "low_inf")):
+                raise ValueError("low, high and low_inf must be lists")
             low_inf = list(d.get("low_inf") or [False] * size)
             if len(d["low"]) != size or len(d["high"]) != size or len(low_inf) != size:
                 raise ValueError(f"bounds do not have {size} entries")
@@ -285,8 +340,8 @@ def space_from_dict(d: object, where: str = "space") -> spaces.Space:
             dt = np.dtype(dtype)
             return spaces.Box(low.reshape(shape).astype(dt), high.reshape(shape).astype(dt), shape, dtype=dt)
         if kind == "Dict":
-            return spaces.Dict({str(k): space_from_dict(v, f"{where}.{k}") for k, v in dict(d["spaces"]).items()})
-    except (KeyError, TypeError) as err:
+            return spaces.Dict({str(k): _space_from_dict(v, f"{where}.{k}") for k, v in dict(d["spaces"]).items()})
+    except (KeyError, TypeError, OverflowError, AssertionError, AttributeError) as err:
         raise ValueError(f"{where}: malformed {kind} space ({err!r})") from None
     raise ValueError(f"{where}: unknown space type {kind!r} (expected Box, Discrete or Dict)")
 
@@ -309,6 +364,8 @@ def obs_spec_from_dict(d: object, where: str = "spec") -> ObsSpec | MultiAgentSp
     try:
         if d.get("kind") == "multi_agent":
             agents = [str(a) for a in d["agents"]]
+            total = sum(space_elements(d["observation_spaces"][a], f"{where}.observation_spaces.{a}") for a in agents)
+            space_elements({"type": "Box", "shape": [total]}, f"{where}.observation_spaces (all agents)")
             obs = {a: ObsSpec(space_from_dict(d["observation_spaces"][a], f"{where}.observation_spaces.{a}"))
                    for a in agents}
             actions = {a: ActionSpec.from_dict(d["actions"][a]) for a in agents}
@@ -318,6 +375,6 @@ def obs_spec_from_dict(d: object, where: str = "spec") -> ObsSpec | MultiAgentSp
             cl = d.get("channels_last")
             return ObsSpec(space_from_dict(d["observation_space"], f"{where}.observation_space"),
                            None if cl is None else bool(cl))
-    except (KeyError, TypeError, ConfigError) as err:
+    except (KeyError, TypeError, ConfigError, OverflowError, AssertionError, AttributeError) as err:
         raise ValueError(f"{where}: malformed ({err})") from None
     raise ValueError(f"{where}: unknown kind {d.get('kind')!r} (expected single or multi_agent)")

@@ -78,4 +78,5 @@ def choose_champion(evo: Evolution, store: RunStore | None, rounds: int) -> Cham
     for c in candidates[1:]:
         if math.isfinite(c.fresh_fitness) and not (c.fresh_fitness <= chosen.fresh_fitness):
             chosen = c
+    evo.check_finite(members[chosen.role][0], "before registering it as the champion")  # never a NaN champion
     return ChampionChoice(members[chosen.role][0], chosen, candidates)

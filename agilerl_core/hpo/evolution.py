@@ -24,7 +24,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from agilerl_core.errors import CheckpointError
+from agilerl_core.errors import CheckpointError, NonFiniteError
+from agilerl_core.finite import check_weights, source_of
 from agilerl_core.hpo.evolvable import Evolvable
 from agilerl_core.hpo.mutation import Mutations
 from agilerl_core.hpo.population import Member, Population
@@ -32,6 +33,12 @@ from agilerl_core.hpo.space import HyperparameterSpace
 from agilerl_core.hpo.tournament import TournamentSelection
 from agilerl_core.io.checkpoint import load_population, save_member, save_population
 from agilerl_core.io.run_store import RunStore, ShardRef
+
+
+def finite_max(values: Sequence[float]) -> float:
+    """The largest finite value (nan when none is): a NaN or infinite fitness never counts as the best."""
+    finite = [float(v) for v in values if v is not None and math.isfinite(v)]
+    return max(finite) if finite else float("nan")
 
 
 def derive_seed(*parts: int) -> int:
@@ -225,8 +232,32 @@ class Evolution:
         """Train member `slot` (thread-safe across distinct slots)."""
         gen = self.generation if generation is None else generation
         seed = derive_seed(self.settings.seed, TRAIN_SEED, gen, slot)
-        return self.arena.train(self.population.members[slot].agent, slot, seed,
-                                self.generation_steps() if steps is None else steps)
+        return self._finite(gen, lambda: [self.arena.train(self.population.members[slot].agent, slot, seed,
+                                                           self.generation_steps() if steps is None else steps)])[0]
+
+    def _finite(self, generation: int, train: Callable[[], list[TrainResult]]) -> list[TrainResult]:
+        """`train()`'s results once every trained member's weights (and mean loss) are finite; a
+        :class:`NonFiniteError` from the arena or from these checks names the source, member and generation."""
+        try:
+            results = train()
+            for r in results:
+                if r.learn_steps and not math.isfinite(r.mean_loss):
+                    raise NonFiniteError(None, r.slot, f"the mean loss ({r.mean_loss})")
+                check_weights(self.population.members[r.slot].agent, r.slot)
+        except NonFiniteError as err:
+            member = self.population.members[err.slot] if 0 <= err.slot < len(self.population.members) else None
+            raise err.named(source_of(getattr(self.arena, "cfg", None)), None if member is None else member.member_id,
+                            generation) from err
+        return results
+
+    def check_finite(self, member: Member, when: str) -> None:
+        """A NonFiniteError when `member`'s weights hold NaN or inf (it is never saved, committed or registered)."""
+        slot = next((i for i, m in enumerate(self.population.members) if m is member), -1)
+        try:
+            check_weights(member.agent, slot, when)
+        except NonFiniteError as err:
+            raise err.named(source_of(getattr(self.arena, "cfg", None)), member.member_id,
+                            self.population.generation) from None
 
     def grouping(self) -> dict[str, Any]:
         """What decides the groups besides the population (pinned in the run's record)."""
@@ -269,8 +300,9 @@ class Evolution:
             return [self.train(slots[0], generation, steps)]
         gen = self.generation if generation is None else generation
         seeds = [derive_seed(self.settings.seed, TRAIN_SEED, gen, s) for s in slots]
-        return self.arena.train_group([self.population.members[s].agent for s in slots], list(slots), seeds,
-                                      self.generation_steps() if steps is None else steps)
+        return self._finite(gen, lambda: self.arena.train_group([self.population.members[s].agent for s in slots],
+                                                                list(slots), seeds,
+                                                                self.generation_steps() if steps is None else steps))
 
     def evaluate_group(self, slots: tuple[int, ...] | list[int], generation: int | None = None,
                        own_env: bool = False) -> list[float]:
@@ -299,7 +331,7 @@ class Evolution:
             self.arena.commit_experience(shards, [m.agent for m in pop.members])
         self.global_steps += sum(r.env_steps for r in results)
         pop.record_fitness(fitnesses)
-        stats = GenerationStats(pop.generation, self.global_steps, list(fitnesses), max(fitnesses),
+        stats = GenerationStats(pop.generation, self.global_steps, list(fitnesses), finite_max(fitnesses),
                                 float(np.mean(fitnesses)), [r.mean_return for r in results],
                                 [m.mutation for m in pop.members], [m.agent.hp.model_dump() for m in pop.members],
                                 time.perf_counter() - self._gen_t0, [dict(r.metrics) for r in results],
@@ -331,7 +363,7 @@ class Evolution:
 
     def best_fitness(self) -> float:
         """The best evaluation of any generation so far."""
-        return max((h.best_fitness for h in self.history), default=float("nan"))
+        return finite_max([h.best_fitness for h in self.history])
 
     def best_generation(self) -> int | None:
         """The generation whose elite scored the run's best evaluation (the earliest on a tie); None before any."""
@@ -390,9 +422,13 @@ class Evolution:
     def extra_state(self) -> dict[str, Any]:
         return {"global_steps": self.global_steps, "history": [asdict(h) for h in self.history]}
 
-    def _load_extra(self, extra: dict[str, Any]) -> None:
-        self.global_steps = int(extra["global_steps"])
-        self.history = [GenerationStats(**h) for h in extra["history"]]
+    def _load_extra(self, extra: dict[str, Any], where: str = "population.json") -> None:
+        from agilerl_core.io.records import guarded
+
+        def load() -> tuple[int, list[GenerationStats]]:
+            return int(extra["global_steps"]), [GenerationStats(**h) for h in extra["history"]]
+
+        self.global_steps, self.history = guarded(where, "extra (global_steps, history)", load)
 
     def save(self, path: str | Path, config: dict[str, Any] | None = None, with_buffer: bool = True) -> Path:
         """The whole population (and the shared experience) in one directory."""
@@ -404,14 +440,17 @@ class Evolution:
         """Continue from :meth:`save` output: the run then proceeds exactly as if uninterrupted."""
         pop, meta = load_population(path, buffer=self.arena.buffer, rebuild=self.arena.member_from_state)
         self.population = pop
-        self._load_extra(meta["extra"])
+        self._load_extra(meta["extra"], str(Path(path) / "population.json"))
 
     def save_elite(self, path: str | Path) -> Path:
-        return save_member(path, self.population.elite(), self.arena.env_desc)
+        elite = self.population.elite()
+        self.check_finite(elite, "before saving it as the elite")
+        return save_member(path, elite, self.arena.env_desc)
 
     def commit(self, store: RunStore, shards: list[ShardRef]) -> None:
         """Write the evaluated generation (members, evolution state, shard refs, experience ring) to `store`."""
         elite = self.population.members.index(self.population.elite())
+        self.check_finite(self.population.members[elite], "before committing it as the generation's elite")
         store.commit_generation(self.population, self.arena.env_desc, shards, self.extra_state(),
                                 self.arena.experience_state(), elite)
 
@@ -422,5 +461,6 @@ class Evolution:
             raise CheckpointError(f"{store.uri}: generation {generation} has {len(pop.members)} members, the "
                                   f"config asks for {self.settings.population_size}")
         self.population = pop
-        self._load_extra(meta["extra"])
+        self._load_extra(meta["extra"], store.storage.url(store.key(store.gen_dir(generation), "population",
+                                                                    "population.json")))
         self.arena.restore_experience(store, generation)

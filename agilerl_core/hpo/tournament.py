@@ -5,10 +5,15 @@ from __future__ import annotations
 import numpy as np
 
 
+def ranked(fitnesses: list[float]) -> np.ndarray:
+    """Fitnesses as selection compares them: a NaN or infinite fitness counts as -inf (never wins)."""
+    f = np.asarray(fitnesses, dtype=np.float64)
+    return np.where(np.isfinite(f), f, -np.inf)
+
+
 def elite_index(fitnesses: list[float]) -> int:
-    """Index of the fittest member (the first one on ties; NaN counts as worst)."""
-    f = np.nan_to_num(np.asarray(fitnesses, dtype=np.float64), nan=-np.inf)
-    return int(np.argmax(f))
+    """Index of the fittest member (the first one on ties; NaN or inf counts as worst)."""
+    return int(np.argmax(ranked(fitnesses)))
 
 
 class TournamentSelection:
@@ -23,7 +28,7 @@ class TournamentSelection:
     def select(self, fitnesses: list[float], rng: np.random.Generator) -> list[int]:
         """Parent index for every slot of the next population (same size as `fitnesses`)."""
         n = len(fitnesses)
-        f = np.nan_to_num(np.asarray(fitnesses, dtype=np.float64), nan=-np.inf)
+        f = ranked(fitnesses)
         parents = [elite_index(fitnesses)] if self.elitism else []
         k = min(self.size, n)
         while len(parents) < n:
@@ -37,6 +42,6 @@ class TournamentSelection:
         others = np.array([i for i in range(len(fitnesses)) if i != first])
         if not len(others):
             return first
-        f = np.nan_to_num(np.asarray(fitnesses, dtype=np.float64), nan=-np.inf)
+        f = ranked(fitnesses)
         entrants = rng.choice(others, size=min(self.size, len(others)), replace=False)
         return int(entrants[np.argmax(f[entrants])])

@@ -40,6 +40,7 @@ from agilerl_core.envs.spaces import MultiAgentSpec, ObsSpec, obs_spec_from_dict
 from agilerl_core.errors import CheckpointError
 from agilerl_core.hpo.population import LineageEvent, Member, Population
 from agilerl_core.io.digest import sha256_file
+from agilerl_core.io.records import check_type, field, guarded, read_format, sized
 from agilerl_core.io.storage import fsync_path
 
 Rebuild = Callable[[dict[str, torch.Tensor], dict[str, Any]], Any]  # (tensors, meta) -> member
@@ -53,18 +54,11 @@ def _write_json(path: Path, data: dict) -> None:
 
 
 def _read_json(path: Path, fmt: str) -> dict:
+    """A checkpoint's JSON record through the one safe parser (size, depth, digits, duplicate keys; NaN allowed:
+    fitness histories may hold it), checked for its format tag and version."""
     if not path.is_file():
         raise CheckpointError(f"{path}: file not found; is this a {fmt} checkpoint directory?")
-    try:
-        data = json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{path}: not valid JSON ({err}); the file is truncated or not a checkpoint") from None
-    if not isinstance(data, dict) or data.get("format") != fmt:
-        found = data.get("format") if isinstance(data, dict) else type(data).__name__
-        raise CheckpointError(f"{path}: not a {fmt} file (format {found!r})")
-    if data.get("version") != VERSION:
-        raise CheckpointError(f"{path}: format version {data.get('version')!r} is not supported (expected {VERSION})")
-    return data
+    return read_format(path, fmt, VERSION, str(path), allow_nan=True)
 
 
 def _save_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> str:
@@ -142,11 +136,11 @@ def load_member(path: str | Path, obs_spec: ObsSpec | MultiAgentSpec | None = No
     records as data. Nothing the checkpoint names is imported, registered or called."""
     path = Path(path)
     meta = _read_json(path / "member.json", MEMBER_FORMAT)
-    try:
-        env, agent_meta, record = meta["env"], meta["agent"], meta["record"]
-        files = meta["files"]
-    except KeyError as err:
-        raise CheckpointError(f"{path / 'member.json'}: missing field {err}") from None
+    file = str(path / "member.json")
+    env, agent_meta = field(meta, "env", dict, file), field(meta, "agent", dict, file)
+    files = field(meta, "files", dict, file)
+    member_record = _member_record(meta, file)  # every field checked before anything is built
+    check_agent_sizes(agent_meta, file)
     weights = _weights_name(path, files)
     tensors = _load_tensors(path / weights, files.get(weights))
     if rebuild is None and obs_spec is None:
@@ -164,11 +158,49 @@ def load_member(path: str | Path, obs_spec: ObsSpec | MultiAgentSpec | None = No
             agent = rebuild(tensors, agent_meta)
     except CheckpointError:
         raise
-    except (KeyError, ValueError, RuntimeError, TypeError) as err:
-        raise CheckpointError(f"{path / 'weights.safetensors'}: does not match {path / 'member.json'} ({err})") from None
-    member = Member(int(record["member_id"]), agent, record["parent_id"], str(record["mutation"]),
-                    int(record["born"]), [float(f) for f in record["fitness_history"]], record.get("other_parent_id"))
-    return member, env
+    except (KeyError, ValueError, RuntimeError, TypeError, OverflowError, IndexError, AttributeError,
+            AssertionError) as err:
+        raise CheckpointError(f"{path / 'weights.safetensors'}: does not match {path / 'member.json'} "
+                              f"({type(err).__name__}: {str(err)[:300]})") from None
+    return Member(member_record["member_id"], agent, *member_record["rest"]), env
+
+
+def _member_record(meta: dict[str, Any], file: str) -> dict[str, Any]:
+    """member.json's ``record`` checked field by field (ids within limits.member_id)."""
+    def ident(name: str, optional: bool) -> int | None:
+        value = field(meta, f"record.{name}", (int, None), file, None) if optional else \
+            field(meta, f"record.{name}", int, file)
+        return None if value is None else sized(meta, f"record.{name}", "member_id", file)
+
+    history = field(meta, "record.fitness_history", list, file)
+    fitness = [check_type(f, float, f"record.fitness_history[{i}]", file) for i, f in enumerate(history)]
+    born = field(meta, "record.born", int, file)
+    if born < 0:
+        raise CheckpointError(f"{file}: field record.born is {born}, not a generation number")
+    return {"member_id": ident("member_id", False),
+            "rest": (ident("parent_id", True), field(meta, "record.mutation", str, file), born, fitness,
+                     ident("other_parent_id", True))}
+
+
+def check_agent_sizes(agent_meta: Any, file: str) -> None:
+    """Every architecture an agent's metadata records (``agent.arch``, a team's ``agent.units.<u>.arch`` ...),
+    checked against the limit table before any network is built: layer widths and counts, and the parameters
+    of all of them together against limits.network_params. A CheckpointError names the file and field."""
+    from agilerl_core.limits import check
+    from agilerl_core.networks.evolvable import arch_params
+
+    total, stack = 0, [(agent_meta, "agent")]
+    while stack:
+        node, at = stack.pop()
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k == "arch" and isinstance(v, dict) and "mlp" in v:
+                    total += arch_params(v, f"{file}: field {at}.arch", CheckpointError)
+                elif isinstance(v, (dict, list)):
+                    stack.append((v, f"{at}.{k}"))
+        elif isinstance(node, list):
+            stack += [(v, f"{at}[{i}]") for i, v in enumerate(node) if isinstance(v, (dict, list))]
+    check("network_params", total, f"{file}: field agent (parameters of all its networks)", CheckpointError)
 
 
 _WEIGHTS = re.compile(r"^weights(-[0-9a-f]{16})?\.safetensors$")
@@ -242,23 +274,19 @@ def load_population(path: str | Path, obs_spec: ObsSpec | None = None, buffer: R
     """Load a population directory (and the buffer contents into `buffer`, when given)."""
     path = Path(path)
     meta = _read_json(path / "population.json", POPULATION_FORMAT)
+    file = str(path / "population.json")
+    names = population_fields(meta, file)
     members = []
-    for name in meta.get("members", []):
-        if not (isinstance(name, str) and name.isdigit()):  # a slot number, never a path
-            raise CheckpointError(f"{path / 'population.json'}: field members lists {name!r}, not a slot number")
+    for name in names:
         member, _ = load_member(path / "members" / name, obs_spec, device, rebuild)
         if obs_spec is None and rebuild is None:
             obs_spec = member.agent.env_spec
         members.append(member)
-    if not members:
-        raise CheckpointError(f"{path / 'population.json'}: lists no members")
     rng = np.random.default_rng()
-    try:
-        rng.bit_generator.state = meta["rng"]
-        lineage = [LineageEvent(**e) for e in meta["lineage"]]
-    except (KeyError, TypeError, ValueError) as err:
-        raise CheckpointError(f"{path / 'population.json'}: bad evolution state ({err})") from None
-    pop = Population(members, rng, int(meta["generation"]), int(meta["next_id"]), lineage)
+    state = field(meta, "rng", dict, file)
+    guarded(file, "rng", lambda: setattr(rng.bit_generator, "state", state))
+    lineage = lineage_events(field(meta, "lineage", list, file), file)
+    pop = Population(members, rng, meta["generation"], meta["next_id"], lineage)
     if buffer is not None:
         data = _load_tensors(path / "buffer.safetensors", meta.get("files", {}).get("buffer.safetensors"))
         try:
@@ -266,3 +294,60 @@ def load_population(path: str | Path, obs_spec: ObsSpec | None = None, buffer: R
         except (ValueError, RuntimeError) as err:
             raise CheckpointError(f"{path / 'buffer.safetensors'}: does not fit this buffer ({err})") from None
     return pop, meta
+
+
+def population_fields(meta: dict[str, Any], file: str) -> list[str]:
+    """population.json's scalar fields and member list checked (members within limits.population_size,
+    each a slot number, never a path); returns the member slot names."""
+    names = field(meta, "members", list, file)
+    from agilerl_core.limits import check
+
+    check("population_size", len(names), f"{file}: field members (count)", CheckpointError)
+    for i, name in enumerate(names):
+        if not (isinstance(name, str) and name.isdigit() and name.isascii() and len(name) <= 12):
+            raise CheckpointError(f"{file}: field members lists {str(name)[:40]!r} (item {i}), not a slot number")
+    if not names:
+        raise CheckpointError(f"{file}: lists no members")
+    sized(meta, "generation", "member_id", file)
+    sized(meta, "next_id", "member_id", file)
+    field(meta, "env", dict, file)
+    files = field(meta, "files", dict, file, {})
+    extra = field(meta, "extra", dict, file, {})
+    if "buffer_pos" in extra:
+        sized(meta, "extra.buffer_pos", "buffer_size", file)
+    for k, v in files.items():
+        check_type(v, str, f"files.{k}", file)
+    return names
+
+
+def lineage_events(events: list[Any], file: str, limits: Any = None) -> list[LineageEvent]:
+    """A lineage record's events as :class:`LineageEvent`, every field checked (slot within
+    limits.population_size, ids within limits.member_id, generation a counter) before anything is built from
+    them; a CheckpointError naming the file and the field (``lineage[3].slot``) otherwise."""
+    out = []
+    record = {"lineage": events}
+    for i, e in enumerate(events):
+        at = f"lineage.{i}"
+        if not isinstance(e, dict):
+            raise CheckpointError(f"{file}: field {at} is {type(e).__name__}, expected an object")
+        unknown = sorted(set(e) - _EVENT_FIELDS)
+        if unknown:
+            raise CheckpointError(f"{file}: field {at} has unknown keys {unknown[:5]}")
+        def ident(name: str, limit: str, optional: bool = False, e: dict = e, i: int = i) -> int | None:
+            if optional and e.get(name) is None:
+                return None
+            return sized(record, f"lineage.{i}.{name}", limit, file, limits=limits)
+
+        fitness = field(record, f"{at}.fitness", (float, None), file, None)
+        out.append(LineageEvent(
+            generation=ident("generation", "member_id"), slot=ident("slot", "population_size"),
+            member_id=ident("member_id", "member_id"), parent_id=ident("parent_id", "member_id", True),
+            mutation=check_type(e.get("mutation"), str, f"{at}.mutation", file),
+            hyperparameters=check_type(e.get("hyperparameters"), dict, f"{at}.hyperparameters", file),
+            architecture=check_type(e.get("architecture"), str, f"{at}.architecture", file),
+            fitness=fitness, other_parent_id=ident("other_parent_id", "member_id", True)))
+    return out
+
+
+_EVENT_FIELDS = {"generation", "slot", "member_id", "parent_id", "mutation", "hyperparameters", "architecture",
+                 "fitness", "other_parent_id"}

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import re
 import socket
@@ -43,7 +44,16 @@ from agilerl_core.buffers.replay import ReplayBuffer, Shard
 from agilerl_core.envs.spaces import ObsSpec
 from agilerl_core.errors import CheckpointError, ConfigError, LeaseError
 from agilerl_core.hpo.population import Member, Population
-from agilerl_core.io.checkpoint import POPULATION_FORMAT, Rebuild, load_member, load_population, save_member, save_population
+from agilerl_core.io.checkpoint import (
+    POPULATION_FORMAT,
+    Rebuild,
+    lineage_events,
+    load_member,
+    load_population,
+    save_member,
+    save_population,
+)
+from agilerl_core.io.records import check_type, field, read_format, sized
 from agilerl_core.io.storage import Storage, contained, safe_relpath
 
 RUN_FORMAT = "agilerl-flow/run"
@@ -147,14 +157,24 @@ class RunStore:
         return grouping if isinstance(grouping, dict) else None
 
     def run_info(self) -> dict[str, Any]:
-        return self._get_json("run.json", RUN_FORMAT)
+        data = self._get_json("run.json", RUN_FORMAT)
+        url = self.storage.url(self.key("run.json"))
+        field(data, "config", dict, url)
+        field(data, "grouping", (dict, None), url, None)
+        return data
 
     # ---- the writer's lease ----------------------------------------------------------------------------
     def lease(self) -> dict[str, Any] | None:
         """The lease as stored (None when the run has none)."""
         if not self.storage.exists(self.key("LEASE.json")):
             return None
-        return self._get_json("LEASE.json", LEASE_FORMAT)
+        data = self._get_json("LEASE.json", LEASE_FORMAT)
+        url = self.storage.url(self.key("LEASE.json"))
+        field(data, "owner", str, url)
+        for name in ("heartbeat", "ttl_s", "acquired"):
+            if name in data and not math.isfinite(field(data, name, float, url)):
+                raise CheckpointError(f"{url}: field {name} is not a finite number")
+        return data
 
     def acquire_lease(self, owner: str, ttl_s: float = LEASE_TTL_S) -> None:
         """Become the run's one writer: refuse, naming the owner, while another writer's lease is live (its
@@ -239,6 +259,8 @@ class RunStore:
         """(tensors, meta, extra) as :meth:`put_member_state` wrote them, checksum verified."""
         rel = self._dispatch_key(generation, slot, side, "json")[len(self.run_id) + 1:]
         doc = self._get_json(rel, "agilerl-flow/member-state")
+        url = self.storage.url(self.key(rel))
+        field(doc, "sha256", str, url), field(doc, "meta", dict, url), field(doc, "extra", dict, url)
         key = self._dispatch_key(generation, slot, side, "safetensors")
         data = self.storage.get_bytes(key)
         if _sha(data) != doc["sha256"]:
@@ -279,7 +301,22 @@ class RunStore:
         return gens[-1] if gens else None
 
     def manifest(self, generation: int) -> dict[str, Any]:
-        return self._get_json(f"{self.gen_dir(generation)}/MANIFEST.json", MANIFEST_FORMAT)
+        """Generation `generation`'s manifest, every field checked (a CheckpointError naming the file and field)."""
+        rel = f"{self.gen_dir(generation)}/MANIFEST.json"
+        data = self._get_json(rel, MANIFEST_FORMAT)
+        check_manifest(data, self.storage.url(self.key(rel)), self.run_id)
+        return data
+
+    def population_record(self, generation: int) -> dict[str, Any]:
+        """Committed generation `generation`'s population.json, verified against its manifest's checksum (the one
+        reader `lineage`, `resume` and `load` share: an edited file is refused, naming the mismatch)."""
+        manifest = self.manifest(generation)
+        rel = f"{self.gen_dir(generation)}/population/population.json"
+        sha = manifest["files"].get(self.key(rel))
+        if sha is None:
+            raise CheckpointError(f"{self.storage.url(self.key(rel))}: not listed in generation {generation}'s "
+                                  f"manifest; the run's storage is damaged")
+        return self._get_json(rel, POPULATION_FORMAT, expected_sha=sha)
 
     def discard_uncommitted(self) -> list[int]:
         """Delete generation folders a crash left without a manifest; returns their numbers."""
@@ -300,8 +337,8 @@ class RunStore:
         the file by its storage URL (not the local copy it was verified in)."""
         manifest = self.manifest(generation)
         if manifest.get("pruned"):
-            raise CheckpointError(f"{self.uri}: generation {generation} was pruned by retention; only its elite "
-                                  f"is kept")
+            raise CheckpointError(f"{self.storage.url(self.key(self.gen_dir(generation), 'MANIFEST.json'))}: generation "
+                                  f"{generation} was pruned by retention (field pruned); only its elite is kept")
         prefix = self.key(self.gen_dir(generation), "population")
         with tempfile.TemporaryDirectory(prefix="agilerl-load-") as tmp, self._named_in_storage(tmp, prefix):
             self._download_verified(manifest, prefix, Path(tmp))
@@ -341,11 +378,16 @@ class RunStore:
         """The lineage recorded with committed generation `generation` (a CheckpointError naming the file in
         storage when it is damaged)."""
         rel = f"{self.gen_dir(generation)}/population/population.json"
-        data = self._get_json(rel, POPULATION_FORMAT)
-        lineage = data.get("lineage")
-        if not isinstance(lineage, list) or not all(isinstance(e, dict) for e in lineage):
-            raise CheckpointError(f"{self.storage.url(self.key(rel))}: has no readable lineage (a list of events)")
-        return lineage
+        data = self.population_record(generation)  # checksum verified against the manifest first
+        url = self.storage.url(self.key(rel))
+        events = lineage_events(field(data, "lineage", list, url), url)
+        size = self.run_info()["config"].get("population_size") if self.exists() else None
+        if isinstance(size, int) and not isinstance(size, bool):
+            for i, e in enumerate(events):  # a slot the run never had: drawing it would allocate for nothing
+                if e.slot >= size:
+                    raise CheckpointError(f"{url}: field lineage.{i}.slot is {e.slot:,}, but the run's population has "
+                                          f"{size} slots (run.json: population_size)")
+        return [e.to_dict() for e in events]
 
     def buffer_window(self, generation: int) -> list[tuple[int, ShardRef]]:
         """The shards (oldest first) whose rows make up the committed buffer after `generation`."""
@@ -364,15 +406,17 @@ class RunStore:
             g -= 1
         if rows < need:
             raise CheckpointError(f"{self.uri}: the shards of generations <= {generation} hold {rows} transitions, "
-                                  f"fewer than the {need} the buffer had; the run's storage is incomplete")
+                                  f"fewer than the {need} the buffer had (MANIFEST.json field buffer.size); the run's "
+                                  f"storage is incomplete")
         return list(reversed(picked))
 
     def rebuild_buffer(self, generation: int, buffer: ReplayBuffer) -> None:
         """Fill `buffer` with its committed contents after `generation`, ring layout included."""
         state = self.manifest(generation)["buffer"]
         if int(state["capacity"]) != buffer.capacity:
-            raise CheckpointError(f"{self.uri}: the run's buffer capacity was {state['capacity']}, "
-                                  f"not {buffer.capacity}")
+            raise CheckpointError(f"{self.storage.url(self.key(self.gen_dir(generation), 'MANIFEST.json'))}: field "
+                                  f"buffer.capacity: the run's buffer capacity was {state['capacity']}, not "
+                                  f"{buffer.capacity}")
         parts = [self.get_shard(ref) for _, ref in self.buffer_window(generation)]
         size = int(state["size"])
         if not parts:
@@ -383,8 +427,12 @@ class RunStore:
             raise CheckpointError(f"{self.uri}: the stored experience lacks field(s) {', '.join(missing)} that this "
                                   f"version's buffer keeps (written by an older version); start a new run (or "
                                   f"resume it with the version that wrote it)")
-        data = {k: torch.cat([p[k] for p in parts])[-size:] for k in buffer.fields}
-        buffer.load_committed(data, int(state["pos"]))
+        try:
+            data = {k: torch.cat([p[k] for p in parts])[-size:] for k in buffer.fields}
+            buffer.load_committed(data, int(state["pos"]))
+        except (ValueError, RuntimeError, TypeError, IndexError) as err:
+            raise CheckpointError(f"{self.storage.url(self.key(self.gen_dir(generation), 'MANIFEST.json'))}: the "
+                                  f"buffer state (field buffer) does not fit the stored shards ({err})") from None
 
     def extend_buffer(self, generation: int, buffer: ReplayBuffer) -> None:
         """Append generation `generation`'s shards to `buffer` (a worker catching up by one generation)."""
@@ -446,16 +494,82 @@ class RunStore:
     def _put_json(self, rel: str, data: dict) -> None:
         self.storage.put_bytes(self.key(rel), json.dumps(data, indent=1, sort_keys=True).encode())
 
-    def _get_json(self, rel: str, fmt: str) -> dict:
+    def _get_json(self, rel: str, fmt: str, expected_sha: str | None = None) -> dict:
+        """A stored record through the one safe parser (size, depth, digits, duplicate keys; NaN only in
+        records that may hold it: run.json's config, member states); with `expected_sha`, the bytes must
+        match the generation manifest's checksum first."""
         url = self.storage.url(self.key(rel))
         raw = self.storage.get_bytes(self.key(rel))
-        try:
-            data = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise CheckpointError(f"{url}: not valid JSON ({err})") from None
-        if not isinstance(data, dict) or data.get("format") != fmt or data.get("version") != VERSION:
-            raise CheckpointError(f"{url}: not a {fmt} v{VERSION} file")
-        return data
+        if expected_sha is not None and _sha(raw) != expected_sha:
+            raise CheckpointError(f"{url}: checksum mismatch with the generation manifest; the file was truncated "
+                                  f"or modified after the commit")
+        return read_format(raw, fmt, VERSION, url, allow_nan=fmt not in (MANIFEST_FORMAT, LEASE_FORMAT))
+
+
+_GEN_DIR = re.compile(r"^\d{6}$")
+
+
+def verify_committed(path: str | Path) -> bool:
+    """When local directory `path` lies inside a committed generation of a run's storage
+    (``<root>/<run>/generations/<NNNNNN>/population/...``), verify every file under it against that generation's
+    manifest (the check ``resume`` and ``lineage`` make), a CheckpointError naming a mismatch; True when it did,
+    False when `path` is not inside a generation folder (a member saved elsewhere: its member.json checksums hold)."""
+    path = Path(path).resolve()
+    parts = path.parts
+    for i in range(len(parts) - 3, 0, -1):
+        if parts[i] == "generations" and _GEN_DIR.match(parts[i + 1]) and parts[i + 2] == "population":
+            break
+    else:
+        return False
+    gen_dir = Path(*parts[:i + 2])
+    if not (gen_dir / "MANIFEST.json").is_file():
+        raise CheckpointError(f"{path}: generation folder {gen_dir} has no MANIFEST.json: the generation was never "
+                              f"committed (a crash left it); load a committed generation or the run's elite/")
+    from agilerl_core.io.storage import LocalStorage
+
+    root, run_id = Path(*parts[:i - 1]), parts[i - 1]
+    if not _RUN_ID.match(run_id):
+        return False
+    store = RunStore(LocalStorage(root), run_id)
+    manifest = store.manifest(int(parts[i + 1]))
+    prefix = store.key(*parts[i:])
+    listed = {k: v for k, v in manifest["files"].items() if k == prefix or k.startswith(prefix + "/")}
+    on_disk = {store.key(*p.relative_to(root / run_id).parts): p for p in ([path] if path.is_file() else path.rglob("*"))
+               if p.is_file()}
+    for key in sorted(set(listed) | set(on_disk)):
+        if key not in listed:
+            raise CheckpointError(f"{on_disk[key]}: not listed in the generation manifest {gen_dir / 'MANIFEST.json'}; "
+                                  f"a file was added after the commit")
+        if key not in on_disk:
+            raise CheckpointError(f"{store.storage.url(key)}: missing, though the generation manifest lists it")
+        if _sha(on_disk[key].read_bytes()) != listed[key]:
+            raise CheckpointError(f"{on_disk[key]}: checksum mismatch with the generation manifest; the file was "
+                                  f"truncated or modified after the commit")
+    return True
+
+
+def check_manifest(data: dict[str, Any], url: str, run_id: str | None = None) -> None:
+    """A manifest's fields checked before any is used: file checksums are strings, shards name a key (one of the
+    run's own shard files: ``RUN/generations/NNNNNN/shards/SLOT.safetensors``, never another run's or any other
+    key), a checksum and a row count, the buffer state and elite slot are counters within the limit table."""
+    own = None if run_id is None else re.compile(re.escape(run_id) + r"/generations/\d{6}/shards/\d{1,9}\.safetensors")
+    sized(data, "generation", "member_id", url)
+    for k, v in field(data, "files", dict, url).items():
+        check_type(v, str, f"files.{k}", url)
+    for i, shard in enumerate(field(data, "shards", list, url)):
+        if not isinstance(shard, dict) or set(shard) != {"key", "sha256", "rows"}:
+            raise CheckpointError(f"{url}: field shards.{i} must be an object with key, sha256 and rows")
+        key = field(data, f"shards.{i}.key", str, url)
+        field(data, f"shards.{i}.sha256", str, url)
+        if own is not None and not own.fullmatch(key):
+            raise CheckpointError(f"{url}: field shards.{i}.key {key[:200]!r} is not one of this run's shard files "
+                                  f"({run_id}/generations/NNNNNN/shards/SLOT.safetensors); the manifest was modified")
+        sized(data, f"shards.{i}.rows", "buffer_size", url)
+    field(data, "buffer", dict, url)
+    for name in ("size", "pos", "capacity"):
+        sized(data, f"buffer.{name}", "buffer_size", url)
+    sized(data, "elite_slot", "population_size", url)
+    field(data, "pruned", bool, url, False)
 
 
 _VOLATILE = ("storage", "tracking", "runner")  # where a run is stored/tracked/executed may change on resume

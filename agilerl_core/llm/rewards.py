@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from agilerl_core.code_refs import ref_problem
 from agilerl_core.errors import ConfigError
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
@@ -56,9 +57,9 @@ def _regex(pattern: str, fullmatch: bool) -> RewardFn:
 
 def import_function(ref: str, field: str) -> Callable:
     """The callable named by ``module:function`` (a ConfigError naming `field` when it cannot be found)."""
-    module, sep, name = ref.partition(":")
-    if not sep or not module or not name:
+    if ref_problem(ref, "my_rewards:brevity") is not None:  # exactly one colon, module:identifier
         raise ConfigError(f"{field}: {ref!r} is not module:function (e.g. my_rewards:brevity)")
+    module, _, name = ref.partition(":")
     try:
         mod = importlib.import_module(module)
     except ImportError as err:

@@ -24,6 +24,88 @@ from agilerl_core.networks.recurrent import EvolvableRNN, RNNSpec
 from agilerl_core.networks.transfer import ACTIVATION_FNS
 
 
+def arch_params(d: object, where: str = "arch", error: type[Exception] = ValueError, limits=None) -> int:
+    """Parameters the networks of arch dict `d` (:meth:`ArchSpec.to_dict` output, read from a file) would hold,
+    counted from the data alone *before* anything is built, every width and layer count checked against the
+    limit table (``limits.layer_width``, ``layer_count``, ``network_params``); `error` names `where` and the
+    field otherwise (nothing is allocated for a refused arch)."""
+    from agilerl_core.errors import AgileRLError
+    from agilerl_core.limits import check, current
+
+    lim = limits or current()
+    err = error if isinstance(error, type) and issubclass(error, AgileRLError) else None
+
+    def num(value: object, at: str, limit: str = "network_params") -> int:
+        if err is not None:
+            return check(limit, value, f"{where}.{at}", err, lim)
+        try:
+            return check(limit, value, f"{where}.{at}", limits=lim)
+        except AgileRLError as e:
+            raise error(str(e)) from None
+
+    def obj(value: object, at: str, kind: type = dict) -> object:
+        if not isinstance(value, kind):
+            raise error(f"{where}.{at}: expected {'an object' if kind is dict else 'a list'}, found "
+                        f"{type(value).__name__}")
+        return value
+
+    def widths(value: object, at: str) -> list[int]:
+        items = obj(value, at, list)
+        num(len(items), at + " (layers)", "layer_count")
+        return [num(h, f"{at}[{i}]", "layer_width") for i, h in enumerate(items)]
+
+    def mlp(m: object, at: str) -> int:
+        m = obj(m, at)
+        dims = [num(m.get("in_dim"), at + ".in_dim"), *widths(m.get("hidden"), at + ".hidden"),
+                num(m.get("out_dim"), at + ".out_dim")]
+        mult = 2 if m.get("noisy") else 1
+        return sum(mult * (a * b + b) for a, b in zip(dims[:-1], dims[1:], strict=True))
+
+    def cnn(c: object, at: str) -> int:
+        c = obj(c, at)
+        chw = obj(c.get("in_chw"), at + ".in_chw", list)
+        if len(chw) != 3:
+            raise error(f"{where}.{at}.in_chw: expected 3 numbers (C, H, W), found {len(chw)}")
+        ch, h, w = (num(x, f"{at}.in_chw[{i}]") for i, x in enumerate(chw))
+        chans = widths(c.get("channels"), at + ".channels")
+        kernels = [num(k, f"{at}.kernels[{i}]") for i, k in enumerate(obj(c.get("kernels"), at + ".kernels", list))]
+        strides = [num(s, f"{at}.strides[{i}]") for i, s in enumerate(obj(c.get("strides"), at + ".strides", list))]
+        if not (len(chans) == len(kernels) == len(strides)) or min(strides, default=1) < 1 or min(kernels, default=1) < 1:
+            raise error(f"{where}.{at}: channels, kernels and strides must be lists of one length, kernels and "
+                        f"strides at least 1")
+        total, prev = 0, ch
+        for b, k in zip(chans, kernels, strict=True):
+            total += prev * b * k * k + b
+            prev = b
+        for k, s in zip(kernels, strides, strict=True):
+            h, w = max((h - k) // s + 1, 0), max((w - k) // s + 1, 0)
+        latent = num(c.get("latent_dim"), at + ".latent_dim", "layer_width")
+        return total + prev * h * w * latent + latent
+
+    d = obj(d, "(arch)") if not isinstance(d, dict) else d
+    total = mlp(d.get("mlp"), "mlp")
+    for i, pair in enumerate(obj(d.get("cnns", []), "cnns", list)):
+        if not (isinstance(pair, list) and len(pair) == 2):
+            raise error(f"{where}.cnns[{i}]: expected [key, conv spec]")
+        total += cnn(pair[1], f"cnns[{i}]")
+    for i, pair in enumerate(obj(d.get("encoders", []) or [], "encoders", list)):
+        if not (isinstance(pair, list) and len(pair) == 2):
+            raise error(f"{where}.encoders[{i}]: expected [key, MLP spec]")
+        total += mlp(pair[1], f"encoders[{i}]")
+    rnn = d.get("rnn")
+    if rnn:
+        r = obj(rnn, "rnn")
+        gates = {"lstm": 4, "gru": 3}.get(r.get("cell"))  # type: ignore[arg-type]
+        if gates is None:
+            raise error(f"{where}.rnn.cell: {r.get('cell')!r} is not one of lstm, gru")
+        h = num(r.get("hidden"), "rnn.hidden", "layer_width")
+        layers = num(r.get("layers"), "rnn.layers", "layer_count")
+        inp = num(r.get("in_dim"), "rnn.in_dim")
+        total += sum(gates * h * ((inp if i == 0 else h) + h + 2) for i in range(layers))
+    num(total, "(parameters counted from the arch)", "network_params")
+    return total
+
+
 @dataclass(frozen=True)
 class ArchSpec:
     """Architecture of an EvolvableNetwork: the head MLP, one conv encoder per image key and (Dict
@@ -50,6 +132,7 @@ class ArchSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> ArchSpec:
+        arch_params(d)  # widths, layer counts and the parameter count against the limits, before anything is built
         return cls(MLPSpec.from_dict(d["mlp"]), tuple((str(k), CNNSpec.from_dict(s)) for k, s in d["cnns"]),
                    tuple((str(k), MLPSpec.from_dict(s)) for k, s in d.get("encoders", ())),
                    RNNSpec.from_dict(d["rnn"]) if d.get("rnn") else None)

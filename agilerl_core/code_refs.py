@@ -1,0 +1,98 @@
+"""How a config names code, parsed exactly the way the code that imports it resolves the name.
+
+A reference that the importer would read differently from the allowlist check (``allowedenv:evil:Corridor-v0``:
+the check saw ``allowedenv``, Gymnasium imports ``evil``) is refused instead of guessed at:
+
+- an env id (``gymnasium.make``): ``EnvId`` or ``module:EnvId``, at most one colon; Gymnasium imports the
+  module before the colon, then looks the rest up as a registered id (``[namespace/]name[-vN]``);
+- an entry point (``env_entry_point``), a python reward (``rewards[i].function``), a multi-agent env
+  (``module:env``): ``module:attr``, exactly one colon, ``attr`` one identifier (``getattr(module, attr)``);
+- a wrapper: ``module.Name`` or ``module:Name``.
+
+A module is a dotted identifier (``my_pkg.envs``): no empty part, no relative import, no path.
+"""
+
+from __future__ import annotations
+
+import re
+
+from agilerl_core.errors import ConfigError
+
+_GYM_NAME = re.compile(r"(?:[\w-]+/)?[\w.-]+")  # gymnasium's ENV_ID_RE without the colons it lets through
+
+
+def is_module(text: str) -> bool:
+    """Whether `text` is a dotted module name (``a``, ``a.b_c``)."""
+    return bool(text) and all(part.isidentifier() for part in text.split("."))
+
+
+def _module_why(module: str) -> str | None:
+    if not module:
+        return "the module before the colon is empty"
+    if not is_module(module):
+        return f"{module!r} is not a module name (dotted identifiers, e.g. my_pkg.envs)"
+    return None
+
+
+def env_id_problem(env_id: str) -> str | None:
+    """Why Gymnasium could not be trusted to resolve `env_id` the way it reads (None: it can)."""
+    if ":" not in env_id:
+        return None
+    if env_id.count(":") > 1:
+        return (f"{env_id!r} has {env_id.count(':')} colons; Gymnasium imports the module before the colon and "
+                f"looks the rest up as the env id, so give exactly one: module:EnvId (e.g. my_pkg.envs:GridWorld-v0)")
+    module, _, name = env_id.partition(":")
+    why = _module_why(module)
+    if why is None and not _GYM_NAME.fullmatch(name):
+        why = f"{name!r} is not a Gymnasium env id ([namespace/]Name[-vN])"
+    return None if why is None else f"{env_id!r}: {why}; name it as module:EnvId, e.g. my_pkg.envs:GridWorld-v0"
+
+
+def ref_problem(ref: str, example: str) -> str | None:
+    """Why `ref` is not ``module:attr`` with exactly one colon and `attr` one identifier (None: it is)."""
+    if ref.count(":") != 1:
+        return f"{ref!r} has {ref.count(':')} colons; name it as module:Name with exactly one, e.g. {example}"
+    module, _, attr = ref.partition(":")
+    why = _module_why(module) or (None if attr.isidentifier() else f"{attr!r} after the colon is not an identifier")
+    return None if why is None else f"{ref!r}: {why}; name it as module:Name, e.g. {example}"
+
+
+def wrapper_problem(name: str) -> str | None:
+    """Why `name` is not ``module.Name`` or ``module:Name`` (None: it is)."""
+    if ":" in name:
+        return ref_problem(name, "gymnasium.wrappers:FrameStackObservation")
+    module, _, attr = name.rpartition(".")
+    if not (is_module(module) and attr.isidentifier()):
+        return f"{name!r}: name the wrapper class as module.Name, e.g. gymnasium.wrappers.FrameStackObservation"
+    return None
+
+
+def split_env_id(env_id: str, field: str = "env_id") -> tuple[str | None, str]:
+    """(module or None, the registered id) of a Gymnasium env id; a ConfigError naming `field` when the
+    id is not one Gymnasium resolves the way it reads."""
+    why = env_id_problem(env_id)
+    if why is not None:
+        raise ConfigError(f"{field}: {why}")
+    if ":" not in env_id:
+        return None, env_id
+    module, _, name = env_id.partition(":")
+    return module, name
+
+
+def split_ref(ref: str, field: str, example: str = "my_pkg.envs:GridWorld") -> tuple[str, str]:
+    """(module, attr) of ``module:attr``; a ConfigError naming `field` otherwise."""
+    why = ref_problem(ref, example)
+    if why is not None:
+        raise ConfigError(f"{field}: {why}")
+    module, _, attr = ref.partition(":")
+    return module, attr
+
+
+def split_wrapper(name: str, field: str) -> tuple[str, str]:
+    """(module, class name) of a wrapper named ``module.Name`` or ``module:Name``; a ConfigError naming
+    `field` otherwise."""
+    why = wrapper_problem(name)
+    if why is not None:
+        raise ConfigError(f"{field}: {why}")
+    module, _, attr = name.partition(":") if ":" in name else name.rpartition(".")
+    return module, attr
