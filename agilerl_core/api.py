@@ -29,6 +29,7 @@ from agilerl_core.errors import CheckpointError, ConfigError
 from agilerl_core.hpo.evolution import GenerationStats, RunResult, TrainResult
 from agilerl_core.hpo.population import Member
 from agilerl_core.io.checkpoint import MEMBER_FORMAT, _member_record, _read_json, load_member, save_member
+from agilerl_core.limits import Limits, applied
 
 PIPELINE_SECTIONS = ("runner", "tracking", "schedule")  # what a pipeline YAML adds (tasks.config); never read here
 
@@ -323,19 +324,26 @@ def evolve(config: str | Path | dict[str, Any] | ExperimentConfig, *, env: Calla
 
 
 # ---- load ---------------------------------------------------------------------------------------------------
-def load(uri: str | Path, device: str = "cpu") -> Policy:
+def load(uri: str | Path, device: str = "cpu", limits: Limits | dict[str, Any] | None = None) -> Policy:
     """A saved member ready to act: a member directory (a run's ``elite/``, ``population/members/N``, a
     registered champion's ``member`` artifact), local or ``s3://bucket/prefix/...`` (read with the standard AWS
     environment: ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``).
 
     The checkpoint is data: safetensors and JSON, every file's checksum verified; nothing it names is
     imported, registered or called. An LLM member rebuilds its base from the recorded path or config and
-    refuses a base whose weights hash differently.
+    refuses a base whose weights hash differently. Every size the files declare is checked against the limit
+    table before anything is allocated (`limits` raises entries for this load, e.g. ``{"layer_width": 16384}``:
+    see docs/security.md).
 
     Raises:
         CheckpointError: the URI holds no member, or a file is missing, truncated or tampered with.
         StorageError: the S3 store cannot be read (credentials, bucket).
     """
+    with applied(limits):
+        return _load(uri, device)
+
+
+def _load(uri: str | Path, device: str) -> Policy:
     text = str(uri)
     if text.startswith("s3://"):
         from agilerl_core.io.storage import open_storage

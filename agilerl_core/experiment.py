@@ -19,6 +19,7 @@ from agilerl_core.arenas import arena_class
 from agilerl_core.config import ExperimentConfig
 from agilerl_core.errors import ConfigError
 from agilerl_core.hpo.evolution import Evolution, EvolutionSettings, RunResult
+from agilerl_core.limits import applied
 
 
 def build_arena(cfg: ExperimentConfig):
@@ -30,9 +31,10 @@ def build_evolution(cfg: ExperimentConfig, batch_members: bool = True, group_cap
     """The Evolution of `cfg` in its arena: every check (device, env id, spaces, hyperparameter bounds,
     dataset) happens here, before anything trains or is written. Members of one batch key learn as one group
     (`batch_members`; False: each alone), at most `group_cap` members per group (None: no limit)."""
-    arena = build_arena(cfg)
-    return Evolution(arena, EvolutionSettings.from_config(cfg, arena.space, arena.arch_bounds, batch_members,
-                                                          group_cap))
+    with applied(getattr(cfg, "limits", None)):  # sizes the build reads (a dataset, an LLM base) under the config's
+        arena = build_arena(cfg)
+        return Evolution(arena, EvolutionSettings.from_config(cfg, arena.space, arena.arch_bounds, batch_members,
+                                                              group_cap))
 
 
 def default_run_dir(cfg: ExperimentConfig) -> Path:

@@ -94,6 +94,9 @@ class Stack:
     ports: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_PORTS))
 
     auth: bool = False  # Prefect's and MLflow's own authentication on (also on once auth.json exists)
+    # more of the workers' environment (beside what they inherit), e.g. AGILERL_TRUSTED_URIS: the storage a
+    # train-group run may be pointed at besides the stack's own (docs/security.md)
+    worker_env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls, data_dir: str | os.PathLike | None = None) -> Stack:
@@ -305,7 +308,7 @@ class Stack:
         """A process worker for WORK_POOL; its flow runs see the stack through client_env()."""
         if self.running("worker"):
             return
-        env = {**self.client_env(), "PREFECT_HOME": str(self.data_dir / "prefect-worker"),
+        env = {**self.client_env(), **self.worker_env, "PREFECT_HOME": str(self.data_dir / "prefect-worker"),
                "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING",
                "PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL": "INFO"}  # the runs' lines reach the UI
         cmd = [_bin("prefect"), "worker", "start", "--pool", WORK_POOL, "--type", "process",
@@ -332,7 +335,7 @@ class Stack:
             name = f"gpu{i}"
             if self.running(name):
                 continue
-            env = {**self.client_env(), "PREFECT_HOME": str(self.data_dir / f"prefect-{name}"),
+            env = {**self.client_env(), **self.worker_env, "PREFECT_HOME": str(self.data_dir / f"prefect-{name}"),
                    "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING",
                    "PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL": "INFO",
                    "CUDA_VISIBLE_DEVICES": str(i)}

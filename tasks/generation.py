@@ -249,8 +249,9 @@ def train_stored_group(run_id: str, storage_uri: str, generation: int, steps: in
     stay out of it: the worker takes S3 credentials from its environment), the members from storage, one
     group's training and evaluation, everything written back to storage."""
     from agilerl_core.io.storage import open_storage
-    from tasks.trust import check_stored_run_code
+    from tasks.trust import check_stored_run_code, check_stored_run_storage
 
+    check_stored_run_storage(storage_uri)  # a parameter: only storage the worker trusts, before anything is read
     store = RunStore(open_storage(storage_uri), run_id)
     cfg = validate_config(store.run_info()["config"])
     check_stored_run_code(cfg)  # the storage URI is a parameter: the config it points at is not trusted

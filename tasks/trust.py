@@ -166,6 +166,30 @@ def check_flow_run_code(cfg) -> None:
     check_flow_run_parameters(cfg, parameters)
 
 
+def storage_parameter_allowed(storage_uri: str, parameters: dict[str, Any]) -> None:
+    """A ConfigError unless a train-group run's `storage_uri` parameter is storage the worker trusts: its
+    deployment's own default, the worker's ``$AGILERL_STORAGE_URI`` (or below it), or an entry of
+    ``$AGILERL_TRUSTED_URIS``. The run's config and members are read from there (a trusted store holds what a
+    checked flow run wrote) and its results written back with the worker's credentials."""
+    own = os.environ.get("AGILERL_STORAGE_URI")
+    allowed = trusted_values_from_env(TRUSTED_URIS_ENV) | ({own, own.rstrip("/") + "/"} if own else set())
+    if storage_uri == parameters.get("storage_uri") or value_allowed(storage_uri, allowed):
+        return
+    shown = storage_uri if len(storage_uri) <= 200 else storage_uri[:200] + "..."
+    raise ConfigError(
+        f"storage_uri: the train-group run's parameter names {shown!r}, which is not storage this worker trusts: the "
+        f"run's config and members are read from there and its results written back with the worker's credentials, "
+        f"and a flow run's parameters come from anyone who can reach the Prefect API. Point the run at the worker's "
+        f"$AGILERL_STORAGE_URI (or below it), or add it to {TRUSTED_URIS_ENV} in the worker's environment")
+
+
+def check_stored_run_storage(storage_uri: str) -> None:
+    """:func:`storage_parameter_allowed` for this flow run when it is a deployment's run (nothing otherwise)."""
+    dep_id, parameters = _deployment()
+    if dep_id is not None:
+        storage_parameter_allowed(storage_uri, parameters)
+
+
 def check_stored_run_code(cfg) -> None:
     """For a train-group deployment run: the config it reads from the storage URI its parameters name may
     import only modules in ``$AGILERL_TRUSTED_MODULES`` on the worker."""

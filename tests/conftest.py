@@ -179,7 +179,10 @@ def stack(tmp_path_factory):
     call stack.start_s3() / start_mlflow() / start_prefect() / start_worker()."""
     from infra.stack import Stack, free_port
 
-    s = Stack(tmp_path_factory.mktemp("stack"), ports={k: free_port() for k in ("s3", "mlflow", "prefect")})
+    trusted = tmp_path_factory.mktemp("trusted-runs")  # local runs the workers' train-group runs may read
+    s = Stack(tmp_path_factory.mktemp("stack"), ports={k: free_port() for k in ("s3", "mlflow", "prefect")},
+              worker_env={"AGILERL_TRUSTED_URIS": f"{trusted}/"})
+    s.trusted_runs = trusted
     yield s
     s.down()
 

@@ -115,7 +115,7 @@ def test_groups_as_deployment_runs_give_the_threads_result(servers, tmp_path):
 
     servers.start_worker()
     env = {**cli_env(tmp_path), **servers.client_env(), "PWD": str(ROOT)}
-    storage = str(tmp_path / "runs")
+    storage = str(servers.trusted_runs / tmp_path.name)  # the worker trusts runs below it (AGILERL_TRUSTED_URIS)
     missing = flow_cli("run", str(_config(tmp_path, {"kind": "deployments", "deployment": "train-group/nope"})),
                        "--storage", storage, "--no-progress", cwd=tmp_path, env=env)
     assert missing.returncode != 0 and "runner.deployment: 'train-group/nope' is not deployed" in missing.stderr

@@ -226,6 +226,10 @@ def test_a_deployment_run_refuses_parameters_naming_code_its_config_does_not(ser
     out = refused.stdout + refused.stderr
     assert "env_entry_point" in out and "tests.evil_module" in out and "not allowed in a parameter" in out, out[-3000:]
     assert not marker.exists(), "the refused parameter's module was imported"
+    elsewhere = flow_cli("trigger", "online-evolution/trust-test", "--param", "config.runner.address=tcp://10.9.9.9:8786",
+                         "--wait", "--timeout", "240", cwd=ROOT_DIR, env=env, timeout=300)  # issue 38, case 2
+    out = elsewhere.stdout + elsewhere.stderr
+    assert elsewhere.returncode != 0 and "runner.address" in out and "not allowed in a parameter" in out, out[-3000:]
     ran = flow_cli("trigger", "online-evolution/trust-test", "--param", "config.seed=1", "--wait", "--timeout", "240",
                    cwd=ROOT_DIR, env=env, timeout=300)
     assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]

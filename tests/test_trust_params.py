@@ -307,3 +307,27 @@ def test_the_cli_names_the_field(tmp_path, capsys):
     assert main(["run", str(cfg_file), "--local", "--no-progress", "--set", "name=../../x"]) != 0
     err = capsys.readouterr().err
     assert "name: '../../x' is not a run name" in err and str(cfg_file) in err, err[-2000:]
+
+
+def test_a_train_group_run_reads_only_storage_the_worker_trusts(monkeypatch):
+    """A train-group run's `storage_uri` parameter names where its config and members are read from: only the
+    worker's own storage (or below it), the deployment's default or an allowlisted URI."""
+    import tasks.trust
+    from tasks.generation import train_stored_group
+    from tasks.trust import storage_parameter_allowed
+
+    monkeypatch.setenv("AGILERL_STORAGE_URI", "s3://stack/runs")
+    monkeypatch.delenv("AGILERL_TRUSTED_URIS", raising=False)
+    for ok in ("s3://stack/runs", "s3://stack/runs/team-a"):
+        storage_parameter_allowed(ok, {})
+    storage_parameter_allowed("s3://elsewhere/x", {"storage_uri": "s3://elsewhere/x"})  # the deployment's default
+    for bad in ("s3://attacker/runs", "s3://stack/runs/../secrets", "s3://stack/runsx", "/tmp/attacker"):
+        with pytest.raises(ConfigError, match=r"^storage_uri: the train-group run's parameter names .*not storage this "
+                                              r"worker trusts.*\$AGILERL_STORAGE_URI.*AGILERL_TRUSTED_URIS"):
+            storage_parameter_allowed(bad, {})
+    monkeypatch.setenv("AGILERL_TRUSTED_URIS", "s3://attacker/")
+    storage_parameter_allowed("s3://attacker/runs", {})
+    monkeypatch.delenv("AGILERL_TRUSTED_URIS")
+    monkeypatch.setattr(tasks.trust, "_deployment", lambda: ("deployment-id", {}))
+    with pytest.raises(ConfigError, match=r"^storage_uri: "):  # refused before the store is opened
+        train_stored_group("r", "s3://attacker/runs", 0, 10, [0])

@@ -13,6 +13,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -22,7 +23,7 @@ from agilerl_core import limits as limits_mod
 from agilerl_core.errors import AgileRLError, CheckpointError, ConfigError
 from agilerl_core.experiment import build_evolution
 from agilerl_core.io import run_store as run_store_mod
-from agilerl_core.io.checkpoint import load_member, save_member
+from agilerl_core.io.checkpoint import load_member, load_population, save_member
 from agilerl_core.io.records import field, read_record
 from agilerl_core.io.run_store import RunStore
 from agilerl_core.io.storage import LocalStorage
@@ -366,3 +367,25 @@ def test_a_manifest_shard_key_names_only_this_runs_own_shard_files(committed, ke
         with pytest.raises(CheckpointError, match=r"MANIFEST\.json: field shards\.0\.key .* is not one of this run's "
                                                   r"shard files"):
             store.manifest(0)
+
+
+def test_a_run_rebuilds_its_members_under_its_own_configs_limits(tmp_path):
+    """A limit raised in the user's config holds for the whole run (members rebuilt from their state on
+    restore, resume and in worker processes), not only for the config's validation: a 9,000-unit layer is over
+    the default layer_width (8,192) and within the config's 10,000."""
+    cfg = tiny_config(population_size=2, network={"hidden_sizes": [9000], "min_nodes": 8, "max_nodes": 9000},
+                      limits={"layer_width": 10_000})
+    evo = build_evolution(cfg)
+    evo.population.record_fitness([1.0, 2.0])
+    path = evo.save(tmp_path / "pop")
+    with pytest.raises(CheckpointError, match=r"9,000 is over the limit limits\.layer_width = 8,192"):
+        load_population(path)  # outside the run: the defaults
+    evo.restore(path)  # the run: its config's limits
+    tensors, meta = evo.population.members[0].agent.state()
+    evo.load_member_state(1, tensors, meta)
+    elite = evo.save_elite(tmp_path / "elite")
+    with pytest.raises(CheckpointError, match=r"limits\.layer_width = 8,192; if this size is meant, raise"):
+        agilerl_core.load(elite)
+    assert agilerl_core.load(elite, limits={"layer_width": 10_000}).predict(np.zeros(4, np.float32)) in (0, 1)
+    with pytest.raises(ConfigError, match=r"network\.hidden_sizes\[0\]: 9,000 is over the limit limits\.layer_width"):
+        tiny_config(network={"hidden_sizes": [9000], "min_nodes": 8, "max_nodes": 9000})

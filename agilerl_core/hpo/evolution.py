@@ -15,6 +15,7 @@ and seed give the same result whoever runs the steps (the in-process loop, threa
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -33,6 +34,7 @@ from agilerl_core.hpo.space import HyperparameterSpace
 from agilerl_core.hpo.tournament import TournamentSelection
 from agilerl_core.io.checkpoint import load_population, save_member, save_population
 from agilerl_core.io.run_store import RunStore, ShardRef
+from agilerl_core.limits import Limits, applied
 
 
 def finite_max(values: Sequence[float]) -> float:
@@ -187,6 +189,7 @@ class EvolutionSettings:
     mutations: Mutations
     batch_members: bool = True  # members of one batch key learn as one group
     group_cap: int | None = None  # at most this many members per group (None: no limit)
+    limits: Limits | None = None  # the config's limit table: what the run reads and rebuilds is checked against it
 
     @classmethod
     def from_config(cls, cfg, space: HyperparameterSpace, arch_bounds: Any, batch_members: bool = True,
@@ -194,7 +197,18 @@ class EvolutionSettings:
         """The settings of an engine config; grouping is the caller's (the pipeline's runner decides it)."""
         return cls(cfg.population_size, cfg.seed, cfg.evo_steps, cfg.max_env_steps, cfg.target_fitness,
                    TournamentSelection(cfg.tournament.size, cfg.tournament.elitism),
-                   Mutations.from_config(cfg.mutation, space, arch_bounds), batch_members, group_cap)
+                   Mutations.from_config(cfg.mutation, space, arch_bounds), batch_members, group_cap,
+                   getattr(cfg, "limits", None))
+
+
+def _under_limits(method: Callable) -> Callable:
+    """Run `method` under the run's own limit table (a member rebuilt from its state, a checkpoint read on resume,
+    an architecture grown by mutation: checked against what the user's config allows, not the defaults)."""
+    @functools.wraps(method)
+    def wrapper(self: Evolution, *args: Any, **kwargs: Any) -> Any:
+        with applied(self.settings.limits):
+            return method(self, *args, **kwargs)
+    return wrapper
 
 
 class Evolution:
@@ -228,6 +242,7 @@ class Evolution:
         self._gen_t0 = time.perf_counter()
         self.arena.begin_generation(len(self.population.members))
 
+    @_under_limits
     def train(self, slot: int, generation: int | None = None, steps: int | None = None) -> TrainResult:
         """Train member `slot` (thread-safe across distinct slots)."""
         gen = self.generation if generation is None else generation
@@ -293,6 +308,7 @@ class Evolution:
         on = "on" if scope is None else f"on ({scope})"
         return on if not refusals else "groups of one: " + "; ".join(refusals)
 
+    @_under_limits
     def train_group(self, slots: tuple[int, ...] | list[int], generation: int | None = None,
                     steps: int | None = None) -> list[TrainResult]:
         """Train the members in `slots` (one of :meth:`groups`) together; a group of one trains alone."""
@@ -304,6 +320,7 @@ class Evolution:
                                                                 list(slots), seeds,
                                                                 self.generation_steps() if steps is None else steps))
 
+    @_under_limits
     def evaluate_group(self, slots: tuple[int, ...] | list[int], generation: int | None = None,
                        own_env: bool = False) -> list[float]:
         """Fitness of the members in `slots` (one of :meth:`groups`): at once where the arena evaluates a
@@ -315,12 +332,14 @@ class Evolution:
         return many([self.population.members[s].agent for s in slots], derive_seed(self.settings.seed, EVAL_SEED, gen),
                     list(slots))
 
+    @_under_limits
     def evaluate(self, slot: int, generation: int | None = None, own_env: bool = False) -> float:
         """Fitness of member `slot`; `own_env`: in the slot's own evaluation env (concurrent evaluations)."""
         gen = self.generation if generation is None else generation
         return self.arena.evaluate(self.population.members[slot].agent, derive_seed(self.settings.seed, EVAL_SEED, gen),
                                    slot if own_env else None)
 
+    @_under_limits
     def finish_generation(self, results: list[TrainResult], fitnesses: list[float],
                           shards: list[dict[str, Any]] | None = None) -> GenerationStats:
         """Commit the fresh experience (the staged shards, or `shards` from other processes) in member
@@ -339,6 +358,7 @@ class Evolution:
         self.history.append(stats)
         return stats
 
+    @_under_limits
     def run_generation(self, on_trained: Callable[[TrainResult], None] | None = None) -> GenerationStats:
         """Train every member, evaluate, commit the fresh experience, record fitness. `on_trained` is called
         with each member's result as soon as its group has trained (before any evaluation)."""
@@ -355,6 +375,7 @@ class Evolution:
         fitness = {s: f for g in groups for s, f in zip(g, self.evaluate_group(g), strict=True)}
         return self.finish_generation(results, [fitness[s] for s in range(len(self.population.members))])
 
+    @_under_limits
     def evolve(self) -> None:
         """Tournament selection with elitism, then one mutation per non-elite child: the next generation."""
         seed = self.settings.seed
@@ -396,6 +417,7 @@ class Evolution:
                          history=self.history, batching=self.batching_note())
 
     # ---- members as data -------------------------------------------------------------------------------
+    @_under_limits
     def load_member_state(self, slot: int, tensors: dict[str, Any], meta: dict[str, Any]) -> None:
         """Replace member `slot` with one rebuilt from :meth:`Evolvable.state` output."""
         self.population.members[slot].agent = self.arena.member_from_state(tensors, meta)
@@ -430,23 +452,27 @@ class Evolution:
 
         self.global_steps, self.history = guarded(where, "extra (global_steps, history)", load)
 
+    @_under_limits
     def save(self, path: str | Path, config: dict[str, Any] | None = None, with_buffer: bool = True) -> Path:
         """The whole population (and the shared experience) in one directory."""
         extra = {**self.extra_state(), **({"config": config} if config is not None else {})}
         return save_population(path, self.population, self.arena.env_desc,
                                self.arena.buffer if with_buffer else None, extra)
 
+    @_under_limits
     def restore(self, path: str | Path) -> None:
         """Continue from :meth:`save` output: the run then proceeds exactly as if uninterrupted."""
         pop, meta = load_population(path, buffer=self.arena.buffer, rebuild=self.arena.member_from_state)
         self.population = pop
         self._load_extra(meta["extra"], str(Path(path) / "population.json"))
 
+    @_under_limits
     def save_elite(self, path: str | Path) -> Path:
         elite = self.population.elite()
         self.check_finite(elite, "before saving it as the elite")
         return save_member(path, elite, self.arena.env_desc)
 
+    @_under_limits
     def commit(self, store: RunStore, shards: list[ShardRef]) -> None:
         """Write the evaluated generation (members, evolution state, shard refs, experience ring) to `store`."""
         elite = self.population.members.index(self.population.elite())
@@ -454,6 +480,7 @@ class Evolution:
         store.commit_generation(self.population, self.arena.env_desc, shards, self.extra_state(),
                                 self.arena.experience_state(), elite)
 
+    @_under_limits
     def resume(self, store: RunStore, generation: int) -> None:
         """Continue from a committed generation: population, history and experience exactly as they were."""
         pop, meta = store.load_generation(generation, rebuild=self.arena.member_from_state)
