@@ -14,6 +14,7 @@ such a run (:func:`check_flow_run_parameters`):
   ``$AGILERL_TRUSTED_URIS``;
 - writes and reads only where its deployment's own config does: ``output_dir``, ``dataset.uri`` and
   ``dataset.cache_dir`` likewise (``$AGILERL_TRUSTED_URIS``);
+- registers its champion only as the deployment's own model (``tracking.model_name``, else ``name``);
 - raises no entry of ``limits`` above the deployment's own config (its defaults when it sets none).
 
 Each variable is read on the worker, comma-separated; an entry ending in ``/`` also allows every value below
@@ -145,6 +146,29 @@ def check_limits(cfg, deployed, source: str = "the flow run's config") -> None:
                 f"raise one. Raise it in the deployment's own config (limits.{name}) and deploy again")
 
 
+def registered_model(cfg) -> str | None:
+    """The registered model a run of `cfg` would register its champion as (None: it registers none)."""
+    tracking = getattr(cfg, "tracking", None)
+    if tracking is None or not tracking.enabled or not tracking.register_model:
+        return None
+    return tracking.model_name or cfg.name
+
+
+def check_registered_model(cfg, deployed, source: str = "the flow run's config") -> None:
+    """A ConfigError when `cfg` would register its champion under another model than the deployment's own config
+    (a parameter could otherwise move any model's ``champion`` alias, e.g. with ``champion.promote: always``)."""
+    mine = registered_model(cfg)
+    if mine is None or (deployed is not None and mine == registered_model(deployed)):
+        return
+    theirs = None if deployed is None else registered_model(deployed)
+    other = "" if theirs is None else f", not the deployment's own {theirs!r}"
+    raise ConfigError(
+        f"tracking.model_name: {source} would register its champion as model {mine[:200]!r}{other} (set through "
+        f"tracking.model_name or name): a flow run's parameters come from anyone who can reach the Prefect API, so "
+        f"they may not move another model's champion alias. Deploy a config that registers that model, or set "
+        f"tracking.register_model: false in the parameter")
+
+
 def check_flow_run_parameters(cfg, parameters: dict[str, Any]) -> None:
     """Refuse, naming the field and the fix, a config that arrived as a parameter of a run of the deployment
     whose own default parameters are `parameters`, when it names code outside the allowlist
@@ -155,6 +179,7 @@ def check_flow_run_parameters(cfg, parameters: dict[str, Any]) -> None:
     deployed = deployed_config(parameters)
     check_targets(cfg, deployed)
     check_limits(cfg, deployed)
+    check_registered_model(cfg, deployed)
 
 
 def check_flow_run_code(cfg) -> None:

@@ -214,6 +214,27 @@ def test_a_parameter_may_not_write_or_read_outside_the_deployments_own_paths(mar
             check_flow_run_code(validate_config({**offline, "dataset": {**offline["dataset"], field: value}}))
 
 
+def test_a_parameter_may_not_register_its_champion_as_another_model(marker, monkeypatch):
+    from tasks.config import validate_config
+    from tasks.trust import check_flow_run_code
+
+    deployed = {**_deployed(marker), "tracking": {"enabled": True}}  # registers as 'corridor' (its name)
+    _as_deployment_run(monkeypatch, deployed)
+    check_flow_run_code(validate_config(deployed))
+    check_flow_run_code(validate_config({**deployed, "tracking": {"enabled": True, "model_name": "corridor"}}))
+    for attack in ({"tracking": {"enabled": True, "model_name": "prod-policy"}, "champion": {"promote": "always"}},
+                   {"name": "prod-policy"}):
+        with pytest.raises(ConfigError, match=r"^tracking\.model_name: the flow run's config would register its "
+                                              r"champion as model 'prod-policy', not the deployment's own 'corridor'"):
+            check_flow_run_code(validate_config({**deployed, **attack}))
+    check_flow_run_code(validate_config({**deployed, "name": "prod-policy",  # registering nothing: allowed
+                                         "tracking": {"enabled": True, "register_model": False}}))
+    _as_deployment_run(monkeypatch, None)  # a deployment without a config: no model may be registered
+    monkeypatch.setenv("AGILERL_TRUSTED_MODULES", marker.allowed)
+    with pytest.raises(ConfigError, match=r"^tracking\.model_name: .*as model 'corridor' \(set through"):
+        check_flow_run_code(validate_config(deployed))
+
+
 def test_a_parameter_may_lower_a_limit_but_not_raise_it_above_the_deployments(marker, monkeypatch):
     from agilerl_core.limits import Limits
     from tasks.config import validate_config
