@@ -405,13 +405,16 @@ class _EnvExperimentBase(_ExperimentBase):
                                               "copy of the env, in order: training, evaluation, dataset collection "
                                               "and the spaces a checkpoint records all see the wrapped env (e.g. "
                                               "AtariPreprocessing, FrameStackObservation).")
-    env_backend: Literal["gymnasium", "gymnasium_async", "envpool"] = Field(
+    env_backend: Literal["gymnasium", "gymnasium_async", "envpool", "torch"] = Field(
         "gymnasium", description="What steps the envs: gymnasium (Python envs in a synchronous vector env), "
                                  "gymnasium_async (each env copy in a worker process of its own: for slow envs, "
-                                 "given cores to spare) or envpool (C++ "
+                                 "given cores to spare), envpool (C++ "
                                                          "vector envs; env_id is then an envpool task such as "
                                                          "CartPole-v1 or Pong-v5, env_kwargs its options, e.g. "
-                                                         "num_threads; the envpool extra). Both autoreset in the step "
+                                                         "num_threads; the envpool extra) or torch (on-device "
+                                                         "vectorised classic control: CartPole, Acrobot, Pendulum, "
+                                                         "MountainCar, MountainCarContinuous; env_id one of those "
+                                                         "ids, no wrappers). All autoreset in the step "
                                                          "that ends an episode, with its true last observation kept.")
     vector_wrappers: list[WrapperConfig] = Field(default_factory=list, description="Gymnasium vector wrappers around "
                                                  "each member's training vector env, in order (e.g. gymnasium."
@@ -442,6 +445,17 @@ class _EnvExperimentBase(_ExperimentBase):
                     raise ValueError(f"{name}: the envpool backend builds its envs by task id and applies no "
                                      f"Gymnasium wrappers; use envpool's own options in env_kwargs (e.g. Atari's "
                                      f"episodic_life, stack_num) or env_backend: gymnasium")
+        if self.env_backend == "torch" and getattr(self, "kind", None) != "multi_agent":  # that refuses it itself
+            for name in ("env_wrappers", "vector_wrappers", "env_entry_point"):
+                if getattr(self, name):
+                    raise ValueError(f"{name}: the torch backend steps its own tensor versions of the classic-control "
+                                     f"envs and applies no Gymnasium wrappers or entry points; remove {name} or use "
+                                     f"env_backend: gymnasium")
+            from agilerl_core.envs.torch_classic import TORCH_ENV_IDS  # torch: only when this backend is chosen
+
+            if self.env_id not in TORCH_ENV_IDS:
+                raise ValueError(f"env_id: {self.env_id!r} is not an env of env_backend: torch, which steps "
+                                 f"{', '.join(TORCH_ENV_IDS)}; use env_backend: gymnasium for any other env")
         if self.network.rnn is not None and (getattr(self, "kind", None) != "gym" or self.algorithm != "ppo"):
             raise ValueError(f"network.rnn: a recurrent core trains with PPO on a gym experiment only (this is "
                              f"{getattr(self, 'kind', '?')} {self.algorithm}); drop network.rnn or use "

@@ -4,9 +4,13 @@ population 1, 4, 16 and 64, with population-batched learning on and off, for DQN
 the groups stay whole: it measures the batched path, not how a run's architectures spread).
 
     python benchmarks/population_scaling.py [--pops 1,4,16,64] [--algos dqn,td3,ppo] [--repeats 3]
+        [--backend gymnasium|torch] [--device cpu|cuda] [--batch both|on|off]
 
-Prints one JSON object: per algorithm and population the median generation wall time (and its training
-part), and the ratio to population 1. Target: population 16 <= 3x population 1 with batching on.
+``--backend torch`` steps the on-device classic-control envs (env_backend: torch); ``--device cuda`` puts the
+members (and those envs) on the GPU. Prints one JSON object: per algorithm and population the median
+generation wall time, its evaluation part, env steps per second, and the ratio to population 1. Targets:
+population 16 <= 3x population 1 with batching on (CPU); with the torch backend on a GPU, PPO population
+1,024 <= 2x population 1 and >= 1M env steps/s.
 """
 
 from __future__ import annotations
@@ -28,22 +32,39 @@ CONFIGS = {
 }
 
 
-def one(algo: str, pop: int, batch: bool, out: str) -> tuple[float, float]:
+def one(algo: str, pop: int, batch: bool, out: str, backend: str = "gymnasium", device: str = "cpu"
+        ) -> tuple[float, float]:
+    """(generation wall seconds, of which evaluation) of a warmed-up generation."""
     from agilerl_core.experiment import build_evolution
     from tasks.config import validate_config
 
     data = {"name": f"scale-{algo}", "population_size": pop, "eval_episodes": 1, "seed": 0, "output_dir": out,
             "max_env_steps": 10**9, "network": {"hidden_sizes": [64, 64]},
             "mutation": {"no_mutation": 1.0, "architecture": 0, "parameters": 0, "activation": 0, "rl_hp": 0},
-            "runner": {"batch_members": batch}, **CONFIGS[algo]}
+            "runner": {"batch_members": batch}, "env_backend": backend, "device": device, **CONFIGS[algo]}
     cfg = validate_config(data)
     evo = build_evolution(cfg, batch_members=cfg.runner.batch_members)
     evo.run_generation()  # warm-up: buffers filled, envs built
     evo.evolve()
+    spent = [0.0]
+    arena = evo.arena
+    for name in ("evaluate", "evaluate_group"):
+        fn = getattr(arena, name, None)
+        if fn is not None:
+            def timed(*a, _fn=fn, **kw):
+                t = time.perf_counter()
+                try:
+                    return _fn(*a, **kw)
+                finally:
+                    spent[0] += time.perf_counter() - t
+            setattr(arena, name, timed)
+    sync = (lambda: __import__("torch").cuda.synchronize()) if device.startswith("cuda") else (lambda: None)
+    sync()
     t0 = time.perf_counter()
-    stats = evo.run_generation()
+    evo.run_generation()
+    sync()
     wall = time.perf_counter() - t0
-    return wall, stats.wall_s
+    return wall, spent[0]
 
 
 def main() -> None:
@@ -51,23 +72,35 @@ def main() -> None:
     p.add_argument("--pops", default="1,4,16,64")
     p.add_argument("--algos", default="dqn,td3,ppo")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--backend", default="gymnasium", choices=["gymnasium", "torch"])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--batch", default="both", choices=["both", "on", "off"])
     args = p.parse_args()
     import torch
 
     torch.set_num_threads(1)
     pops = [int(x) for x in args.pops.split(",")]
-    out: dict = {"benchmark": "population_scaling", "repeats": args.repeats, "threads": 1, "results": {}}
+    out: dict = {"benchmark": "population_scaling", "repeats": args.repeats, "threads": 1, "backend": args.backend,
+                 "device": args.device, "results": {}}
+    modes = {"both": (True, False), "on": (True,), "off": (False,)}[args.batch]
     with tempfile.TemporaryDirectory() as tmp:
         for algo in args.algos.split(","):
             res = {}
-            for batch in (True, False):
+            steps = CONFIGS[algo]["evo_steps"]
+            for batch in modes:
                 walls = {pop: [] for pop in pops}
+                evals = {pop: [] for pop in pops}
                 for _ in range(args.repeats):
                     for pop in pops:
-                        walls[pop].append(one(algo, pop, batch, tmp)[0])
+                        wall, ev = one(algo, pop, batch, tmp, args.backend, args.device)
+                        walls[pop].append(wall)
+                        evals[pop].append(ev)
                 med = {pop: statistics.median(w) for pop, w in walls.items()}
                 res["batched" if batch else "one_by_one"] = {
-                    str(pop): {"generation_s": round(med[pop], 3), "vs_pop1": round(med[pop] / med[pops[0]], 2)}
+                    str(pop): {"generation_s": round(med[pop], 3), "evaluate_s": round(statistics.median(evals[pop]), 3),
+                               "train_env_steps_per_s": round(pop * steps / max(med[pop] - statistics.median(evals[pop]),
+                                                                                1e-9)),
+                               "vs_pop1": round(med[pop] / med[pops[0]], 2)}
                     for pop in pops}
             out["results"][algo] = res
             print(json.dumps({algo: res}), flush=True)

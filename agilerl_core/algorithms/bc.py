@@ -45,6 +45,17 @@ class BCGroup(ReplayGroup):
     def explore(self, obs: Sequence, masks: Sequence) -> list[np.ndarray]:
         return [a.greedy_action(o, m) for a, o, m in zip(self.agents, obs, masks, strict=True)]
 
+    @torch.no_grad()
+    def greedy(self, obs: dict[str, torch.Tensor], mask: torch.Tensor | None, starts: torch.Tensor | None = None
+               ) -> torch.Tensor:
+        out = self.policy(obs)
+        if not self.discrete:
+            return torch.tanh(out)
+        if mask is not None:
+            mask = mask.view(out.shape)
+            out = out.masked_fill(~(mask | ~mask.any(dim=2, keepdim=True)), float("-inf"))
+        return out.argmax(dim=2)
+
     def learn(self, batch: Transition, rows: StackedRows) -> torch.Tensor:
         k = rows.k
         out = self.policy(batch.obs)

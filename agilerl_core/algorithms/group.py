@@ -225,6 +225,18 @@ class MemberGroup(ABC):
             else:
                 flat.lerp_(adam.flat, weight[adam.owner])
 
+    def begin_acting(self, num_envs: int) -> None:
+        """Called before acting in `num_envs` fresh envs per member (recurrent members zero their state).
+        Default: nothing to do."""
+        return None
+
+    def greedy(self, obs: dict[str, torch.Tensor], mask: torch.Tensor | None, starts: torch.Tensor | None = None
+               ) -> torch.Tensor:
+        """Every member's greedy actions [K, N(, A)] (agent scale) for member-major observations [K * N, ...]
+        in one forward, as each member's :meth:`greedy_action`; `mask` [K * N, A] allowed actions, `starts`
+        [K, N] envs that begin an episode (recurrent members)."""
+        raise NotImplementedError(f"{type(self).__name__} has no batched greedy acting")
+
     @abstractmethod
     def explore(self, obs: Sequence, masks: Sequence) -> list:
         """Every member's exploration actions for its envs' observations (one batched forward)."""

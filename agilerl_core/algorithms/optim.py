@@ -176,3 +176,21 @@ def adam_update_(param: torch.Tensor, grad: torch.Tensor, state: torch.Tensor, l
     v.mul_(b2).addcmul_(g, g, value=1.0 - b2)
     step = (m / (1 - b1 ** float(t))) / ((v / (1 - b2 ** float(t))).sqrt() + eps)
     param.sub_(lr * step.view_as(param))
+
+
+def adam_update_stacked_(param: torch.Tensor, grad: torch.Tensor, state: torch.Tensor, lr: torch.Tensor,
+                         active: torch.Tensor, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+    """:func:`adam_update_` for K members at once: `param` and `grad` [K, n], `state` [K, 2n + 1] (each row as
+    adam_update_ keeps it), `lr` [K]; only the `active` [K] members step (the others keep parameter and state
+    exactly). No host round trip."""
+    n = param.shape[1]
+    b1, b2 = betas
+    on = active.to(param.dtype).unsqueeze(1)
+    m, v, t = state[:, :n], state[:, n: 2 * n], state[:, 2 * n:]
+    g = grad.reshape(param.shape)
+    t.add_(on)
+    m.lerp_(g, on * (1.0 - b1))
+    v.mul_(1.0 - on * (1.0 - b2)).addcmul_(g * on, g, value=1.0 - b2)
+    tt = t.clamp(min=1.0)
+    step = (m / (1 - b1 ** tt)) / ((v / (1 - b2 ** tt)).sqrt() + eps)
+    param.sub_(torch.where(on > 0, lr.unsqueeze(1) * step, 0.0))

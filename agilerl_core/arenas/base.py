@@ -17,8 +17,10 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from agilerl_core.algorithms.base import RLAlgorithm
+from agilerl_core.algorithms.group import MemberGroup
 from agilerl_core.algorithms.registry import algorithms_for
 from agilerl_core.arenas.experience import OwnExperience
+from agilerl_core.envs.group import GroupEnv, HostGroupEnv, TorchGroupEnv
 from agilerl_core.envs.make import EnvRecipe
 from agilerl_core.envs.spaces import ActionSpec, ObsSpec, action_spec
 from agilerl_core.envs.vector import action_masks
@@ -65,6 +67,31 @@ def evaluate_member(agent: RLAlgorithm, env: VectorEnv, seed: int, max_steps: in
         mask, _ = action_masks(info, n, agent.action_dim)
         steps += 1
     return float(returns.mean())
+
+
+@torch.no_grad()
+def evaluate_group(group: Any, envs: GroupEnv, seed: int, max_steps: int | None = None, check_every: int = 16
+                   ) -> list[float]:
+    """Every member's fitness [K] from one greedy episode per sub-env of its envs (all reset with `seed`):
+    the group's envs step as one and `group.greedy` chooses every member's actions in one forward. On-device
+    envs are asked whether any episode is still running only every `check_every` steps (one host read)."""
+    k, n = envs.k, envs.n
+    obs, mask = envs.reset([seed] * k)
+    returns = torch.zeros(k, n, dtype=torch.float64, device=group.device)
+    active = torch.ones(k, n, dtype=torch.bool, device=group.device)
+    starts = torch.ones(k, n, dtype=torch.bool, device=group.device)
+    group.begin_acting(n)
+    steps = 0
+    while max_steps is None or steps < max_steps:
+        step = envs.step(group.greedy(obs, mask, starts))
+        done = (step.terminated | step.truncated).view(k, n)
+        returns += step.reward.view(k, n) * active
+        active &= ~done
+        starts, obs, mask = done, step.obs, step.mask
+        steps += 1
+        if (not envs.on_device or steps % check_every == 0) and not bool(active.any()):
+            break
+    return returns.mean(1).cpu().tolist()
 
 
 def probe_action_mask(env: VectorEnv) -> int | None:
@@ -165,6 +192,30 @@ class GymArena(OwnExperience, ABC):
     def evaluate(self, member: RLAlgorithm, seed: int, slot: int | None = None) -> float:
         return evaluate_member(member, self.eval_env if slot is None else self.slot_eval_env(slot), seed,
                                self.cfg.eval_max_steps)
+
+    def group_env(self, slots: list[int], device: torch.device | str, evaluation: bool = False) -> GroupEnv:
+        """The envs of the members in `slots` as one group vector: on-device envs for ``env_backend: torch``,
+        else the slots' own vector envs (training: inside fresh vector wrappers; evaluation: each slot's
+        evaluation env) stepped together."""
+        n = self.cfg.eval_episodes if evaluation else self.cfg.num_envs
+        if self.recipe.backend == "torch":
+            return TorchGroupEnv(self.recipe, len(slots), n, self.action_spec, device)
+        envs = [self.slot_eval_env(s) for s in slots] if evaluation else \
+            self.recipe.for_training([self.envs[s] for s in slots])
+        return HostGroupEnv(envs, list(slots), self.obs_spec, self.action_spec, device)
+
+    def evaluate_group(self, members: list[RLAlgorithm], seed: int, slots: list[int]) -> list[float]:
+        """Fitness of every member at once (members of one batch key; others one by one): all members'
+        evaluation episodes as one [K, E] vector, greedy actions from one batched forward, each member's envs
+        reset with `seed` as :meth:`evaluate` does, so a member's fitness does not depend on its group."""
+        keys = [m.batch_key() for m in members]
+        if keys[0] is None or any(key != keys[0] for key in keys):
+            return [self.evaluate(m, seed, s) for m, s in zip(members, slots, strict=True)]
+        group = self.algo_cls.group(members)
+        if type(group).greedy is MemberGroup.greedy:  # no batched greedy acting: one by one
+            return [self.evaluate(m, seed, s) for m, s in zip(members, slots, strict=True)]
+        return evaluate_group(group, self.group_env(slots, group.device, evaluation=True), seed,
+                              self.cfg.eval_max_steps)
 
     def slot_eval_env(self, slot: int) -> VectorEnv:
         """Slot `slot`'s own evaluation env (a keyed cache: built once per slot)."""

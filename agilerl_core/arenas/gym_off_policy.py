@@ -18,6 +18,7 @@ from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.group import ReplayGroup
 from agilerl_core.arenas.base import EpisodeReturns, GymArena, probe_action_mask
 from agilerl_core.arenas.experience import ReplayLearning, SharedReplay, replay_group_phase
+from agilerl_core.buffers.memory import check_replay_fits
 from agilerl_core.buffers.nstep import NStepCollector
 from agilerl_core.buffers.replay import ReplayBuffer, transition_fields
 from agilerl_core.envs.vector import action_masks, real_next_obs
@@ -109,6 +110,12 @@ class OffPolicyArena(SharedReplay, GymArena):
 
     def __init__(self, cfg, algo_cls: type[RLAlgorithm]) -> None:
         super().__init__(cfg, algo_cls)
+        n_step = getattr(cfg.hyperparameters, "n_step", 1)
+        slot_capacity = math.ceil(cfg.evo_steps / cfg.num_envs) * cfg.num_envs
+        # the replay's whole size (committed ring and every slot's staging) against what the device has, before
+        # any env or buffer is built: a config that cannot fit is refused naming its fields
+        check_replay_fits(transition_fields(self.obs_spec, None, self.action_spec, n_step),
+                          cfg.hyperparameters.buffer_size, cfg.population_size, slot_capacity, self.device, cfg.name)
         self.envs = [self.recipe.vector(cfg.num_envs)
                      for _ in range(cfg.population_size)]  # one per slot
         mask_dim = probe_action_mask(self.envs[0])

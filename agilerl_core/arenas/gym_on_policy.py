@@ -6,142 +6,152 @@ from __future__ import annotations
 import math
 import time
 
-import numpy as np
 import torch
-from gymnasium.vector import VectorEnv
 
 from agilerl_core.algorithms.base import RLAlgorithm
-from agilerl_core.arenas.base import EpisodeReturns, GymArena
+from agilerl_core.arenas.base import GymArena
 from agilerl_core.arenas.experience import rollout_lengths
 from agilerl_core.buffers.rollout import Rollout, compute_gae
-from agilerl_core.envs.vector import action_masks, real_next_obs
-from agilerl_core.finite import check_host, check_loss
+from agilerl_core.envs.group import GroupEnv
+from agilerl_core.finite import FirstBad
 from agilerl_core.hpo.evolution import TrainResult
 
 
-class _RolloutCollector:
-    """One member's side of an on-policy training phase: its env, rollout buffer, episode returns and losses.
-    `value(obs, starts)` gives V(s) of the member (its row of the group's stacked critic; a recurrent one from
-    its current state, zeroed where `starts` is set). A recurrent member's rollout also keeps each network's
-    state before every step and which steps began an episode (:attr:`starts`: every env at the phase's start,
-    then those whose episode ended in the previous step)."""
-
-    def __init__(self, agent, slot: int, env: VectorEnv, seed: int, value, state_shapes=None) -> None:
-        self.agent, self.slot, self.env, self.value = agent, slot, env, value
-        spec, act_spec, hp = agent.obs_spec, agent.action_spec, agent.hp
-        self.num_envs = env.num_envs
-        obs, info = env.reset(seed=seed)
-        check_host(obs, "observation (after reset)", slot, 0)
-        self.t = 0  # vector steps taken this phase
-        agent.begin_rollout(self.num_envs)
-        self.mask, _ = action_masks(info, self.num_envs, agent.action_dim)
-        self.obs_t = spec.to_tensors(obs, agent.device)
-        self.rollout = Rollout.allocate(hp.rollout_steps, self.num_envs, self.obs_t,
-                                        () if act_spec.discrete else (act_spec.dim,),
-                                        torch.int64 if act_spec.discrete else torch.float32,
-                                        None if self.mask is None else self.mask.shape[1])
-        self.starts = np.ones(self.num_envs, dtype=bool)
-        if state_shapes is not None:
-            self.rollout.with_states(state_shapes)
-        self.episodes = EpisodeReturns(self.num_envs)
-        self.losses: list[float] = []
-        self.learn0 = agent.learn_steps
-
-    def step(self, t: int, actions: np.ndarray, logp: torch.Tensor, value: torch.Tensor,
-             states: dict[str, torch.Tensor] | None = None) -> None:
-        """Step the env with `actions` (sampled with `logp`, in states valued `value`; a recurrent member's
-        network `states` before the step) into row t."""
-        agent, rollout, hp = self.agent, self.rollout, self.agent.hp
-        spec = agent.obs_spec
-        next_obs, reward, terminated, truncated, info = self.env.step(agent.action_spec.to_env(actions))
-        self.t += 1
-        check_host(reward, "reward", self.slot, self.t)  # host arrays: no device wait
-        check_host(next_obs, "observation", self.slot, self.t)
-        done = terminated | truncated
-        for k, v in self.obs_t.items():
-            rollout.obs[k][t] = v
-        rollout.actions[t] = torch.as_tensor(actions)
-        rollout.logprobs[t], rollout.values[t] = logp.cpu(), value.cpu()
-        if rollout.masks is not None:
-            rollout.masks[t] = torch.as_tensor(self.mask)
-        if states is not None:
-            for name, st in states.items():
-                rollout.states[name][t] = st
-            rollout.starts[t] = torch.as_tensor(self.starts)
-        r = torch.as_tensor(reward, dtype=torch.float32)
-        cut = truncated & ~terminated
-        if cut.any():  # a time limit is not the end of the world: credit the final state's value
-            final = real_next_obs(next_obs, info, cut)
-            check_host(final, "final observation", self.slot, self.t)
-            with torch.no_grad():
-                v_final = self.value(spec.to_tensors(final, agent.device), None).cpu()
-            r = r + hp.gamma * v_final * torch.as_tensor(cut, dtype=torch.float32)
-        rollout.rewards[t] = r
-        rollout.dones[t] = torch.as_tensor(done, dtype=torch.float32)
-        agent.env_steps += self.num_envs
-        self.episodes.step(reward, done)
-        self.starts = done
-        self.obs_t = spec.to_tensors(next_obs, agent.device)
-        self.mask, _ = action_masks(info, self.num_envs, agent.action_dim)
-
-    def advantages(self, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """GAE over the rollout's first `steps` rows, bootstrapped from V of the observation after them."""
-        hp, rollout = self.agent.hp, self.rollout
-        with torch.no_grad():
-            last_value = self.value(self.obs_t, self.starts).cpu()
-        return compute_gae(rollout.rewards[:steps], rollout.values[:steps], rollout.dones[:steps], last_value,
-                           hp.gamma, hp.gae_lambda)
-
-    def learned(self, steps: int, stats: dict[str, float]) -> None:
-        self.losses.append(stats["loss"])
-        check_loss(stats["loss"], self.slot, len(self.losses), "the loss", "update of rollout")
-        # the statistics move between rollouts only, so a rollout's log-probs and its update see one scale
-        self.agent.observe({k: v[:steps] for k, v in self.rollout.obs.items()})
-
-    def result(self, vector_steps: int, wall_s: float) -> TrainResult:
-        agent = self.agent
-        return TrainResult(self.slot, vector_steps * self.num_envs, agent.learn_steps - self.learn0,
-                           len(self.episodes.finished), self.episodes.mean(),
-                           float(np.mean(self.losses)) if self.losses else float("nan"), wall_s)
+def _members_rows(x: torch.Tensor, steps: int) -> torch.Tensor:
+    """A rollout field [T, K, N, ...] as each member's rows [K, steps * N, ...] (step-major, then env)."""
+    k, n = x.shape[1], x.shape[2]
+    return x[:steps].transpose(0, 1).reshape(k, steps * n, *x.shape[3:])
 
 
-def train_group_on_policy(group, slots: list[int], envs: list[VectorEnv], evo_steps: int, seeds: list[int]
+def _member_rollout(buf: dict, i: int) -> Rollout:
+    """Member i's view of the group's rollout tensors as a :class:`Rollout` (a recurrent member learns from
+    its sequences: :meth:`Rollout.sequences`)."""
+    return Rollout({key: v[:, i] for key, v in buf["obs"].items()}, buf["actions"][:, i], buf["logprobs"][:, i],
+                   buf["rewards"][:, i], buf["dones"][:, i], buf["values"][:, i],
+                   None if buf["masks"] is None else buf["masks"][:, i],
+                   None if buf["states"] is None else {name: st[:, i] for name, st in buf["states"].items()},
+                   None if buf["starts"] is None else buf["starts"][:, i])
+
+
+def train_group_on_policy(group, slots: list[int], envs: GroupEnv, evo_steps: int, seeds: list[int]
                           ) -> list[TrainResult]:
     """Collect `evo_steps` env steps per member (whole vector steps) of its own rollouts of `rollout_steps`
-    each, learning after every rollout (the last one may be shorter): one batched forward samples every
-    member's actions, one batched update per minibatch round (see :class:`~agilerl_core.algorithms.ppo.PPOGroup`).
-    A member alone is a group of one.
+    each, learning after every rollout (the last one may be shorter). The whole loop carries the member axis:
+    the group's envs step as one (`envs`, K members x N sub-envs), one batched forward samples every member's
+    actions from its keyed stream, the rollout lives in [T, K, N] tensors on the group's device, GAE is one
+    reverse scan for all K x N envs at each member's gamma and lambda, and each minibatch round of the update
+    is one gather and one batched step (:meth:`~agilerl_core.algorithms.ppo.PPOGroup.learn_stacked`). Returns,
+    losses and step counts stay on the device and are read once at the end. A member alone is a group of one.
 
-    Each env is reset with its member's seed first, so the result depends only on the members and the seeds;
-    a rollout bootstraps from V of the observation after its last step."""
+    Member k's envs are reset with ``seeds[k]`` first and its random draws come from a key taken from its own
+    generator, so its result depends only on itself and its seed, never on its group; a rollout bootstraps
+    from V of the observation after its last step, and a time-limit cut from V of the final observation."""
     t0 = time.perf_counter()
-    shapes = None if group.rnn is None else {name: group.rnn for name in group.nets}
-    cs = [_RolloutCollector(a, s, envs[s], seed, lambda obs, starts, i=i: group.value(i, obs, starts), shapes)
-          for i, (a, s, seed) in enumerate(zip(group.agents, slots, seeds, strict=True))]
-    group.begin_acting(cs[0].num_envs)
-    vector_steps = math.ceil(evo_steps / cs[0].num_envs)
-    rollout_steps = group.agents[0].hp.rollout_steps  # structural: equal within a group
-    for steps in rollout_lengths(vector_steps, rollout_steps):
+    agents, k, n = group.agents, envs.k, envs.n
+    first, dev = agents[0], group.device
+    hp0 = first.hp
+    learn0 = [a.learn_steps for a in agents]
+    recurrent = group.rnn is not None
+    group.begin_phase()  # each member's random key for the phase, from its own generator
+    obs, mask = envs.reset(seeds)
+    for a in agents:
+        a.begin_rollout(n)
+    group.begin_acting(n)
+    vector_steps = math.ceil(evo_steps / n)
+    rollout_steps = hp0.rollout_steps  # structural: equal within a group
+    gamma, lam = group.hp_tensor("gamma").view(k, 1), group.hp_tensor("gae_lambda").view(k, 1)
+    rows = (rollout_steps, k, n)
+    act_spec = first.action_spec
+    buf = {"obs": {key: torch.zeros((*rows, *v.shape[1:]), dtype=v.dtype, device=dev) for key, v in obs.items()},
+           "actions": torch.zeros(rows if act_spec.discrete else (*rows, act_spec.dim),
+                                  dtype=torch.int64 if act_spec.discrete else torch.float32, device=dev),
+           "logprobs": torch.zeros(rows, device=dev), "values": torch.zeros(rows, device=dev),
+           "rewards": torch.zeros(rows, device=dev), "dones": torch.zeros(rows, device=dev),
+           "masks": None if mask is None else torch.ones((*rows, mask.shape[1]), dtype=torch.bool, device=dev),
+           "states": None if not recurrent else {name: torch.zeros((*rows, *group.rnn), device=dev)
+                                                 for name in group.nets},
+           "starts": None if not recurrent else torch.zeros(rows, dtype=torch.bool, device=dev)}
+    starts = torch.ones(k, n, dtype=torch.bool, device=dev)
+    running = torch.zeros(k, n, device=dev)
+    ep_sum, ep_count = torch.zeros(k, device=dev), torch.zeros(k, device=dev)
+    loss_means, updates = [], torch.zeros(k, dtype=torch.long, device=dev)
+    bad_loss = FirstBad(k, dev)
+    for r, steps in enumerate(rollout_lengths(vector_steps, rollout_steps)):
         for t in range(steps):
-            outs = group.policy_step([c.obs_t for c in cs], [c.mask for c in cs], [c.starts for c in cs])
-            for c, out in zip(cs, outs, strict=True):
-                c.step(t, *out)
-        rows = [c.agent.rollout_rows(c.rollout, steps, *c.advantages(steps)) for c in cs]
-        stats = group.learn_rollouts([d for d, _, _ in rows], [a for _, a, _ in rows], [r for _, _, r in rows])
-        for c, st in zip(cs, stats, strict=True):
-            c.learned(steps, st)
+            actions, logp, value, before = group.act(obs, mask, starts if recurrent else None)
+            for key, v in obs.items():
+                buf["obs"][key][t] = v.view(k, n, *v.shape[1:])
+            buf["actions"][t], buf["logprobs"][t], buf["values"][t] = actions, logp, value
+            if mask is not None:
+                buf["masks"][t] = mask.view(k, n, -1)
+            if recurrent:
+                for name, st in before.items():
+                    buf["states"][name][t] = st
+                buf["starts"][t] = starts
+            step = envs.step(actions)
+            reward = step.reward.view(k, n).float()
+            done = (step.terminated | step.truncated).view(k, n)
+            cut = (step.truncated & ~step.terminated).view(k, n)
+            # a time limit is not the end of the world: credit the final state's value (host envs: only when
+            # some env was cut, which the host knows; on-device envs: always, no host round trip)
+            if envs.on_device or bool(cut.any()):
+                reward = reward + gamma * group.values_all(step.final_obs) * cut
+            buf["rewards"][t], buf["dones"][t] = reward, done
+            running += step.reward.view(k, n)
+            ep_sum += (running * done).sum(1)
+            ep_count += done.sum(1)
+            running.masked_fill_(done, 0.0)
+            starts, obs, mask = done, step.obs, step.mask
+        last_value = group.values_all(obs, starts if recurrent else None)
+        adv, ret = compute_gae(buf["rewards"][:steps], buf["values"][:steps], buf["dones"][:steps], last_value,
+                               gamma, lam)
+        if recurrent:  # whole sequences per member (the update's rows are sequences, not steps)
+            member_rows = [a.rollout_rows(_member_rollout(buf, i), steps, adv[:, i], ret[:, i])
+                           for i, a in enumerate(agents)]
+            stats = group.learn_rollouts([d for d, _, _ in member_rows], [a for _, a, _ in member_rows],
+                                         [x for _, _, x in member_rows])
+            mean = torch.tensor([st["loss"] for st in stats], device=dev)
+        else:
+            data = {"obs": {key: _members_rows(v, steps) for key, v in buf["obs"].items()},
+                    "actions": _members_rows(buf["actions"], steps), "logprobs": _members_rows(buf["logprobs"], steps),
+                    "values": _members_rows(buf["values"], steps)}
+            if buf["masks"] is not None:
+                data["masks"] = _members_rows(buf["masks"], steps)
+            stats = group.learn_stacked(data, _members_rows(adv, steps), _members_rows(ret, steps))
+            mean = stats["loss_sum"] / stats["updates"].clamp(min=1)
+            updates += stats["updates"]
+        bad_loss.see(mean, r + 1)
+        loss_means.append(mean)
+        if first.obs_norm is not None:  # the statistics move between rollouts only: a rollout's log-probs
+            for i, a in enumerate(agents):  # and its update see one scale
+                a.observe({key: v[:steps, i] for key, v in buf["obs"].items()})
     group.write_back()
+    envs.check(slots)
+    bad_loss.check(slots, "the loss", "update of rollout")
+    # the phase's numbers come back to the host once
+    counts, sums = ep_count.cpu().tolist(), ep_sum.cpu().tolist()
+    losses = torch.stack(loss_means).mean(0).cpu().tolist() if loss_means else [float("nan")] * k
+    taken = updates.cpu().tolist()
     wall = time.perf_counter() - t0
-    return [c.result(vector_steps, wall) for c in cs]
+    out = []
+    for i, (a, slot) in enumerate(zip(agents, slots, strict=True)):
+        a.env_steps += vector_steps * n
+        if not recurrent:
+            a.learn_steps += int(taken[i])
+        episodes = int(counts[i])
+        out.append(TrainResult(slot, vector_steps * n, a.learn_steps - learn0[i], episodes,
+                               sums[i] / episodes if episodes else float("nan"), losses[i], wall))
+    return out
 
 
 class OnPolicyArena(GymArena):
-    """Members act in their own vector envs and learn from their own rollouts."""
+    """Members act in their own envs (a group's stepped as one) and learn from their own rollouts."""
 
     def __init__(self, cfg, algo_cls: type[RLAlgorithm]) -> None:
         super().__init__(cfg, algo_cls)
-        self.envs = [self.recipe.vector(cfg.num_envs)
-                     for _ in range(cfg.population_size)]  # one per slot
+        # one vector env per slot (host envs); the on-device backend builds a group's envs per phase
+        self.envs = [] if self.recipe.backend == "torch" else [self.recipe.vector(cfg.num_envs)
+                                                                for _ in range(cfg.population_size)]
 
     def train(self, member: RLAlgorithm, slot: int, seed: int, steps: int) -> TrainResult:
         return self.train_group([member], [slot], [seed], steps)[0]  # learning is written for a population
@@ -151,4 +161,5 @@ class OnPolicyArena(GymArena):
 
     def train_group(self, members: list[RLAlgorithm], slots: list[int], seeds: list[int], steps: int
                     ) -> list[TrainResult]:
-        return train_group_on_policy(self.algo_cls.group(members), slots, self.recipe.for_training(self.envs), steps, seeds)
+        group = self.algo_cls.group(members)
+        return train_group_on_policy(group, slots, self.group_env(slots, group.device), steps, seeds)

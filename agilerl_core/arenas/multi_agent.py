@@ -279,6 +279,8 @@ class MultiAgentOnPolicyArena(MultiAgentArena):
     """On-policy teams (IPPO, MAPPO): each learns from its own rollouts only."""
 
     def train(self, member, slot: int, seed: int, steps: int) -> TrainResult:
+        if member.batch_key() is not None:  # a team alone is a group of one: the same draws as in any group
+            return self.train_group([member], [slot], [seed], steps)[0]
         return train_team_on_policy(member, slot, self.envs[slot], steps, seed, self.fitness)
 
     def batch_key(self, member):

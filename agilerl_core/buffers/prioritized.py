@@ -5,7 +5,8 @@ stored at its last update (new transitions get the largest priority seen so far)
 weighted by w_i = (N P(i))^-beta / max_j w_j (max over the batch), beta annealed towards 1.
 
 Each member keeps its own priorities (:class:`MemberPriorities`) over the rows it may sample: the
-committed ring [0, capacity) plus its own staging rows. They are part of the member's state (its
+committed ring [0, capacity) plus its own staging rows (leaf ``capacity + j`` is the slot's row j; a slot
+that wrapped around gives each overwritten row the largest priority again). They are part of the member's state (its
 checkpoint, its clones), so that members never race on a shared structure and the result does not
 depend on the runner. Sampling is stratified (one draw per equal segment of the total mass) through a
 :class:`SumTree`.
@@ -80,7 +81,7 @@ class MemberPriorities:
         self.alpha, self.eps = float(alpha), float(eps)
         self.tree = SumTree(self.capacity + self.staging)
         self.max_priority = 1.0
-        self.staged_seen = 0  # staging rows already given a priority
+        self.staged_seen = 0  # staged transitions already given a priority (the slot's written count)
 
     def resize_staging(self, staging: int) -> None:
         """Make room for a (larger) staging area, keeping the committed priorities."""
@@ -103,17 +104,22 @@ class MemberPriorities:
         rows = (first + np.arange(count)) % self.capacity
         self.tree.update(rows, np.full(count, self.max_priority))
 
-    def _sync_staged(self, staged: int) -> None:
-        if staged > self.staged_seen:
-            new = np.arange(self.capacity + self.staged_seen, self.capacity + staged)
+    def _sync_staged(self, written: int) -> None:
+        """Transitions staged since the last sync enter with the largest priority: slot rows
+        ``seen .. written - 1`` (modulo the slot's rows once it wrapped around)."""
+        if written > self.staged_seen:
+            fresh = np.arange(max(self.staged_seen, written - self.staging), written)
+            if written > self.staging:
+                fresh = fresh % self.staging
+            new = self.capacity + fresh
             self.tree.update(new, np.full(new.size, self.max_priority))
-            self.staged_seen = staged
+            self.staged_seen = written
 
     def sample_rows(self, buffer: ReplayBuffer, slot: int, batch_size: int, beta: float,
                     generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
         """A stratified prioritised draw: (storage rows, their importance weights, the tree leaves drawn)."""
-        self.resize_staging(buffer.slot_capacity)
-        self._sync_staged(buffer.staged_count(slot))
+        self.resize_staging(buffer.slot_rows)
+        self._sync_staged(buffer.written_count(slot))
         total = self.tree.total
         if total <= 0:
             raise RuntimeError("cannot sample from an empty prioritised buffer")
@@ -121,7 +127,7 @@ class MemberPriorities:
         mass = (np.arange(batch_size) + u) * (total / batch_size)
         leaves = self.tree.find(mass)
         rows = np.where(leaves < self.capacity, leaves,
-                        buffer.capacity + slot * buffer.slot_capacity + (leaves - self.capacity))
+                        buffer.capacity + slot * buffer.slot_rows + (leaves - self.capacity))
         probs = self.tree.tree[self.tree.base + leaves] / total
         n = buffer.available(slot)
         weights = (n * probs) ** (-beta)

@@ -4,6 +4,10 @@ Shared-experience semantics (see DESIGN.md): during a generation, member i sampl
 committed at the end of the previous generation plus its *own* fresh transitions, which it writes to
 its own staging slot. At the commit, the shards are appended to the ring in member order. Slots are
 disjoint, so members can train in threads without ever seeing each other's fresh data.
+
+A slot holds at most `capacity` rows (only the newest `capacity` transitions can survive the commit): when
+a generation brings more, the slot is a ring that keeps its newest rows, and the member samples those. The
+memory is checked before every allocation (:mod:`agilerl_core.buffers.memory`).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import NamedTuple
 
 import torch
 
+from agilerl_core.buffers.memory import check_replay_fits, slot_rows
 from agilerl_core.envs.spaces import ActionSpec, MultiAgentSpec, Obs, ObsSpec
 
 
@@ -144,8 +149,11 @@ class ReplayBuffer:
         self.device = torch.device(device)
         self.size = 0  # committed transitions held
         self.pos = 0  # next ring index to write
-        self.slot_capacity = 0
-        self._staged: list[int] = []
+        self.slot_capacity = 0  # fresh transitions a slot may take in a generation
+        self.slot_rows = 0  # rows a slot holds: min(slot_capacity, capacity), a ring of its newest rows
+        self._staged: list[int] = []  # rows of each slot its member may sample (<= slot_rows)
+        self._written: list[int] = []  # transitions added to each slot since it was emptied (>= _staged)
+        check_replay_fits(self.fields, self.capacity, 0, 0, self.device, "replay buffer")
         self._storage = self._alloc(self.capacity)
         self._obs_keys = [k.split(".", 1)[1] for k in fields if k.startswith("obs.")]
 
@@ -154,44 +162,89 @@ class ReplayBuffer:
 
     # ---- staging -------------------------------------------------------------------------------------
     def reserve_staging(self, slots: int, slot_capacity: int) -> None:
-        """Make room for `slots` members' fresh data of up to `slot_capacity` transitions each."""
-        if slots == len(self._staged) and slot_capacity <= self.slot_capacity:
-            self._staged = [0] * slots
+        """Make room for `slots` members' fresh data of up to `slot_capacity` transitions each (a slot holds
+        at most `capacity` rows: the newest, see :meth:`add`). Raises a ConfigError before allocating when
+        the buffer would not fit the device's memory."""
+        rows = slot_rows(self.capacity, slot_capacity)
+        if slots == len(self._staged) and rows <= self.slot_rows:
+            self.slot_capacity = max(self.slot_capacity, int(slot_capacity))
+            self._staged, self._written = [0] * slots, [0] * slots
             return
-        rows = self.capacity + slots * slot_capacity
-        new = self._alloc(rows)
-        for k, t in self._storage.items():
-            new[k][: self.capacity] = t[: self.capacity]
-        self._storage = new
-        self.slot_capacity = slot_capacity
-        self._staged = [0] * slots
+        keep = self.size > 0  # committed rows to carry over (else the old ring is dropped before allocating)
+        largest = max((t.numel() * t.element_size() for t in self._storage.values()), default=0)
+        check_replay_fits(self.fields, self.capacity, slots, slot_capacity, self.device, "replay buffer staging",
+                          held_bytes=self.memory_bytes, copy_bytes=largest if keep else 0)
+        total = self.capacity + slots * rows
+        for k, f in self.fields.items():  # one field at a time: the old and new storage overlap by one field
+            old = self._storage.pop(k)
+            if not keep:
+                del old
+            new = torch.zeros((total, *f.shape), dtype=f.dtype, device=self.device)
+            if keep:
+                new[: self.capacity] = old[: self.capacity]
+                del old
+            self._storage[k] = new  # re-inserted in field order
+        self.slot_capacity = int(slot_capacity)
+        self.slot_rows = rows
+        self._staged, self._written = [0] * slots, [0] * slots
+
+    @property
+    def staging_rows(self) -> int:
+        """Rows allocated for staging: slots x slot_rows."""
+        return len(self._staged) * self.slot_rows
 
     def staged_count(self, slot: int) -> int:
+        """Rows of member `slot`'s staging area it may sample (at most :attr:`slot_rows`)."""
         return self._staged[slot]
 
+    def written_count(self, slot: int) -> int:
+        """Transitions added to member `slot`'s staging area since it was emptied: beyond
+        :attr:`slot_rows`, the slot's row ``i % slot_rows`` holds the newest of them."""
+        return self._written[slot]
+
     def add(self, slot: int, data: dict[str, torch.Tensor]) -> None:
-        """Append a whole vectorised step (leading dim = num_envs) to member `slot`'s staging area."""
+        """Append a whole vectorised step (leading dim = num_envs) to member `slot`'s staging area. Past
+        :attr:`slot_rows` rows it wraps around, overwriting the slot's oldest rows."""
         n = next(iter(data.values())).shape[0]
-        start = self._staged[slot]
-        if start + n > self.slot_capacity:
+        written = self._written[slot]
+        if written + n > self.slot_capacity:
             raise RuntimeError(f"staging slot {slot} is full ({self.slot_capacity} transitions); "
                                f"reserve_staging with a larger slot_capacity")
-        base = self.capacity + slot * self.slot_capacity + start
-        for k, t in self._storage.items():
-            t[base: base + n] = data[k]
-        self._staged[slot] = start + n
+        rows = self.slot_rows
+        base = self.capacity + slot * rows
+        if written + n <= rows:  # no wrap (always so when slot_capacity <= capacity)
+            for k, t in self._storage.items():
+                t[base + written: base + written + n] = data[k]
+        else:
+            drop = max(0, n - rows)  # only the newest `rows` of this step can stay
+            start, m = (written + drop) % rows, n - drop
+            first = min(m, rows - start)
+            for k, t in self._storage.items():
+                src = data[k][drop:]
+                t[base + start: base + start + first] = src[:first]
+                if first < m:
+                    t[base: base + m - first] = src[first:]
+        self._written[slot] = written + n
+        self._staged[slot] = min(written + n, rows)
 
     def shard(self, slot: int) -> Shard:
-        """A copy of member `slot`'s fresh transitions (what a process runner ships to storage)."""
-        base = self.capacity + slot * self.slot_capacity
-        n = self._staged[slot]
-        return {k: t[base: base + n].clone() for k, t in self._storage.items()}
+        """A copy of member `slot`'s fresh transitions, oldest first (what a process runner ships to
+        storage): its newest :attr:`slot_rows` when the slot wrapped."""
+        rows = self.slot_rows
+        base = self.capacity + slot * rows
+        written = self._written[slot]
+        if written <= rows:
+            n = self._staged[slot]
+            return {k: t[base: base + n].clone() for k, t in self._storage.items()}
+        head = written % rows  # the oldest row kept
+        return {k: torch.cat([t[base + head: base + rows], t[base: base + head]]) for k, t in self._storage.items()}
 
     def commit(self, shards: list[Shard]) -> None:
         """Append shards to the ring in order, then empty every staging slot."""
         for shard in shards:
             self.extend(shard)
         self._staged = [0] * len(self._staged)
+        self._written = [0] * len(self._written)
 
     def extend(self, shard: Shard) -> None:
         """Append transitions to the committed ring, overwriting the oldest when full."""
@@ -221,14 +274,16 @@ class ReplayBuffer:
 
     def sample_rows(self, batch_size: int, slot: int | None = None,
                     generator: torch.Generator | None = None) -> torch.Tensor:
-        """Storage rows of a uniform sample (with replacement) from the committed ring plus `slot`'s staged data."""
+        """Storage rows of a uniform sample (with replacement) from the committed ring plus `slot`'s staged data.
+        Draw ``i >= size`` is the slot's row ``i - size``: its rows ``[0, staged)`` are exactly the ones held
+        (all of them once the slot wrapped), so the draw is uniform over them whatever their order."""
         staged = self._staged[slot] if slot is not None and self._staged else 0
         n = self.size + staged
         if n == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
         idx = torch.randint(0, n, (batch_size,), generator=generator)  # CPU generator: same draws on any device
         if staged:
-            offset = self.capacity + slot * self.slot_capacity - self.size
+            offset = self.capacity + slot * self.slot_rows - self.size
             idx = idx + (idx >= self.size) * offset
         return idx if self.device.type == "cpu" else idx.to(self.device)
 
@@ -277,3 +332,4 @@ class ReplayBuffer:
     def reset_slot(self, slot: int) -> None:
         """Empty member `slot`'s staging area (before it trains again)."""
         self._staged[slot] = 0
+        self._written[slot] = 0

@@ -14,13 +14,16 @@ import importlib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from agilerl_core.code_refs import split_env_id, split_ref, split_wrapper
 from agilerl_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from agilerl_core.envs.torch_classic import TorchClassicVector
 
 _FACTORIES: dict[str, Callable[..., Any]] = {}  # in-process env factories by label (bind_env_factory)
 
@@ -168,7 +171,7 @@ class EnvRecipe:
     entry_point: str | None = None
     wrappers: tuple[Any, ...] = ()
     vector_wrappers: tuple[Any, ...] = ()
-    backend: str = "gymnasium"  # or envpool (agilerl_core.envs.envpool_backend)
+    backend: str = "gymnasium"  # or envpool (agilerl_core.envs.envpool_backend), torch (envs.torch_classic)
 
     @classmethod
     def of(cls, cfg: Any) -> EnvRecipe:
@@ -186,6 +189,14 @@ class EnvRecipe:
                 raise ConfigError("env_backend: envpool builds its envs by task id; an env factory (env=) runs with "
                                   "env_backend: gymnasium")
             check_envpool_id(self.env_id)
+            return
+        if self.backend == "torch":
+            from agilerl_core.envs.torch_classic import check_torch_env
+
+            if self.env_id in _FACTORIES:
+                raise ConfigError("env_backend: torch steps its own classic-control envs by id; an env factory (env=) "
+                                  "runs with env_backend: gymnasium")
+            check_torch_env(self.env_id, self.kwargs)
             return
         check_env_id(self.env_id, self.entry_point)
         for i, w in enumerate(self.wrappers):
@@ -207,6 +218,12 @@ class EnvRecipe:
                 return env.single_observation_space, env.single_action_space
             finally:
                 env.close()
+        if self.backend == "torch":
+            from agilerl_core.envs.torch_classic import TorchClassicVector
+
+            self.check()
+            one = TorchClassicVector(self.env_id, 1, "cpu", self.kwargs)
+            return one.single_observation_space, one.single_action_space
         env = self.make()
         try:
             return env.observation_space, env.action_space
@@ -216,7 +233,10 @@ class EnvRecipe:
     def vector(self, num_envs: int, evaluation: bool = False) -> Any:
         """`num_envs` wrapped copies in a synchronous vector env with same-step autoreset (see
         :func:`make_vector_env`; envpool's C++ envs with the same semantics for ``backend: envpool``); the vector
-        wrappers come per training phase (:meth:`for_training`)."""
+        wrappers come per training phase (:meth:`for_training`). ``backend: torch``: the tensor envs of
+        :meth:`torch_vector` on the cpu behind Gymnasium's numpy API."""
+        if self.backend == "torch":
+            return self.torch_vector(num_envs, "cpu").as_gymnasium()
         if self.backend == "envpool":
             from agilerl_core.envs.envpool_backend import EnvpoolVector
 
@@ -232,6 +252,16 @@ class EnvRecipe:
         if self.vector_wrappers:  # validated now, before any work
             _wrapped(envs, self.vector_wrappers, "vector_wrappers", False, vector=True)
         return envs
+
+    def torch_vector(self, num_envs: int, device: Any) -> TorchClassicVector:
+        """``backend: torch`` only: `num_envs` copies as a
+        :class:`~agilerl_core.envs.torch_classic.TorchClassicVector` on `device` (tensors in, tensors out)."""
+        if self.backend != "torch":
+            raise ValueError(f"torch_vector: env_backend is {self.backend}; tensor envs need env_backend: torch")
+        from agilerl_core.envs.torch_classic import TorchClassicVector
+
+        self.check()
+        return TorchClassicVector(self.env_id, num_envs, device, self.kwargs)
 
     def for_training(self, envs: list[Any]) -> list[Any]:
         """Training vector envs inside fresh vector wrappers: their statistics (e.g. NormalizeReward's running

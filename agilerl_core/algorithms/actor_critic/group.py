@@ -110,6 +110,11 @@ class TD3Group(ActorCriticGroup):
         self.noise, self.noise_clip = self.hp_tensor("target_noise"), self.hp_tensor("target_noise_clip")
 
     @torch.no_grad()
+    def greedy(self, obs: dict[str, torch.Tensor], mask: torch.Tensor | None, starts: torch.Tensor | None = None
+               ) -> torch.Tensor:
+        return torch.tanh(self.nets["actor"](obs))
+
+    @torch.no_grad()
     def explore(self, obs: Sequence, masks: Sequence) -> list[np.ndarray]:
         greedy = torch.tanh(self.nets["actor"](self.joined(obs))).cpu().numpy()
         return [a.explore_from(greedy[i], greedy.shape[1]) for i, a in enumerate(self.agents)]
@@ -156,6 +161,11 @@ class SACGroup(ActorCriticGroup):
         mean, log_std = self.distribution("actor", obs)
         u = mean + log_std.exp() * noise
         return torch.tanh(u), squashed_log_prob(u, mean, log_std)
+
+    @torch.no_grad()
+    def greedy(self, obs: dict[str, torch.Tensor], mask: torch.Tensor | None, starts: torch.Tensor | None = None
+               ) -> torch.Tensor:
+        return torch.tanh(self.distribution("actor", obs)[0])
 
     @torch.no_grad()
     def explore(self, obs: Sequence, masks: Sequence) -> list[np.ndarray]:

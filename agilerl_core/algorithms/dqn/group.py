@@ -47,6 +47,14 @@ class DQNGroup(ReplayGroup):
         return (torch.softmax(out.view(k, b, self.actions, -1), dim=3) * self.support).sum(dim=3)
 
     @torch.no_grad()
+    def greedy(self, obs: dict[str, torch.Tensor], mask: torch.Tensor | None, starts: torch.Tensor | None = None
+               ) -> torch.Tensor:
+        if self.noisy:
+            self.online.noise_off()
+        q = self.q_values(self.online(obs))
+        return mask_invalid(q, None if mask is None else mask.view(q.shape)).argmax(dim=2)
+
+    @torch.no_grad()
     def explore(self, obs: Sequence, masks: Sequence) -> list[np.ndarray]:
         """Every member's epsilon-greedy actions (fresh parameter noise first, for noisy members)."""
         if self.noisy:

@@ -26,6 +26,7 @@ from agilerl_core.algorithms.hyperparameters.ppo import PPOHyperparameters
 from agilerl_core.algorithms.ppo.group import PPOGroup
 from agilerl_core.buffers.rollout import Rollout
 from agilerl_core.envs.spaces import Obs, ObsSpec
+from agilerl_core.rng import KeyedStream, member_keys
 
 
 class PPO(RLAlgorithm):
@@ -141,12 +142,13 @@ class PPO(RLAlgorithm):
 
     @torch.no_grad()
     def sample_from(self, p: torch.Tensor, log_std: torch.Tensor | None) -> tuple[np.ndarray, torch.Tensor]:
-        """Actions sampled from distribution parameters [N, A] (this member's generator) and their log-probs."""
+        """Actions sampled from distribution parameters [N, A] and their log-probs: one draw of a keyed stream
+        whose key comes from this member's generator, as its group draws them (:meth:`PPOGroup.sample`)."""
+        stream = KeyedStream(member_keys([self.torch_gen], p.device))
         if self.continuous:
-            noise = torch.randn(p.shape, generator=self.torch_gen).to(p.device)
-            actions = p + log_std.exp() * noise
+            actions = p + log_std.exp() * stream.normal(p.shape[0], p.shape[1])[0]
         else:
-            u = torch.rand(p.shape[0], 1, generator=self.torch_gen).to(p.device)
+            u = stream.uniform(p.shape[0], 1)[0]
             cdf = torch.softmax(p, dim=1).cumsum(dim=1)
             actions = (u > cdf).sum(dim=1).clamp(max=self.action_dim - 1)
         logp, _ = self.log_prob_entropy_from(p, log_std, actions)

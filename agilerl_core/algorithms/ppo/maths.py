@@ -51,12 +51,13 @@ def minibatch_bounds(n: int, num_minibatches: int) -> list[tuple[int, int]]:
 
 
 class MinibatchSchedule:
-    """One member's minibatches of a rollout update: a fresh permutation (its own generator) at each epoch's
+    """One member's minibatches of a rollout update: a fresh permutation (its keyed stream's) at each epoch's
     start, split into ``num_minibatches`` near-equal minibatches, until its epochs end or its approximate KL
     passes ``target_kl`` (:attr:`stopped`)."""
 
-    def __init__(self, agent, n: int) -> None:
-        self.agent, self.n = agent, n
+    def __init__(self, agent, n: int, permutation) -> None:
+        """`permutation(epoch, n)`: epoch's shuffle of the n rows (a long tensor)."""
+        self.agent, self.n, self.permutation = agent, n, permutation
         self.bounds = minibatch_bounds(n, agent.hp.num_minibatches)
         self.epoch, self.pos, self.perm, self.stopped = 0, len(self.bounds), None, False
 
@@ -70,7 +71,7 @@ class MinibatchSchedule:
             if self.epoch >= self.agent.hp.update_epochs:
                 self.stopped = True
                 return None
-            self.perm, self.pos = torch.randperm(self.n, generator=self.agent.torch_gen), 0
+            self.perm, self.pos = self.permutation(self.epoch, self.n), 0
         start, end = self.bounds[self.pos]
         self.pos += 1
         return self.perm[start: end]

@@ -1,0 +1,99 @@
+"""Counter-based random numbers for a whole group at once: every value is a hash of (key, counter, element),
+so a member's stream depends only on its own key, never on who shares its group or in what order the group
+draws, and a group's draws are one elementwise op on its device (no per-member generator calls, no host
+round trip).
+
+Each value is SplitMix64 (Steele, Lea and Flood, OOPSLA 2014) seeded by the key, at index counter * 2^32 +
+element: one finaliser over key + index * golden ratio, in int64 torch ops (multiplication wraps modulo 2^64
+on every backend; right shifts are made logical by masking). SplitMix64 passes BigCrush; keys are random
+62-bit draws (or mixed seeds), so two streams overlap only if their keys collide. Floats take the top 24
+bits, so a uniform is one of 2^24 evenly spaced values in [0, 1).
+
+A member's key for a training phase is drawn once from its own checkpointed generator
+(:func:`member_keys`), so a resumed run draws exactly what an uninterrupted one does; within the phase the
+counter is the step (or round) number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+_M1 = -0x40A7B892E31B1A47  # 0xBF58476D1CE4E5B9 as a signed int64
+_M2 = -0x6B2FB644ECCEEE15  # 0x94D049BB133111EB
+_GOLDEN = -0x61C8864680B583EB  # 0x9E3779B97F4A7C15
+
+
+def _shr(x: torch.Tensor, s: int) -> torch.Tensor:
+    """Logical right shift of int64 `x` by `s` bits."""
+    return (x >> s) & ((1 << (64 - s)) - 1)
+
+
+def mix(x: torch.Tensor) -> torch.Tensor:
+    """SplitMix64's finaliser, elementwise on int64 (a bijection of the 64-bit integers)."""
+    x = (x ^ _shr(x, 30)) * _M1
+    x = (x ^ _shr(x, 27)) * _M2
+    return x ^ _shr(x, 31)
+
+
+def bits(key: torch.Tensor | int, counter: torch.Tensor | int, n: int, device: torch.device | str | None = None
+         ) -> torch.Tensor:
+    """64 random bits (int64) per element: [*broadcast(key, counter), n], element j of each from SplitMix64
+    seeded by `key` at index counter * 2^32 + j (one finaliser per value)."""
+    key = torch.as_tensor(key, dtype=torch.int64, device=device)
+    counter = torch.as_tensor(counter, dtype=torch.int64, device=key.device)
+    index = (counter.unsqueeze(-1) << 32) + torch.arange(n, dtype=torch.int64, device=key.device)
+    return mix(key.unsqueeze(-1) + index * _GOLDEN)
+
+
+def uniform(key: torch.Tensor | int, counter: torch.Tensor | int, n: int,
+            device: torch.device | str | None = None) -> torch.Tensor:
+    """Uniform float32 in [0, 1), [*broadcast(key, counter), n]."""
+    return _shr(bits(key, counter, n, device), 40).to(torch.float32) * (1.0 / (1 << 24))
+
+
+def normal(key: torch.Tensor | int, counter: torch.Tensor | int, n: int,
+           device: torch.device | str | None = None) -> torch.Tensor:
+    """Standard normal float32 (Box-Muller on two uniforms from the same key and counter), [..., n]."""
+    u = uniform(key, counter, 2 * n, device)
+    u1 = 1.0 - u[..., :n]  # (0, 1]: log is finite
+    return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos((2.0 * torch.pi) * u[..., n:])
+
+
+def member_keys(generators: Sequence[torch.Generator], device: torch.device | str) -> torch.Tensor:
+    """One 62-bit key per member [K] (int64 on `device`), each drawn from that member's own generator: the
+    keys of a training phase (one draw per member per phase, outside the loop)."""
+    return torch.cat([torch.randint(0, 2**62, (1,), generator=g) for g in generators]).to(device)
+
+
+class KeyedStream:
+    """A group's random draws for one phase: member i's values come from its key `keys[i]` and a counter that
+    advances with every draw, so member i draws the same values in any group. Shapes are per member."""
+
+    def __init__(self, keys: torch.Tensor) -> None:
+        self.keys = keys
+        self.counter = 0
+
+    def _next(self) -> int:
+        self.counter += 1
+        return self.counter
+
+    def uniform(self, *shape: int) -> torch.Tensor:
+        """[K, *shape] uniforms in [0, 1)."""
+        n = 1
+        for d in shape:
+            n *= d
+        return uniform(self.keys, self._next(), n).view(-1, *shape)
+
+    def normal(self, *shape: int) -> torch.Tensor:
+        """[K, *shape] standard normals."""
+        n = 1
+        for d in shape:
+            n *= d
+        return normal(self.keys, self._next(), n).view(-1, *shape)
+
+    def permutations(self, n: int) -> torch.Tensor:
+        """[K, n] long: a uniformly random permutation of range(n) per member (argsort of uniforms; ties,
+        rare at 2^-24 spacing, break by index)."""
+        return torch.argsort(self.uniform(n), dim=1, stable=True)
