@@ -35,6 +35,8 @@ CONFIGS = {
 def one(algo: str, pop: int, batch: bool, out: str, backend: str = "gymnasium", device: str = "cpu"
         ) -> tuple[float, float]:
     """(generation wall seconds, of which evaluation) of a warmed-up generation."""
+    import torch
+
     from agilerl_core.experiment import build_evolution
     from tasks.config import validate_config
 
@@ -58,7 +60,7 @@ def one(algo: str, pop: int, batch: bool, out: str, backend: str = "gymnasium", 
                 finally:
                     spent[0] += time.perf_counter() - t
             setattr(arena, name, timed)
-    sync = (lambda: __import__("torch").cuda.synchronize()) if device.startswith("cuda") else (lambda: None)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     sync()
     t0 = time.perf_counter()
     evo.run_generation()

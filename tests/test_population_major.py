@@ -88,8 +88,8 @@ class _HostReads(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def _host_reads(k: int, evo_steps: int) -> int:
-    cfg = _ppo("torch", population_size=k, evo_steps=evo_steps)
+def _host_reads(k: int, evo_steps: int, backend: str = "torch") -> int:
+    cfg = _ppo(backend, population_size=k, evo_steps=evo_steps)
     arena = build_arena(cfg)
     members = arena.build_members(list(range(k)))
     group = arena.algo_cls.group(members)
@@ -105,6 +105,9 @@ def test_the_on_device_loop_reads_nothing_back_per_step_or_per_member():
     small, more_members, more_steps = _host_reads(2, 64), _host_reads(6, 64), _host_reads(2, 256)
     assert more_members == small and more_steps == small, (small, more_members, more_steps)
     assert small <= 16  # the phase's numbers, read once at its end (each read counts .cpu() and .tolist())
+    # Python envs take the group's actions on the host: one read per step for the whole group, none per member
+    host, host_more_members = _host_reads(2, 64, "gymnasium"), _host_reads(6, 64, "gymnasium")
+    assert host == host_more_members and host <= 16 + 2 * (64 // 4), (host, host_more_members)  # .cpu(), .numpy()
 
 
 def test_torch_backend_learns_cartpole():

@@ -227,15 +227,13 @@ class MemberGroup(ABC):
 
     def begin_acting(self, num_envs: int) -> None:
         """Called before acting in `num_envs` fresh envs per member (recurrent members zero their state).
-        Default: nothing to do."""
-        return None
+        Default: nothing to do.
 
-    def greedy(self, obs: dict[str, torch.Tensor], mask: torch.Tensor | None, starts: torch.Tensor | None = None
-               ) -> torch.Tensor:
-        """Every member's greedy actions [K, N(, A)] (agent scale) for member-major observations [K * N, ...]
-        in one forward, as each member's :meth:`greedy_action`; `mask` [K * N, A] allowed actions, `starts`
-        [K, N] envs that begin an episode (recurrent members)."""
-        raise NotImplementedError(f"{type(self).__name__} has no batched greedy acting")
+        A group that a Gymnasium arena evaluates also has ``greedy(obs, mask, starts) -> [K, N(, A)]``: every
+        member's greedy actions (agent scale) for member-major observations [K * N, ...] in one forward, as
+        each member's ``greedy_action`` (`mask` [K * N, A] allowed actions, `starts` [K, N] envs that begin
+        an episode, for recurrent members)."""
+        return None
 
     @abstractmethod
     def explore(self, obs: Sequence, masks: Sequence) -> list:

@@ -17,7 +17,6 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from agilerl_core.algorithms.base import RLAlgorithm
-from agilerl_core.algorithms.group import MemberGroup
 from agilerl_core.algorithms.registry import algorithms_for
 from agilerl_core.arenas.experience import OwnExperience
 from agilerl_core.envs.group import GroupEnv, HostGroupEnv, TorchGroupEnv
@@ -82,6 +81,7 @@ def evaluate_group(group: Any, envs: GroupEnv, seed: int, max_steps: int | None 
     starts = torch.ones(k, n, dtype=torch.bool, device=group.device)
     group.begin_acting(n)
     steps = 0
+    host_active = np.ones(k * n, dtype=bool) if not envs.on_device else None  # host envs: known without a read
     while max_steps is None or steps < max_steps:
         step = envs.step(group.greedy(obs, mask, starts))
         done = (step.terminated | step.truncated).view(k, n)
@@ -89,7 +89,11 @@ def evaluate_group(group: Any, envs: GroupEnv, seed: int, max_steps: int | None 
         active &= ~done
         starts, obs, mask = done, step.obs, step.mask
         steps += 1
-        if (not envs.on_device or steps % check_every == 0) and not bool(active.any()):
+        if host_active is not None:
+            host_active &= ~step.host_done
+            if not host_active.any():
+                break
+        elif steps % check_every == 0 and not bool(active.any()):
             break
     return returns.mean(1).cpu().tolist()
 
@@ -211,9 +215,7 @@ class GymArena(OwnExperience, ABC):
         keys = [m.batch_key() for m in members]
         if keys[0] is None or any(key != keys[0] for key in keys):
             return [self.evaluate(m, seed, s) for m, s in zip(members, slots, strict=True)]
-        group = self.algo_cls.group(members)
-        if type(group).greedy is MemberGroup.greedy:  # no batched greedy acting: one by one
-            return [self.evaluate(m, seed, s) for m, s in zip(members, slots, strict=True)]
+        group = self.algo_cls.group(members)  # every Gymnasium algorithm's group acts greedily (group.greedy)
         return evaluate_group(group, self.group_env(slots, group.device, evaluation=True), seed,
                               self.cfg.eval_max_steps)
 

@@ -94,7 +94,7 @@ def train_group_on_policy(group, slots: list[int], envs: GroupEnv, evo_steps: in
             cut = (step.truncated & ~step.terminated).view(k, n)
             # a time limit is not the end of the world: credit the final state's value (host envs: only when
             # some env was cut, which the host knows; on-device envs: always, no host round trip)
-            if envs.on_device or bool(cut.any()):
+            if step.any_cut is None or step.any_cut:
                 reward = reward + gamma * group.values_all(step.final_obs) * cut
             buf["rewards"][t], buf["dones"][t] = reward, done
             running += step.reward.view(k, n)

@@ -18,6 +18,7 @@ sub-envs (and equals ``obs`` elsewhere).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,22 +42,26 @@ class GroupStep:
     final_obs: Obs  # the true next observation (equals obs where not done)
     mask: torch.Tensor | None = None  # action masks for `obs` [K * N, A] (None: the env gives none)
     next_mask: torch.Tensor | None = None  # ... for `final_obs`
+    # host envs: which episodes ended [K * N] and whether any was cut by a time limit, known on the host (no
+    # device read); None from on-device envs (the loops then never ask)
+    host_done: np.ndarray | None = None
+    any_cut: bool | None = None
 
 
-class GroupEnv:
+class GroupEnv(ABC):
     """The interface the population-major loops step: `k` members x `n` sub-envs."""
 
     k: int
     n: int
     on_device: bool  # True: nothing reaches the host per step (no host checks, no host sync)
 
+    @abstractmethod
     def reset(self, seeds: list[int]) -> tuple[Obs, torch.Tensor | None]:
         """Every member's envs anew, member k's from seed ``seeds[k]`` (sub-env i: seed + i): (obs, masks)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def step(self, actions: torch.Tensor) -> GroupStep:
         """Step with `actions` [K, N, ...] (agent scale)."""
-        raise NotImplementedError
 
     def check(self, slots: list[int]) -> None:
         """Raise the NonFiniteError an on-device check found (a no-op for host envs, checked at each step)."""
@@ -130,16 +135,18 @@ class HostGroupEnv(GroupEnv):
         finals = [real_next_obs(o, r[4], np.asarray(r[2], bool) | np.asarray(r[3], bool))
                   for o, r in zip(obs_parts, results, strict=True)]
         done = terminated | truncated
-        final = _cat(finals) if done.any() else obs
-        if done.any():
+        any_done = bool(done.any())
+        final = _cat(finals) if any_done else obs
+        if any_done:
             self._check(final, finals, "final observation")
         masks = [action_masks(r[4], n, self.action_dim) for r in results]
         dev = self.device
         obs_t = self._tensors(obs)
         return GroupStep(obs_t, torch.as_tensor(reward, dtype=torch.float64, device=dev),
                          torch.as_tensor(terminated, device=dev), torch.as_tensor(truncated, device=dev),
-                         obs_t if not done.any() else self._tensors(final),
-                         self._mask([m[0] for m in masks]), self._mask([m[1] for m in masks]))
+                         obs_t if not any_done else self._tensors(final),
+                         self._mask([m[0] for m in masks]), self._mask([m[1] for m in masks]),
+                         done, bool((truncated & ~terminated).any()))
 
 
 class TorchGroupEnv(GroupEnv):

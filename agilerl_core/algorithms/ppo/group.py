@@ -88,9 +88,10 @@ class PPOGroup(MemberGroup):
         mask = None if masks[0] is None else torch.stack(
             [torch.as_tensor(m, dtype=torch.bool, device=self.device) for m in masks])
         actions, logp = self.sample(out, mask)
-        acts = actions.cpu().numpy()
-        return [(acts[i], logp[i], values[i]) if before is None else
-                (acts[i], logp[i], values[i], {name: st[i].cpu() for name, st in before.items()})
+        acts = actions.cpu().numpy()  # one read for the group: its callers step host envs with them
+        states = None if before is None else {name: st.cpu() for name, st in before.items()}
+        return [(acts[i], logp[i], values[i]) if states is None else
+                (acts[i], logp[i], values[i], {name: st[i] for name, st in states.items()})
                 for i in range(self.k)]
 
     @torch.no_grad()
@@ -176,8 +177,8 @@ class PPOGroup(MemberGroup):
         KL, updates taken)."""
         base = self.reserve_shuffles(max(a.hp.update_epochs for a in self.agents))
         keys = self.stream.keys
-        schedules = [MinibatchSchedule(a, adv.shape[0], lambda e, n, i=i: torch.argsort(
-                         uniform(keys[i], base + 1 + e, n), stable=True).cpu())
+        schedules = [MinibatchSchedule(a, adv.shape[0], lambda e, n, i=i, dev=adv.device: torch.argsort(
+                         uniform(keys[i], base + 1 + e, n), stable=True).to(dev))  # where the rows live
                      for i, (a, adv) in enumerate(zip(self.agents, advantages, strict=True))]
         stats = [{"loss": 0.0, "approx_kl": 0.0, "updates": 0} for _ in self.agents]
         while True:
@@ -275,8 +276,8 @@ class PPOGroup(MemberGroup):
         minibatch size, 0 on padding and for members without a minibatch)."""
         k = self.k
         b = max(i.shape[0] for i in idxs if i is not None)
-        pad = [torch.zeros(b, dtype=torch.long) if i is None else torch.cat([i, i.new_zeros(b - i.shape[0])])
-               for i in idxs]
+        pad = [torch.zeros(b, dtype=torch.long, device=advantages[m].device) if i is None
+               else torch.cat([i, i.new_zeros(b - i.shape[0])]) for m, i in enumerate(idxs)]
         w = torch.zeros(k, b, device=self.device)
         for m, i in enumerate(idxs):
             if i is not None:
