@@ -60,6 +60,25 @@ def test_a_member_trains_the_same_alone_and_in_a_group(backend):
     assert all(torch.equal(_weights(a), _weights(b)) for a, b in zip(members, again, strict=True))
 
 
+@pytest.mark.parametrize("backend", ["gymnasium", "torch"])
+def test_an_off_policy_member_collects_and_learns_the_same_alone_and_in_a_group(backend):
+    """One env step for the group, epsilon-greedy drawn on the device, one staging write for every slot."""
+    cfg = tiny_config(env_backend=backend, population_size=3, evo_steps=96,
+                      **{"hyperparameters.learning_delay": 32, "hyperparameters.eps_decay_steps": 200})
+    arena = build_arena(cfg)
+    members = arena.build_members([11, 12, 13])
+    alone = members[1].clone()
+    arena.begin_generation(3)
+    together = arena.train_group(members, [0, 1, 2], [101, 102, 103], cfg.evo_steps)
+    group_shard = arena.shard(1)
+    arena.begin_generation(3)
+    own = arena.train(alone, 1, 102, cfg.evo_steps)
+    assert together[1].learn_steps == own.learn_steps > 0 and together[1].episodes == own.episodes
+    assert torch.equal(group_shard["action"], arena.shard(1)["action"])  # the same exploration, alone or not
+    assert torch.allclose(group_shard["reward"], arena.shard(1)["reward"])
+    assert torch.allclose(_weights(members[1]), _weights(alone), atol=1e-5)
+
+
 @pytest.mark.parametrize("algorithm,backend", [("ppo", "gymnasium"), ("ppo", "torch"), ("dqn", "gymnasium")])
 def test_batched_evaluation_equals_member_by_member(algorithm, backend):
     extra = {"hyperparameters": {"rollout_steps": 16}} if algorithm == "ppo" else {}

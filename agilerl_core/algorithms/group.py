@@ -20,11 +20,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import replace
 
+import numpy as np
 import torch
 
 from agilerl_core.algorithms.optim import FlatAdam
 from agilerl_core.buffers.replay import n_step_return
 from agilerl_core.networks.stacked import Layers
+from agilerl_core.rng import KeyedStream, member_keys
 
 _ADAM_STATE = ("flat", "m", "v", "beta1_pow", "beta2_pow")
 
@@ -185,6 +187,7 @@ class MemberGroup(ABC):
         self.activation = first.arch.activation
         self.adams = {n: StackedAdam(*spec) for n, spec in self.stacked_optimizers().items()}
         self.targets: dict[str, torch.Tensor] = {}
+        self._stream: KeyedStream | None = None
         self._target_sources = self.stacked_targets()
         for t, (online, flats) in self._target_sources.items():
             adam = self.adams[online]
@@ -225,6 +228,19 @@ class MemberGroup(ABC):
             else:
                 flat.lerp_(adam.flat, weight[adam.owner])
 
+    @property
+    def stream(self) -> KeyedStream:
+        """The group's random draws for this phase (exploration, action samples, shuffles): each member's from a
+        key drawn from its own generator when the phase starts (:meth:`begin_phase`, or the first draw), so a
+        member draws the same values alone or in any group."""
+        if self._stream is None:
+            self.begin_phase()
+        return self._stream
+
+    def begin_phase(self) -> None:
+        """A training phase starts: every member draws its phase key from its own generator."""
+        self._stream = KeyedStream(member_keys([a.torch_gen for a in self.agents], self.device))
+
     def begin_acting(self, num_envs: int) -> None:
         """Called before acting in `num_envs` fresh envs per member (recurrent members zero their state).
         Default: nothing to do.
@@ -259,6 +275,16 @@ class ReplayGroup(MemberGroup):
         (`self.gamma` [K], set by the subclass; see
         :func:`~agilerl_core.buffers.replay.n_step_return`)."""
         return n_step_return(batch, self.gamma.unsqueeze(1), k)
+
+    def explore_group(self, obs: dict[str, torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
+        """Every member's exploration actions [K, N(, A)] (agent scale, on the group's device) for member-major
+        observations [K * N, ...]; `mask` [K * N, A] allowed actions. Default: :meth:`explore` on each
+        member's rows (an algorithm whose exploration keeps per-member state, e.g. OU noise, until it draws
+        from :attr:`stream`); the DQN family draws on the device for the whole group."""
+        n = next(iter(obs.values())).shape[0] // self.k
+        split = [{key: v[i * n: (i + 1) * n] for key, v in obs.items()} for i in range(self.k)]
+        masks = [None if mask is None else mask[i * n: (i + 1) * n].cpu().numpy() for i in range(self.k)]
+        return torch.as_tensor(np.stack(self.explore(split, masks)), device=self.device)
 
     def learn_step(self, buffer, slots: Sequence[int], active: Sequence[bool]) -> torch.Tensor:
         """One gradient step of every active member on its own minibatch (drawn with its own generator

@@ -55,24 +55,42 @@ def replay_group_phase(group: Any, collectors: list, buffer: ReplayBuffer, slots
     A collector has `num_envs`, `mask`, `learning` (its :class:`ReplayLearning`), `observation()` and
     `step(actions)`."""
     vector_steps = math.ceil(evo_steps / collectors[0].num_envs)
-    loss_sums = torch.zeros(len(collectors), device=group.device)  # each member's losses (0 when it sat out)
-    bad_loss = FirstBad(len(collectors), group.device)  # the env step whose learning first gave a non-finite loss
-    steps = [0] * len(collectors)
+    rounds = LearnRounds(group, [c.learning for c in collectors], buffer, slots)
     for t in range(vector_steps):
         obs = [c.observation() for c in collectors]
         for c, actions in zip(collectors, group.explore(obs, [c.mask for c in collectors]), strict=True):
             c.step(actions)
-        earned = [c.learning.earned(c.num_envs) for c in collectors]
-        for r in range(max(earned, default=0)):
-            loss = group.learn_step(buffer, slots, [e > r for e in earned])
-            bad_loss.see(loss, t + 1)
-            loss_sums += loss
-        steps = [s + e for s, e in zip(steps, earned, strict=True)]
-    bad_loss.check([c.slot for c in collectors], "the loss of the learn steps taken", "env step")
-    for c, loss, n in zip(collectors, loss_sums.cpu(), steps, strict=True):
-        c.learning.record(loss, n)
+        rounds.after_step(collectors[0].num_envs, t + 1)
+    rounds.finish()
     group.write_back()
     return vector_steps
+
+
+class LearnRounds:
+    """The gradient steps a group's collection earns during an off-policy phase: after each vector step every
+    member's :class:`ReplayLearning` says how many it earned; each round of them is one batched step (a member
+    that earned fewer sits the extra rounds out). Losses stay on the device until :meth:`finish`."""
+
+    def __init__(self, group: Any, learnings: list[ReplayLearning], buffer: ReplayBuffer, slots: list[int]) -> None:
+        self.group, self.learnings, self.buffer, self.slots = group, learnings, buffer, slots
+        self.loss_sums = torch.zeros(len(learnings), device=group.device)  # each member's (0 when it sat out)
+        self.bad_loss = FirstBad(len(learnings), group.device)  # the env step whose learning first gave a non-finite loss
+        self.steps = [0] * len(learnings)
+
+    def after_step(self, env_steps: int, t: int) -> None:
+        """Take the steps `env_steps` more collected steps per member earned (at vector step `t`, 1-based)."""
+        earned = [lr.earned(env_steps) for lr in self.learnings]
+        for r in range(max(earned, default=0)):
+            loss = self.group.learn_step(self.buffer, self.slots, [e > r for e in earned])
+            self.bad_loss.see(loss, t)
+            self.loss_sums += loss
+        self.steps = [s + e for s, e in zip(self.steps, earned, strict=True)]
+
+    def finish(self) -> None:
+        """Raise for a non-finite loss; record each member's losses and steps (one host read)."""
+        self.bad_loss.check(self.slots, "the loss of the learn steps taken", "env step")
+        for lr, loss, n in zip(self.learnings, self.loss_sums.cpu(), self.steps, strict=True):
+            lr.record(loss, n)
 
 
 def rollout_lengths(vector_steps: int, rollout_steps: int) -> list[int]:

@@ -10,99 +10,96 @@ from __future__ import annotations
 import math
 import time
 
-import numpy as np
 import torch
-from gymnasium.vector import VectorEnv
 
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.group import ReplayGroup
-from agilerl_core.arenas.base import EpisodeReturns, GymArena, probe_action_mask
-from agilerl_core.arenas.experience import ReplayLearning, SharedReplay, replay_group_phase
+from agilerl_core.arenas.base import GymArena, probe_action_mask
+from agilerl_core.arenas.experience import LearnRounds, ReplayLearning, SharedReplay
 from agilerl_core.buffers.memory import check_replay_fits
 from agilerl_core.buffers.nstep import NStepCollector
 from agilerl_core.buffers.replay import ReplayBuffer, transition_fields
-from agilerl_core.envs.vector import action_masks, real_next_obs
-from agilerl_core.finite import check_host
+from agilerl_core.envs.group import GroupEnv
 from agilerl_core.hpo.evolution import TrainResult
 
 
-class _Collector:
-    """One member's side of a training phase: its env, staging slot, n-step collector, episode returns and
-    the gradient steps its collection earns."""
-
-    def __init__(self, agent: RLAlgorithm, slot: int, env: VectorEnv, buffer: ReplayBuffer, seed: int) -> None:
-        self.agent, self.slot, self.env, self.buffer = agent, slot, env, buffer
-        self.num_envs = env.num_envs
-        self.action_dtype = torch.int64 if agent.action_spec.discrete else torch.float32
-        self.obs, info = env.reset(seed=seed)
-        check_host(self.obs, "observation (after reset)", slot, 0)
-        self.t = 0  # vector steps taken this phase
-        agent.begin_rollout(self.num_envs)
-        self.mask, _ = action_masks(info, self.num_envs, agent.action_dim)
-        self.has_mask = self.mask is not None
-        self.episodes = EpisodeReturns(self.num_envs)
-        n_step = getattr(agent.hp, "n_step", 1)
-        self.nstep = NStepCollector(self.num_envs, n_step) if n_step > 1 else None
-        self.learning = ReplayLearning(agent, buffer, slot)
-        self.obs_t = None
-
-    def observation(self):
-        """The current observations as tensors (folded into the agent's normalisation statistics)."""
-        self.obs_t = self.agent.obs_spec.to_tensors(self.obs, self.agent.device)
-        self.agent.observe(self.obs_t)
-        return self.obs_t
-
-    def step(self, actions: np.ndarray) -> None:
-        """Step the env with `actions` and stage the transitions."""
-        agent, n = self.agent, self.num_envs
-        next_obs, reward, terminated, truncated, info = self.env.step(agent.action_spec.to_env(actions))
-        self.t += 1
-        check_host(reward, "reward", self.slot, self.t)  # host arrays: no device wait
-        check_host(next_obs, "observation", self.slot, self.t)
-        done = terminated | truncated
-        agent.episodes_done(done)
-        real_next = real_next_obs(next_obs, info, done)
-        if done.any():
-            check_host(real_next, "final observation", self.slot, self.t)
-        data = {f"obs.{k}": v for k, v in self.obs_t.items()}
-        data.update({f"next_obs.{k}": v for k, v in agent.obs_spec.to_tensors(real_next, agent.device).items()})
-        data["action"] = torch.as_tensor(actions, dtype=self.action_dtype)
-        data["reward"] = torch.as_tensor(reward, dtype=torch.float32)
-        data["terminated"] = torch.as_tensor(terminated, dtype=torch.float32)
-        if self.has_mask:
-            self.mask, next_mask = action_masks(info, n, agent.action_dim)
-            data["next_action_mask"] = torch.as_tensor(next_mask)
-        if self.nstep is not None:  # n-step transitions leave the collector as their n steps (or episode) complete
-            data = self.nstep.push(data, done)
-        if data is not None:
-            self.buffer.add(self.slot, data)
-        agent.env_steps += n
-        self.episodes.step(reward, done)
-        self.obs = next_obs
-
-    def finish(self, vector_steps: int, wall_s: float) -> TrainResult:
-        if self.nstep is not None:  # the unfinished tails bootstrap from the state they stop at
-            tail = self.nstep.flush()
-            if tail is not None:
-                self.buffer.add(self.slot, tail)
-        return TrainResult(self.slot, vector_steps * self.num_envs, self.learning.steps, len(self.episodes.finished),
-                           self.episodes.mean(), self.learning.mean_loss, wall_s)
-
-
-def train_group(group: ReplayGroup, slots: list[int], envs: list[VectorEnv], buffer: ReplayBuffer, evo_steps: int,
+def train_group(group: ReplayGroup, slots: list[int], envs: GroupEnv, buffer: ReplayBuffer, evo_steps: int,
                 seeds: list[int]) -> list[TrainResult]:
     """Collect `evo_steps` env steps per member (rounded up to whole vector steps) into its staging slot,
-    learning every `learn_step` steps once `learning_delay` steps have passed: one batched forward chooses
-    every member's actions, and each round of gradient steps is one batched step (a member whose learn_step
-    earns it fewer steps than another sits the extra ones out). A member alone is a group of one.
+    learning every `learn_step` steps once `learning_delay` steps have passed. The group's envs step as one
+    (`envs`, K members x N sub-envs), one batched forward chooses every member's actions
+    (:meth:`~agilerl_core.algorithms.group.ReplayGroup.explore_group`: the DQN family draws its exploration on
+    the device from keyed streams), the step's transitions go to every member's staging slot in one indexed
+    copy, and each round of gradient steps is one batched step (a member whose learn_step earns it fewer steps
+    than another sits the extra ones out). Returns and losses stay on the device until the end. A member
+    alone is a group of one.
 
-    Each env is reset with its member's seed first, so the result depends only on the members, the committed
-    buffer and the seeds (episodes do not straddle generations)."""
+    Each member's envs are reset with its seed first, so the result depends only on the members, the
+    committed buffer and the seeds (episodes do not straddle generations). n-step members assemble their
+    transitions member by member (the collector keeps per-env windows on the host)."""
     t0 = time.perf_counter()
-    cs = [_Collector(a, s, envs[s], buffer, seed) for a, s, seed in zip(group.agents, slots, seeds, strict=True)]
-    vector_steps = replay_group_phase(group, cs, buffer, slots, evo_steps)
+    agents, k, n = group.agents, envs.k, envs.n
+    dev = group.device
+    obs, mask = envs.reset(seeds)  # the group's keyed stream starts at its first draw (algorithms that draw)
+    for a in agents:
+        a.begin_rollout(n)
+    n_step = getattr(agents[0].hp, "n_step", 1)  # structural: equal within a group
+    nsteps = [NStepCollector(n, n_step) for _ in agents] if n_step > 1 else None
+    # algorithms with per-member exploration state (OU noise) hear which episodes ended
+    hears_done = any(type(a).episodes_done is not RLAlgorithm.episodes_done for a in agents)
+    rounds = LearnRounds(group, [ReplayLearning(a, buffer, s) for a, s in zip(agents, slots, strict=True)],
+                         buffer, slots)
+    observes = agents[0].obs_norm is not None
+    running = torch.zeros(k, n, device=dev)
+    ep_sum, ep_count = torch.zeros(k, device=dev), torch.zeros(k, device=dev)
+    vector_steps = math.ceil(evo_steps / n)
+    for t in range(vector_steps):
+        if observes:  # each member folds its own envs' observations into its statistics
+            for i, a in enumerate(agents):
+                a.observe({key: v[i * n: (i + 1) * n] for key, v in obs.items()})
+        actions = group.explore_group(obs, mask)
+        step = envs.step(actions)
+        done = step.terminated | step.truncated
+        data = {f"obs.{key}": v for key, v in obs.items()}
+        data.update({f"next_obs.{key}": v for key, v in step.final_obs.items()})
+        data["action"] = actions.reshape(k * n, *actions.shape[2:])
+        data["reward"] = step.reward.to(torch.float32)
+        data["terminated"] = step.terminated.to(torch.float32)
+        if step.next_mask is not None:
+            data["next_action_mask"] = step.next_mask
+        host_done = None
+        if nsteps is not None or hears_done:  # host envs know it already; on-device envs: one read
+            host_done = step.host_done if step.host_done is not None else done.cpu().numpy()
+        if nsteps is not None:  # n-step transitions leave a collector as their n steps (or episode) complete
+            for i, (c, s) in enumerate(zip(nsteps, slots, strict=True)):
+                out = c.push({key: v[i * n: (i + 1) * n] for key, v in data.items()}, host_done[i * n: (i + 1) * n])
+                if out is not None:
+                    buffer.add(s, out)
+        else:
+            buffer.add_group(slots, data)
+        for i, a in enumerate(agents):
+            a.env_steps += n
+            if hears_done:
+                a.episodes_done(host_done[i * n: (i + 1) * n])
+        ended = done.view(k, n)
+        running += step.reward.view(k, n)
+        ep_sum += (running * ended).sum(1)
+        ep_count += ended.sum(1)
+        running.masked_fill_(ended, 0.0)
+        obs, mask = step.obs, step.mask
+        rounds.after_step(n, t + 1)
+    rounds.finish()
+    group.write_back()
+    envs.check(slots)
+    if nsteps is not None:  # the unfinished tails bootstrap from the state they stop at
+        for c, s in zip(nsteps, slots, strict=True):
+            tail = c.flush()
+            if tail is not None:
+                buffer.add(s, tail)
+    counts, sums = ep_count.cpu().tolist(), ep_sum.cpu().tolist()  # the phase's numbers, read once
     wall = time.perf_counter() - t0
-    return [c.finish(vector_steps, wall) for c in cs]
+    return [TrainResult(s, vector_steps * n, lr.steps, int(c), total / c if c else float("nan"), lr.mean_loss, wall)
+            for s, lr, c, total in zip(slots, rounds.learnings, counts, sums, strict=True)]
 
 
 class OffPolicyArena(SharedReplay, GymArena):
@@ -116,9 +113,10 @@ class OffPolicyArena(SharedReplay, GymArena):
         # any env or buffer is built: a config that cannot fit is refused naming its fields
         check_replay_fits(transition_fields(self.obs_spec, None, self.action_spec, n_step),
                           cfg.hyperparameters.buffer_size, cfg.population_size, slot_capacity, self.device, cfg.name)
-        self.envs = [self.recipe.vector(cfg.num_envs)
-                     for _ in range(cfg.population_size)]  # one per slot
-        mask_dim = probe_action_mask(self.envs[0])
+        # one vector env per slot (host envs); the on-device backend builds a group's envs per phase
+        self.envs = [] if self.recipe.backend == "torch" else [self.recipe.vector(cfg.num_envs)
+                                                                for _ in range(cfg.population_size)]
+        mask_dim = probe_action_mask(self.envs[0]) if self.envs else None
         n_step = getattr(cfg.hyperparameters, "n_step", 1)
         self.buffer = ReplayBuffer(transition_fields(self.obs_spec, mask_dim, self.action_spec, n_step),
                                    cfg.hyperparameters.buffer_size, self.device)
@@ -134,4 +132,5 @@ class OffPolicyArena(SharedReplay, GymArena):
                     ) -> list[TrainResult]:
         for s in slots:
             self.buffer.reset_slot(s)
-        return train_group(self.algo_cls.group(members), slots, self.recipe.for_training(self.envs), self.buffer, steps, seeds)
+        group = self.algo_cls.group(members)
+        return train_group(group, slots, self.group_env(slots, group.device), self.buffer, steps, seeds)

@@ -227,6 +227,25 @@ class ReplayBuffer:
         self._written[slot] = written + n
         self._staged[slot] = min(written + n, rows)
 
+    def add_group(self, slots: list[int], data: dict[str, torch.Tensor]) -> None:
+        """:meth:`add` for a group's vector step at once: `data` rows member-major (slot ``slots[i]``'s N rows at
+        i*N .. i*N+N-1), every slot at the same count (a group steps together): one indexed copy per field."""
+        k = len(slots)
+        n = next(iter(data.values())).shape[0] // k
+        written = self._written[slots[0]]
+        rows = self.slot_rows
+        if n > rows or written + n > self.slot_capacity or any(self._written[s] != written for s in slots):
+            for i, s in enumerate(slots):  # unusual layouts: slot by slot
+                self.add(s, {key: v[i * n: (i + 1) * n] for key, v in data.items()})
+            return
+        base = self.capacity + torch.tensor(slots, dtype=torch.int64, device=self.device) * rows
+        at = ((written + torch.arange(n, device=self.device)) % rows + base.unsqueeze(1)).reshape(-1)
+        for key, t in self._storage.items():
+            t.index_copy_(0, at, data[key].to(t.dtype))
+        for s in slots:
+            self._written[s] = written + n
+            self._staged[s] = min(written + n, rows)
+
     def shard(self, slot: int) -> Shard:
         """A copy of member `slot`'s fresh transitions, oldest first (what a process runner ships to
         storage): its newest :attr:`slot_rows` when the slot wrapped."""

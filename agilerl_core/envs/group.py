@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from gymnasium.vector import AsyncVectorEnv
 
 from agilerl_core.envs.spaces import ActionSpec, Obs, ObsSpec
 from agilerl_core.envs.vector import action_masks, real_next_obs
@@ -87,8 +88,7 @@ class HostGroupEnv(GroupEnv):
         self.obs_spec, self.action_spec, self.device = obs_spec, action_spec, torch.device(device)
         self.action_dim = action_spec.dim
         self.t = 0
-        self._async = all(hasattr(e, "step_async") and hasattr(e, "step_wait") and type(e).__name__ == "AsyncVectorEnv"
-                          for e in envs)
+        self._async = all(isinstance(e, AsyncVectorEnv) for e in envs)  # (a wrapped one steps in turn)
 
     def _tensors(self, obs: Any) -> Obs:
         return self.obs_spec.to_tensors(obs, self.device)

@@ -55,6 +55,26 @@ class DQNGroup(ReplayGroup):
         return mask_invalid(q, None if mask is None else mask.view(q.shape)).argmax(dim=2)
 
     @torch.no_grad()
+    def explore_group(self, obs: dict[str, torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
+        """Every member's epsilon-greedy actions [K, N] in one forward and one draw of the group's keyed stream
+        (fresh parameter noise first, for noisy members): each member explores at its own epsilon, a random
+        action uniform over the allowed ones."""
+        if self.noisy:
+            self.online.resample_noise(self.generators)
+        q = self.q_values(self.online(obs))
+        k, n, a = q.shape
+        allowed = None if mask is None else mask.view(k, n, a)
+        greedy = mask_invalid(q, allowed).argmax(dim=2)
+        eps = torch.tensor([ag.epsilon() for ag in self.agents], dtype=torch.float32, device=self.device)
+        u = self.stream.uniform(n, 1 + a)
+        if allowed is None:
+            random = (u[..., 1] * a).long().clamp(max=a - 1)
+        else:  # uniform over the allowed actions (all of them where none is)
+            ok = allowed | ~allowed.any(dim=2, keepdim=True)
+            random = (u[..., 1:] * ok + ok).argmax(dim=2)
+        return torch.where(u[..., 0] < eps.unsqueeze(1), random, greedy)
+
+    @torch.no_grad()
     def explore(self, obs: Sequence, masks: Sequence) -> list[np.ndarray]:
         """Every member's epsilon-greedy actions (fresh parameter noise first, for noisy members)."""
         if self.noisy:

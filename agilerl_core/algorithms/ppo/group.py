@@ -19,7 +19,7 @@ from agilerl_core.algorithms.group import MemberGroup, clipped_step, gradients
 from agilerl_core.algorithms.optim import adam_update_stacked_
 from agilerl_core.algorithms.ppo.maths import MinibatchSchedule, minibatch_bounds, normalized_advantages, ppo_loss, value_loss
 from agilerl_core.networks.stacked import StackedNetwork
-from agilerl_core.rng import KeyedStream, member_keys, uniform
+from agilerl_core.rng import uniform
 
 
 class PPOGroup(MemberGroup):
@@ -45,19 +45,6 @@ class PPOGroup(MemberGroup):
         self.rnn = None if rnn is None else (rnn.layers, rnn.state_shape()[1], max(a.arch.rnn.hidden for a in self.agents))
         self.seq_len = first.hp.seq_len
         self.act_state: dict[str, torch.Tensor] = {}
-        self._stream: KeyedStream | None = None
-
-    @property
-    def stream(self) -> KeyedStream:
-        """The group's random draws for this phase (action samples, shuffles): each member's from a key drawn
-        from its own generator when the phase starts (:meth:`begin_phase`, or the first draw)."""
-        if self._stream is None:
-            self.begin_phase()
-        return self._stream
-
-    def begin_phase(self) -> None:
-        """A training phase starts: every member draws its phase key from its own generator."""
-        self._stream = KeyedStream(member_keys([a.torch_gen for a in self.agents], self.device))
 
     def begin_acting(self, num_envs: int) -> None:
         """Recurrent members: every env starts from a zero state (a no-op otherwise)."""
