@@ -53,18 +53,53 @@ def uniform(key: torch.Tensor | int, counter: torch.Tensor | int, n: int,
     return _shr(bits(key, counter, n, device), 40).to(torch.float32) * (1.0 / (1 << 24))
 
 
+def below(key: torch.Tensor | int, counter: torch.Tensor | int, n: int, bound: torch.Tensor | int,
+          device: torch.device | str | None = None) -> torch.Tensor:
+    """Uniform integers in [0, bound) (int64), [*broadcast(key, counter), n]: 63 random bits modulo `bound`
+    (broadcast against the leading dims; >= 1), a bias below bound / 2^63."""
+    return _shr(bits(key, counter, n, device), 1) % torch.as_tensor(bound, dtype=torch.int64, device=device
+                                                                     ).clamp(min=1).unsqueeze(-1)
+
+
 def normal(key: torch.Tensor | int, counter: torch.Tensor | int, n: int,
            device: torch.device | str | None = None) -> torch.Tensor:
-    """Standard normal float32 (Box-Muller on two uniforms from the same key and counter), [..., n]."""
-    u = uniform(key, counter, 2 * n, device)
-    u1 = 1.0 - u[..., :n]  # (0, 1]: log is finite
-    return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos((2.0 * torch.pi) * u[..., n:])
+    """Standard normal float32 (Box-Muller on two uniforms from the same key and counter), [..., n]; element j
+    depends only on (key, counter, j), not on n."""
+    u = uniform(key, counter, 2 * n, device)  # element j from the pair (2j, 2j + 1): independent of n
+    u1 = 1.0 - u[..., 0::2]  # (0, 1]: log is finite
+    return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos((2.0 * torch.pi) * u[..., 1::2])
 
 
 def member_keys(generators: Sequence[torch.Generator], device: torch.device | str) -> torch.Tensor:
     """One 62-bit key per member [K] (int64 on `device`), each drawn from that member's own generator: the
     keys of a training phase (one draw per member per phase, outside the loop)."""
     return torch.cat([torch.randint(0, 2**62, (1,), generator=g) for g in generators]).to(device)
+
+
+SALT_SAMPLE, SALT_NOISE = 0x5A3C_0001, 0x5A3C_0002  # the per-member draw kinds of a learn step
+
+
+class MemberDraws:
+    """Draws a member takes only when it takes part (a learn step's minibatch, its target noise): member i's
+    values come from a key derived from its phase key and `salt`, at a counter that counts its own draws of
+    this kind, so they do not depend on how many rounds others in its group took."""
+
+    def __init__(self, keys: torch.Tensor, salt: int) -> None:
+        self.keys = mix(keys ^ salt)
+        self.count = torch.zeros_like(keys)
+
+    def _advance(self, who: torch.Tensor) -> torch.Tensor:
+        counter = self.count
+        self.count = self.count + who.to(torch.int64)
+        return counter
+
+    def below(self, who: torch.Tensor, n: int, bound: torch.Tensor) -> torch.Tensor:
+        """[K, n] integers in [0, bound[i]) for each member (`who` [K] bool: who advances)."""
+        return below(self.keys, self._advance(who), n, bound)
+
+    def normal(self, who: torch.Tensor, n: int) -> torch.Tensor:
+        """[K, n] standard normals."""
+        return normal(self.keys, self._advance(who), n)
 
 
 class KeyedStream:

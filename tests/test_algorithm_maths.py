@@ -9,6 +9,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from agilerl_core import rng
 from agilerl_core.algorithms.actor_critic import DDPG, SAC, TD3, alpha_loss, squashed_log_prob
 from agilerl_core.algorithms.dqn import DQN, categorical_projection
 from agilerl_core.algorithms.group import StackedRows
@@ -293,12 +294,14 @@ def test_sac_soft_target_and_temperature_step_alone_and_in_a_group():
             assert m.log_alpha.item() == pytest.approx(math.log(0.5) + step, abs=1e-6)
 
 
-def _td3_reference_step(nets, opts, b: Transition, hp: dict, gen: torch.Generator, step: int) -> float:
+def _td3_reference_step(nets, opts, b: Transition, hp: dict, noise_key: torch.Tensor, step: int) -> float:
     """One TD3 step written with plain torch on one member's own modules and torch.optim.Adam."""
     actor, c1, c2, actor_t, c1_t, c2_t = nets
     with torch.no_grad():
         next_a = torch.tanh(actor_t(b.next_obs))
-        eps = (torch.randn(next_a.shape, generator=gen) * hp["target_noise"]).clamp(-0.5, 0.5)
+        # the member's own target-noise draws: its keyed stream, at the count of its own steps
+        noise = rng.normal(noise_key, step - 1, next_a.numel()).view(next_a.shape)
+        eps = (noise * hp["target_noise"]).clamp(-0.5, 0.5)
         next_a = (next_a + eps).clamp(-1.0, 1.0)
         y = b.reward + hp["gamma"] * (1 - b.terminated) * torch.min(c1_t(b.next_obs, next_a), c2_t(b.next_obs, next_a)).squeeze(1)
     total = 0.0
@@ -341,7 +344,8 @@ def test_td3_group_steps_equal_each_members_plain_torch_reference():
                 *(torch.optim.Adam(n.parameters(), a.hp.lr_critic) for n in nets[1:3])]
         gen = torch.Generator()
         gen.set_state(a.torch_gen.get_state())
-        refs.append((nets, opts, gen))
+        key = rng.member_keys([gen], "cpu")[0]  # the phase key its group draws from its generator
+        refs.append((nets, opts, rng.mix(key ^ rng.SALT_NOISE)))
     group = TD3.group(members)
     g = torch.Generator().manual_seed(0)
     for step in range(1, 5):

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from gymnasium import spaces
 
+from agilerl_core import rng
 from agilerl_core.algorithms.group import StackedRows
 from agilerl_core.algorithms.hyperparameters.maddpg import MADDPGHyperparameters, MATD3Hyperparameters
 from agilerl_core.algorithms.maddpg import MADDPG, MATD3, gumbel_softmax
@@ -169,11 +170,13 @@ def test_stacked_learn_step_equals_each_networks_own_update(spec):
         ref[n].load_state_dict(net.state_dict())
     gen = torch.Generator().manual_seed(0)
     gen.set_state(agent.torch_gen.get_state())
+    noise_key = rng.mix(rng.member_keys([gen], "cpu")[0] ^ rng.SALT_NOISE)  # the group's keyed target noise
+    drawn = 0
 
     agent.learn(batch)
 
     agents = spec.agents
-    # the reference: the module doc's formulas, network by network, drawing from the same generator
+    # the reference: the module doc's formulas, network by network, drawing what the group draws
     with torch.no_grad():
         nxt = {}
         for a in agents:
@@ -181,7 +184,8 @@ def test_stacked_learn_step_equals_each_networks_own_update(spec):
             if agent.action_specs[a].discrete:
                 nxt[a] = F.one_hot(y.argmax(-1), y.shape[-1]).float()
             else:
-                eps = torch.randn(y.shape, generator=gen)
+                eps = rng.normal(noise_key, drawn, y.numel()).view(y.shape)
+                drawn += 1
                 nxt[a] = (torch.tanh(y) + (eps * hp.target_noise).clamp(-hp.target_noise_clip, hp.target_noise_clip)
                           ).clamp(-1, 1)
         joint_next = torch.cat([nxt[a] for a in agents], 1)

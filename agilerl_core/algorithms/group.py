@@ -26,7 +26,7 @@ import torch
 from agilerl_core.algorithms.optim import FlatAdam
 from agilerl_core.buffers.replay import n_step_return
 from agilerl_core.networks.stacked import Layers
-from agilerl_core.rng import KeyedStream, member_keys
+from agilerl_core.rng import SALT_NOISE, SALT_SAMPLE, KeyedStream, MemberDraws, member_keys
 
 _ADAM_STATE = ("flat", "m", "v", "beta1_pow", "beta2_pow")
 
@@ -188,6 +188,7 @@ class MemberGroup(ABC):
         self.adams = {n: StackedAdam(*spec) for n, spec in self.stacked_optimizers().items()}
         self.targets: dict[str, torch.Tensor] = {}
         self._stream: KeyedStream | None = None
+        self._draws: dict[int, MemberDraws] = {}
         self._target_sources = self.stacked_targets()
         for t, (online, flats) in self._target_sources.items():
             adam = self.adams[online]
@@ -216,17 +217,22 @@ class MemberGroup(ABC):
                             device=self.device)
 
     @torch.no_grad()
-    def update_targets(self, weight: torch.Tensor) -> None:
-        """Move every target towards its online network by each member's `weight` [K] (tau, 1 for a hard
-        copy, 0 to leave it)."""
-        w = weight.tolist()
+    def update_targets(self, weight: Sequence[float]) -> None:
+        """Move every target towards its online network by each member's `weight` (host floats, one per
+        member: tau, 1 for a hard copy, 0 to leave it)."""
+        w = [float(x) for x in weight]
+        per_member = None if min(w) == max(w) else torch.tensor(w, dtype=torch.float32, device=self.device)
         for tname, flat in self.targets.items():
             adam = self.adams[self._target_sources[tname][0]]
-            if min(w) == max(w):  # one weight for all (every member active at one tau): a scalar lerp
+            if per_member is None:  # one weight for all (every member active at one tau): a scalar lerp
                 if w[0] != 0.0:
                     flat.lerp_(adam.flat, w[0])
             else:
-                flat.lerp_(adam.flat, weight[adam.owner])
+                flat.lerp_(adam.flat, per_member[adam.owner])
+
+    def hp_list(self, name: str) -> list[float]:
+        """Hyperparameter `name` of every member as host floats."""
+        return [float(getattr(a.hp, name)) for a in self.agents]
 
     @property
     def stream(self) -> KeyedStream:
@@ -240,6 +246,12 @@ class MemberGroup(ABC):
     def begin_phase(self) -> None:
         """A training phase starts: every member draws its phase key from its own generator."""
         self._stream = KeyedStream(member_keys([a.torch_gen for a in self.agents], self.device))
+
+    def member_draws(self, salt: int) -> MemberDraws:
+        """The group's draws of one per-member kind (:data:`~agilerl_core.rng.SALT_SAMPLE`, ...) this phase."""
+        if salt not in self._draws:
+            self._draws[salt] = MemberDraws(self.stream.keys, salt)
+        return self._draws[salt]
 
     def begin_acting(self, num_envs: int) -> None:
         """Called before acting in `num_envs` fresh envs per member (recurrent members zero their state).
@@ -268,7 +280,9 @@ class MemberGroup(ABC):
 
 class ReplayGroup(MemberGroup):
     """A group of off-policy members: each gradient step draws every member's own minibatch from the shared
-    replay buffer."""
+    replay buffer. A group that collects in Gymnasium envs also has ``explore_group(obs, mask) -> [K, N(, A)]``:
+    every member's exploration actions (agent scale, on the device) for member-major observations, drawn from
+    :attr:`stream` (DQN family, DDPG/TD3, SAC)."""
 
     def returns(self, batch, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Each row's return [K, B] and bootstrap discount [K, B] (or [K, 1]) at its member's own gamma
@@ -276,38 +290,54 @@ class ReplayGroup(MemberGroup):
         :func:`~agilerl_core.buffers.replay.n_step_return`)."""
         return n_step_return(batch, self.gamma.unsqueeze(1), k)
 
-    def explore_group(self, obs: dict[str, torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
-        """Every member's exploration actions [K, N(, A)] (agent scale, on the group's device) for member-major
-        observations [K * N, ...]; `mask` [K * N, A] allowed actions. Default: :meth:`explore` on each
-        member's rows (an algorithm whose exploration keeps per-member state, e.g. OU noise, until it draws
-        from :attr:`stream`); the DQN family draws on the device for the whole group."""
-        n = next(iter(obs.values())).shape[0] // self.k
-        split = [{key: v[i * n: (i + 1) * n] for key, v in obs.items()} for i in range(self.k)]
-        masks = [None if mask is None else mask[i * n: (i + 1) * n].cpu().numpy() for i in range(self.k)]
-        return torch.as_tensor(np.stack(self.explore(split, masks)), device=self.device)
+    @property
+    def needs_host_done(self) -> bool:
+        """Whether :meth:`episodes_done` needs to know on the host which episodes ended (the members keep
+        their own exploration state there)."""
+        from agilerl_core.algorithms.base import RLAlgorithm  # (base imports this module)
+
+        return any(type(a).episodes_done is not RLAlgorithm.episodes_done for a in self.agents)
+
+    def episodes_done(self, done: torch.Tensor, host_done: np.ndarray | None) -> None:
+        """After a group step: the episodes that ended (`done` [K * N] on the device; `host_done` the same on
+        the host when :attr:`needs_host_done`). Default: each member hears its own envs'."""
+        if host_done is None:
+            return
+        n = host_done.shape[0] // self.k
+        for i, a in enumerate(self.agents):
+            a.episodes_done(host_done[i * n: (i + 1) * n])
 
     def learn_step(self, buffer, slots: Sequence[int], active: Sequence[bool]) -> torch.Tensor:
         """One gradient step of every active member on its own minibatch (drawn with its own generator
         from the committed buffer plus its slot's fresh data, as when it learns alone); returns each
         member's loss [K] (0 for members that sat out)."""
-        drawn = [a.sample_rows(buffer, s) if on else (None, None)
-                 for a, s, on in zip(self.agents, slots, active, strict=True)]
-        stacked = StackedRows([r for r, _ in drawn], self.device, [w for _, w in drawn])
+        if self.uniform_sampling:  # every member's minibatch in one draw and one gather
+            sizes = [a.hp.batch_size if on else 0 for a, on in zip(self.agents, active, strict=True)]
+            who = torch.tensor(list(active), device=self.device)
+            draw = self.member_draws(SALT_SAMPLE)
+            rows = buffer.sample_rows_group(list(slots), lambda bound: draw.below(who, max(sizes), bound))
+            stacked = StackedRows.of_matrix(rows, sizes, self.device)
+        else:  # prioritised replay: each member's own sum tree
+            drawn = [a.sample_rows(buffer, s) if on else (None, None)
+                     for a, s, on in zip(self.agents, slots, active, strict=True)]
+            stacked = StackedRows([r for r, _ in drawn], self.device, [w for _, w in drawn])
         return self.learn(self.batch(buffer, stacked.index), stacked)
+
+    @property
+    def uniform_sampling(self) -> bool:
+        """Whether every member samples its minibatches uniformly (no prioritised replay of its own)."""
+        return all(a.uniform_replay for a in self.agents)
 
     def batch(self, buffer, index: torch.Tensor):
         """The transitions at storage rows `index` as :meth:`learn` takes them."""
         return buffer.transitions(index)
 
     def member_noise(self, rows: StackedRows, who: Sequence[bool], dim: int) -> torch.Tensor:
-        """Standard normal noise [K, B, dim]: each member in `who` draws its own rows' worth from its own
-        generator (as its own update draws it), zeros elsewhere."""
-        eps = torch.zeros(rows.k, rows.b, dim, device=self.device)
-        for i, (a, on) in enumerate(zip(self.agents, who, strict=True)):
-            if on:
-                n = rows.counts[i]
-                eps[i, :n] = torch.randn((n, dim), generator=a.torch_gen).to(self.device)
-        return eps
+        """Standard normal noise [K, B, dim]: each member in `who` draws its own rows' worth from its keyed
+        draws (one op for the group; a member's values do not depend on its group), zeros elsewhere."""
+        take = torch.tensor(list(who), device=self.device)
+        eps = self.member_draws(SALT_NOISE).normal(take, rows.b * dim).view(rows.k, rows.b, dim)
+        return eps * (rows.valid & take.unsqueeze(1)).unsqueeze(2)
 
     @abstractmethod
     def learn(self, batch, rows: StackedRows) -> torch.Tensor:
@@ -329,10 +359,10 @@ class ReplayGroup(MemberGroup):
         return self.learn(batch, StackedRows(rows, self.device, importance))
 
 
-def actor_turns(agents: Sequence, active: torch.Tensor, policy_freq: Sequence[int]) -> list[bool]:
+def actor_turns(agents: Sequence, active: Sequence[bool], policy_freq: Sequence[int]) -> list[bool]:
     """Count a critic step for every `active` member; which of them also take their (delayed) actor step."""
     turns = []
-    for a, on, freq in zip(agents, active.tolist(), policy_freq, strict=True):
+    for a, on, freq in zip(agents, active, policy_freq, strict=True):
         a.learn_steps += int(on)
         turns.append(bool(on) and a.learn_steps % freq == 0)
     return turns
@@ -390,6 +420,30 @@ class StackedRows:
         self.who = [n > 0 for n in counts]  # which members step
         self._device = device
         self._active: torch.Tensor | None = None
+        self._valid: torch.Tensor | None = None
+
+    @classmethod
+    def of_matrix(cls, index: torch.Tensor, counts: Sequence[int], device: torch.device) -> StackedRows:
+        """Rows drawn for every member at once: `index` [K, B] storage rows, member i's first ``counts[i]``
+        real (the rest weigh 0)."""
+        rows = cls.__new__(cls)
+        k, b = index.shape
+        rows.k, rows.b, rows.counts = k, b, list(counts)
+        rows.all_active = all(rows.counts)
+        rows.who = [n > 0 for n in rows.counts]
+        count = torch.tensor(rows.counts, device=device)
+        real = torch.arange(b, device=device) < count.unsqueeze(1)
+        rows.index, rows.weight = index.reshape(-1), real / count.clamp(min=1).unsqueeze(1)
+        rows._device, rows._active, rows._valid = device, None, real
+        return rows
+
+    @property
+    def valid(self) -> torch.Tensor:
+        """[K, B] bool: which rows are real (not padding)."""
+        if self._valid is None:
+            self._valid = torch.arange(self.b, device=self._device) < torch.tensor(self.counts, device=self._device
+                                                                                    ).unsqueeze(1)
+        return self._valid
 
     @property
     def active(self) -> torch.Tensor:

@@ -45,8 +45,7 @@ def train_group(group: ReplayGroup, slots: list[int], envs: GroupEnv, buffer: Re
         a.begin_rollout(n)
     n_step = getattr(agents[0].hp, "n_step", 1)  # structural: equal within a group
     nsteps = [NStepCollector(n, n_step) for _ in agents] if n_step > 1 else None
-    # algorithms with per-member exploration state (OU noise) hear which episodes ended
-    hears_done = any(type(a).episodes_done is not RLAlgorithm.episodes_done for a in agents)
+    hears_done = group.needs_host_done  # per-member exploration state on the host hears which episodes ended
     rounds = LearnRounds(group, [ReplayLearning(a, buffer, s) for a, s in zip(agents, slots, strict=True)],
                          buffer, slots)
     observes = agents[0].obs_norm is not None
@@ -77,10 +76,9 @@ def train_group(group: ReplayGroup, slots: list[int], envs: GroupEnv, buffer: Re
                     buffer.add(s, out)
         else:
             buffer.add_group(slots, data)
-        for i, a in enumerate(agents):
+        for a in agents:
             a.env_steps += n
-            if hears_done:
-                a.episodes_done(host_done[i * n: (i + 1) * n])
+        group.episodes_done(done, host_done if hears_done else None)
         ended = done.view(k, n)
         running += step.reward.view(k, n)
         ep_sum += (running * ended).sum(1)

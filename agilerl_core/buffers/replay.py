@@ -306,6 +306,19 @@ class ReplayBuffer:
             idx = idx + (idx >= self.size) * offset
         return idx if self.device.type == "cpu" else idx.to(self.device)
 
+    def sample_rows_group(self, slots: list[int], draw) -> torch.Tensor:
+        """Storage rows [K, B] of every member's uniform minibatch at once: ``draw(bound)`` gives [K, B]
+        integers in [0, bound[i]) (bound [K]: member i's committed plus staged rows), mapped as
+        :meth:`sample_rows` maps one member's draw."""
+        staged = [self._staged[s] if self._staged else 0 for s in slots]
+        if self.size + max(staged) == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer")
+        idx = draw(torch.tensor([self.size + st for st in staged], device=self.device))
+        if any(staged):
+            offset = torch.tensor([self.capacity + s * self.slot_rows - self.size for s in slots], device=self.device)
+            idx = idx + (idx >= self.size) * offset.unsqueeze(1)
+        return idx
+
     def gather(self, idx: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every field at storage rows `idx`, by field name (what multi-agent batches are built from)."""
         return {k: t.index_select(0, idx) for k, t in self._storage.items()}

@@ -19,7 +19,7 @@ import torch
 
 from agilerl_core.algorithms.actor_critic.maths import LOG_STD_MAX, LOG_STD_MIN, squashed_log_prob
 from agilerl_core.algorithms.group import ReplayGroup, StackedRows, actor_turns, clipped_step, gradients
-from agilerl_core.algorithms.optim import adam_update_
+from agilerl_core.algorithms.optim import adam_update_stacked_
 from agilerl_core.buffers.replay import Transition
 from agilerl_core.networks.stacked import StackedNetwork
 
@@ -82,11 +82,11 @@ class ActorCriticGroup(ReplayGroup):
                     losses = losses + penalty(c) * on
                 self.step(c, losses.sum(), active)
             total += losses.detach()
-        turns = torch.tensor(actor_turns(self.agents, rows.active, self.policy_freq), device=self.device)
-        if turns.any():
-            self.actor_step(batch, rows, turns)
-        moved = turns if self.delayed else rows.active
-        self.update_targets(self.tau * moved.to(self.tau.dtype))
+        turn_list = actor_turns(self.agents, rows.who, self.policy_freq)
+        if any(turn_list):
+            self.actor_step(batch, rows, torch.tensor(turn_list, device=self.device), turn_list)
+        moved = turn_list if self.delayed else rows.who
+        self.update_targets([tau * m for tau, m in zip(self.hp_list("tau"), moved, strict=True)])
         return total
 
     @abstractmethod
@@ -94,7 +94,7 @@ class ActorCriticGroup(ReplayGroup):
         """The critics' regression target y [K, B] (no gradient)."""
 
     @abstractmethod
-    def actor_step(self, batch: Transition, rows: StackedRows, turns: torch.Tensor) -> None:
+    def actor_step(self, batch: Transition, rows: StackedRows, turns: torch.Tensor, turn_list: list[bool]) -> None:
         """The actor step of the members whose turn it is (`turns` [K] bool)."""
 
     def critic_penalty(self, batch: Transition, rows: StackedRows) -> Penalty | None:
@@ -108,6 +108,33 @@ class TD3Group(ActorCriticGroup):
     def __init__(self, agents: Sequence) -> None:
         super().__init__(agents)
         self.noise, self.noise_clip = self.hp_tensor("target_noise"), self.hp_tensor("target_noise_clip")
+        self.ou = torch.tensor([a.hp.noise_type == "ou" for a in self.agents], device=self.device).view(-1, 1, 1)
+        self.ou_state: torch.Tensor | None = None  # each member's OU process per env [K, N, A] (0: Gaussian)
+
+    @property
+    def needs_host_done(self) -> bool:
+        return False  # the exploration noise lives here, on the device
+
+    def episodes_done(self, done: torch.Tensor, host_done: np.ndarray | None) -> None:
+        if self.ou_state is not None:  # an ended episode's OU process starts again from 0
+            self.ou_state.masked_fill_(done.view(self.k, -1, 1), 0.0)
+
+    @torch.no_grad()
+    def explore_group(self, obs: dict[str, torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
+        """Every member's exploration actions [K, N, A]: its policy plus its own Gaussian or Ornstein-Uhlenbeck
+        noise (:class:`~agilerl_core.algorithms.actor_critic.noise.OUNoise`'s process, on the device), or
+        uniform random actions while it warms up; one draw of the group's keyed stream each."""
+        greedy = torch.tanh(self.nets["actor"](obs))
+        k, n, a = greedy.shape
+        if self.ou_state is None or self.ou_state.shape != greedy.shape:
+            self.ou_state = torch.zeros_like(greedy)
+        scale, theta, dt = (self.hp_tensor(name).view(k, 1, 1) for name in ("expl_noise", "ou_theta", "ou_dt"))
+        z, u = self.stream.normal(n, a), self.stream.uniform(n, a)
+        stepped = self.ou_state - theta * self.ou_state * dt + scale * dt.sqrt() * z
+        self.ou_state = torch.where(self.ou, stepped, 0.0)
+        act = (greedy + torch.where(self.ou, stepped, scale * z)).clamp(-1.0, 1.0)
+        warm = torch.tensor([ag.in_warmup() for ag in self.agents], device=self.device).view(k, 1, 1)
+        return torch.where(warm, 2.0 * u - 1.0, act)
 
     @torch.no_grad()
     def greedy(self, obs: dict[str, torch.Tensor], mask: torch.Tensor | None, starts: torch.Tensor | None = None
@@ -127,7 +154,7 @@ class TD3Group(ActorCriticGroup):
         k = rows.k
         next_a = torch.tanh(self.nets["actor_target"](batch.next_obs))
         if smoothing is None:
-            who = [on and a.hp.target_noise > 0 for a, on in zip(self.agents, rows.active.tolist(), strict=True)]
+            who = [on and a.hp.target_noise > 0 for a, on in zip(self.agents, rows.who, strict=True)]
             smoothing = self.member_noise(rows, who, self.dim)
         clip = self.noise_clip.view(k, 1, 1)
         eps = (smoothing * self.noise.view(k, 1, 1)).clamp(-clip, clip)
@@ -136,11 +163,11 @@ class TD3Group(ActorCriticGroup):
         reward, discount = self.returns(batch, k)
         return reward + discount * (1.0 - batch.terminated.view(k, -1)) * q_next
 
-    def actor_step(self, batch: Transition, rows: StackedRows, turns: torch.Tensor) -> None:
+    def actor_step(self, batch: Transition, rows: StackedRows, turns: torch.Tensor, turn_list: list[bool]) -> None:
         """The deterministic policy gradient: -mean Q_1(s, tanh(actor(s)))."""
         mu = torch.tanh(self.nets["actor"](batch.obs))
         loss = -(self.q("critic_1", batch.obs, mu) * rows.weight * turns.unsqueeze(1)).sum()
-        self.step("actor", loss, None if turns.all() else turns)
+        self.step("actor", loss, None if all(turn_list) else turns)
 
 
 class SACGroup(ActorCriticGroup):
@@ -150,6 +177,9 @@ class SACGroup(ActorCriticGroup):
         super().__init__(agents)
         self.target_entropy = torch.tensor([a.target_entropy for a in self.agents], device=self.device)
         self.log_alpha = torch.stack([a.log_alpha for a in self.agents])
+        self.alpha_adam = torch.stack([a.alpha_adam for a in self.agents])  # each member's temperature Adam
+        self.lr_alpha = self.hp_tensor("lr_alpha")
+        self.auto_entropy = [bool(a.hp.auto_entropy) for a in self.agents]
 
     def distribution(self, name: str, obs) -> tuple[torch.Tensor, torch.Tensor]:
         """(mean, clamped log std) [K, B, dim] of actor `name`."""
@@ -168,6 +198,16 @@ class SACGroup(ActorCriticGroup):
         return torch.tanh(self.distribution("actor", obs)[0])
 
     @torch.no_grad()
+    def explore_group(self, obs: dict[str, torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
+        """Every member's actions [K, N, A] sampled from its squashed Gaussian policy, or uniform random ones
+        while it warms up; one draw of the group's keyed stream each."""
+        mean, log_std = self.distribution("actor", obs)
+        k, n, a = mean.shape
+        z, u = self.stream.normal(n, a), self.stream.uniform(n, a)
+        warm = torch.tensor([ag.in_warmup() for ag in self.agents], device=self.device).view(k, 1, 1)
+        return torch.where(warm, 2.0 * u - 1.0, torch.tanh(mean + log_std.exp() * z))
+
+    @torch.no_grad()
     def explore(self, obs: Sequence, masks: Sequence) -> list[np.ndarray]:
         mean, log_std = self.distribution("actor", self.joined(obs))
         out = []
@@ -184,28 +224,31 @@ class SACGroup(ActorCriticGroup):
         """y = r + discount * (1 - terminated) * (min_i Q_i'(s', a') - alpha * log pi(a'|s')), a' ~ pi(.|s')."""
         k = rows.k
         if noise is None:
-            noise = self.member_noise(rows, rows.active.tolist(), self.dim)
+            noise = self.member_noise(rows, rows.who, self.dim)
         next_a, next_logp = self.sample_action(batch.next_obs, noise)
         q_next = torch.min(*(self.q(f"{c}_target", batch.next_obs, next_a) for c in self.critics))
         soft = q_next - self.log_alpha.exp().unsqueeze(1) * next_logp
         reward, discount = self.returns(batch, k)
         return reward + discount * (1.0 - batch.terminated.view(k, -1)) * soft
 
-    def actor_step(self, batch: Transition, rows: StackedRows, turns: torch.Tensor) -> None:
+    def actor_step(self, batch: Transition, rows: StackedRows, turns: torch.Tensor, turn_list: list[bool]) -> None:
         """E[alpha log pi - min Q] through the reparameterised sample (critics as they are after their step),
         then each member's temperature step from the same log-probs."""
         alpha = self.log_alpha.exp().unsqueeze(1)
-        a, logp = self.sample_action(batch.obs, self.member_noise(rows, turns.tolist(), self.dim))
+        a, logp = self.sample_action(batch.obs, self.member_noise(rows, turn_list, self.dim))
         q = torch.min(*(self.q(c, batch.obs, a) for c in self.critics))
         self.step("actor", ((alpha * logp - q) * rows.weight * turns.unsqueeze(1)).sum(),
-                  None if turns.all() else turns)
-        logp = logp.detach()
-        for i, ag in enumerate(self.agents):
-            if turns[i] and ag.hp.auto_entropy:  # alpha_loss's gradient: -mean(log pi + target entropy)
-                grad = -(logp[i, :rows.counts[i]] + self.target_entropy[i]).mean()
-                adam_update_(self.log_alpha[i], grad, ag.alpha_adam, ag.hp.lr_alpha)
+                  None if all(turn_list) else turns)
+        tuning = [t and auto for t, auto in zip(turn_list, self.auto_entropy, strict=True)]
+        if any(tuning):  # alpha_loss's gradient: -mean(log pi + target entropy) over each member's rows
+            real = rows.valid
+            mean_logp = (logp.detach() * real).sum(1) / real.sum(1).clamp(min=1)
+            grad = -(mean_logp + self.target_entropy)
+            adam_update_stacked_(self.log_alpha.view(self.k, 1), grad.view(self.k, 1), self.alpha_adam,
+                                 self.lr_alpha, torch.tensor(tuning, device=self.device))
 
     def write_back(self) -> None:
         super().write_back()
         for i, a in enumerate(self.agents):
             a.log_alpha = self.log_alpha[i].clone()
+            a.alpha_adam.copy_(self.alpha_adam[i])

@@ -119,6 +119,10 @@ class DQN(RLAlgorithm):
         hp = self.hp
         return hp.per_beta + (1.0 - hp.per_beta) * min(1.0, self.env_steps / hp.per_beta_steps)
 
+    @property
+    def uniform_replay(self) -> bool:
+        return self.per is None
+
     def sample_rows(self, buffer, slot: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.per is None:
             return super().sample_rows(buffer, slot)

@@ -178,11 +178,9 @@ class DQNGroup(ReplayGroup):
                 a.learn_steps += 1
                 if self.per:
                     a.priorities_seen(signal[i, :rows.counts[i]])
-        on = None if rows.all_active else rows.active.to(self.tau.dtype)
         if self.hard_every is None:
-            self.update_targets(self.tau if on is None else self.tau * on)
+            self.update_targets([tau * on for tau, on in zip(self.hp_list("tau"), active, strict=True)])
         else:
-            due = torch.tensor([a.learn_steps % self.hard_every == 0 for a in self.agents], device=self.device,
-                               dtype=self.tau.dtype)
-            self.update_targets(due if on is None else due * on)
+            self.update_targets([float(on and a.learn_steps % self.hard_every == 0)
+                                 for a, on in zip(self.agents, active, strict=True)])
         return weighted.detach().sum(1)

@@ -173,11 +173,11 @@ class MADDPGGroup(ReplayGroup):
         losses = (weight.unsqueeze(1) * (q - y.unsqueeze(1)).square()).sum((1, 2, 3))
         (self.critics.grad,) = gradients(losses.sum(), self.critic_leaves)
         clipped_step(self.critics, self.max_grad_norm, None if rows.all_active else rows.active)
-        turns = actor_turns(self.agents, rows.active, self.policy_freq)
-        turn = torch.tensor(turns, device=self.device)
-        if turn.any():
+        turns = actor_turns(self.agents, rows.who, self.policy_freq)
+        if any(turns):
+            turn = torch.tensor(turns, device=self.device)
             self.actor_step(batch, xa, rows, weight * turn.view(k, 1, 1), turns)
-            self.update_targets(self.tau * turn.to(self.tau.dtype))
+            self.update_targets([tau * t for tau, t in zip(self.hp_list("tau"), turns, strict=True)])
         return losses.detach()
 
     def actor_step(self, batch: MultiAgentBatch, xa: torch.Tensor, rows: StackedRows, weight: torch.Tensor,
