@@ -139,10 +139,14 @@ def test_default_run_is_the_flow_on_the_embedded_default(tmp_path):
                 "--set", "tracking.enabled=false", "--run-id", "pool", "--no-progress", cwd=tmp_path)
     assert pool.returncode == 0, pool.stderr[-3000:]
     assert json.loads(pool.stdout.strip().splitlines()[-1])["best_fitness"] == summary["best_fitness"]
-    # a run's elite names its weights by their hash (swapped in atomically); the local loop's is plain
+    # a run's elite names its weights by their hash (swapped in atomically); the flow's elite is its champion
+    # (best-ever or final elite, by fresh evaluation), so the local loop is compared population to population
     elite = [next((tmp_path / "out" / run / "elite").glob("weights-*.safetensors")) for run in ("emb", "pool")]
-    assert elite[0].read_bytes() == elite[1].read_bytes() == \
-        (tmp_path / "loc" / "experiment-seed0" / "elite" / "weights.safetensors").read_bytes()
+    assert elite[0].read_bytes() == elite[1].read_bytes()
+    last = sorted((tmp_path / "out" / "emb" / "generations").iterdir())[-1] / "population" / "members"
+    for slot in ("0", "1"):
+        assert (last / slot / "weights.safetensors").read_bytes() == \
+            (tmp_path / "loc" / "experiment-seed0" / "population" / "members" / slot / "weights.safetensors").read_bytes()
 
 
 def test_a_killed_run_takes_its_local_prefect_server_down(tmp_path):

@@ -20,7 +20,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import replace
 
-import numpy as np
 import torch
 
 from agilerl_core.algorithms.optim import FlatAdam
@@ -290,22 +289,10 @@ class ReplayGroup(MemberGroup):
         :func:`~agilerl_core.buffers.replay.n_step_return`)."""
         return n_step_return(batch, self.gamma.unsqueeze(1), k)
 
-    @property
-    def needs_host_done(self) -> bool:
-        """Whether :meth:`episodes_done` needs to know on the host which episodes ended (the members keep
-        their own exploration state there)."""
-        from agilerl_core.algorithms.base import RLAlgorithm  # (base imports this module)
-
-        return any(type(a).episodes_done is not RLAlgorithm.episodes_done for a in self.agents)
-
-    def episodes_done(self, done: torch.Tensor, host_done: np.ndarray | None) -> None:
-        """After a group step: the episodes that ended (`done` [K * N] on the device; `host_done` the same on
-        the host when :attr:`needs_host_done`). Default: each member hears its own envs'."""
-        if host_done is None:
-            return
-        n = host_done.shape[0] // self.k
-        for i, a in enumerate(self.agents):
-            a.episodes_done(host_done[i * n: (i + 1) * n])
+    def episodes_done(self, done: torch.Tensor) -> None:
+        """After a group step: the episodes that ended (`done` [K * N] on the device), for exploration state
+        the group keeps (OU noise). Default: nothing to do."""
+        return None
 
     def learn_step(self, buffer, slots: Sequence[int], active: Sequence[bool]) -> torch.Tensor:
         """One gradient step of every active member on its own minibatch (drawn with its own generator

@@ -45,7 +45,6 @@ def train_group(group: ReplayGroup, slots: list[int], envs: GroupEnv, buffer: Re
         a.begin_rollout(n)
     n_step = getattr(agents[0].hp, "n_step", 1)  # structural: equal within a group
     nsteps = [NStepCollector(n, n_step) for _ in agents] if n_step > 1 else None
-    hears_done = group.needs_host_done  # per-member exploration state on the host hears which episodes ended
     rounds = LearnRounds(group, [ReplayLearning(a, buffer, s) for a, s in zip(agents, slots, strict=True)],
                          buffer, slots)
     observes = agents[0].obs_norm is not None
@@ -66,10 +65,8 @@ def train_group(group: ReplayGroup, slots: list[int], envs: GroupEnv, buffer: Re
         data["terminated"] = step.terminated.to(torch.float32)
         if step.next_mask is not None:
             data["next_action_mask"] = step.next_mask
-        host_done = None
-        if nsteps is not None or hears_done:  # host envs know it already; on-device envs: one read
+        if nsteps is not None:  # host envs know which episodes ended already; on-device envs: one read
             host_done = step.host_done if step.host_done is not None else done.cpu().numpy()
-        if nsteps is not None:  # n-step transitions leave a collector as their n steps (or episode) complete
             for i, (c, s) in enumerate(zip(nsteps, slots, strict=True)):
                 out = c.push({key: v[i * n: (i + 1) * n] for key, v in data.items()}, host_done[i * n: (i + 1) * n])
                 if out is not None:
@@ -78,7 +75,7 @@ def train_group(group: ReplayGroup, slots: list[int], envs: GroupEnv, buffer: Re
             buffer.add_group(slots, data)
         for a in agents:
             a.env_steps += n
-        group.episodes_done(done, host_done if hears_done else None)
+        group.episodes_done(done)
         ended = done.view(k, n)
         running += step.reward.view(k, n)
         ep_sum += (running * ended).sum(1)

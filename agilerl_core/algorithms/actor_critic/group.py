@@ -111,11 +111,7 @@ class TD3Group(ActorCriticGroup):
         self.ou = torch.tensor([a.hp.noise_type == "ou" for a in self.agents], device=self.device).view(-1, 1, 1)
         self.ou_state: torch.Tensor | None = None  # each member's OU process per env [K, N, A] (0: Gaussian)
 
-    @property
-    def needs_host_done(self) -> bool:
-        return False  # the exploration noise lives here, on the device
-
-    def episodes_done(self, done: torch.Tensor, host_done: np.ndarray | None) -> None:
+    def episodes_done(self, done: torch.Tensor) -> None:
         if self.ou_state is not None:  # an ended episode's OU process starts again from 0
             self.ou_state.masked_fill_(done.view(self.k, -1, 1), 0.0)
 
