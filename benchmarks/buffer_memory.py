@@ -68,9 +68,12 @@ def _device(cfg: Any) -> str:
     return torch_device(cfg.device)
 
 
-def _gym_fields(cfg: Any) -> dict[str, FieldSpec]:
-    """The fields the off-policy arena stores: from one wrapped env (its spaces, and the width of the action
-    mask its reset reports, as the arena probes it)."""
+def _gym_fields(cfg: Any, stores_frames: bool = True) -> tuple[dict[str, FieldSpec], dict[str, Any]]:
+    """The fields the off-policy arena stores and its frame-stacked image parts (stored once per frame): from
+    one wrapped env (its spaces, the width of the action mask its reset reports, whether it stacks frames, as
+    the arena probes them)."""
+    from agilerl_core.arenas.gym_off_policy import probe_frame_stacking
+    from agilerl_core.buffers.frames import frame_fields, frame_parts
     from agilerl_core.envs.make import EnvRecipe
 
     recipe = EnvRecipe.of(cfg)
@@ -87,7 +90,10 @@ def _gym_fields(cfg: Any) -> dict[str, FieldSpec]:
         finally:
             env.close()
     obs_spec = ObsSpec(obs_space, cfg.network.cnn.channels_last)
-    return transition_fields(obs_spec, mask_dim, action_spec(act_space), getattr(cfg.hyperparameters, "n_step", 1))
+    n_step = getattr(cfg.hyperparameters, "n_step", 1)
+    frames = probe_frame_stacking(recipe, frame_parts(obs_spec)) if n_step == 1 and stores_frames else {}
+    fields = transition_fields(obs_spec, mask_dim, action_spec(act_space), n_step)
+    return frame_fields(fields, frames), frames
 
 
 def _multi_agent_fields(cfg: Any) -> dict[str, FieldSpec]:
@@ -119,13 +125,20 @@ def measure(path: Path, arena: str) -> dict[str, Any]:
 
     cfg = load_config(path)
     out: dict[str, Any] = {"config": path.name, "algorithm": cfg.algorithm, "kind": cfg.kind}
+    frames: dict[str, Any] = {}
     if arena == "multi_agent_off_policy":
         fields = _multi_agent_fields(cfg)
     else:
-        fields = _gym_fields(cfg)
+        fields, frames = _gym_fields(cfg, stores_frames=arena != "offline")  # a dataset's buffer holds whole rows
     row = transition_bytes(fields)
     label, dom = dominant_fields(fields)
     out.update(bytes_per_transition=row, dominant=f"{label}: {dom:,} bytes of {row:,}")
+    if frames:  # rows hold frame ids; each frame is stored once, its pool sized per row
+        per_row = {k: p.frame_bytes * p.frame_capacity(10**6) / 10**6 for k, p in frames.items()}
+        out.update(frames_stored_once=sorted(frames), bytes_per_transition=round(row + sum(per_row.values()), 1),
+                   dominant=f"frames of {', '.join(frames)}: {sum(per_row.values()):,.1f} bytes of "
+                            f"{row + sum(per_row.values()):,.1f} (ids {row:,})",
+                   gb_per_100k_transitions=round(replay_bytes(fields, 100_000, 0, 0, frames) / 1e9, 3))
     if arena == "offline":
         capacity, reason = _dataset_rows(cfg)
         slots, slot_capacity = 0, 0
@@ -137,17 +150,16 @@ def measure(path: Path, arena: str) -> dict[str, Any]:
         slots = cfg.population_size
         slot_capacity = math.ceil(cfg.evo_steps / cfg.num_envs) * cfg.num_envs
     device = _device(cfg)
-    total = replay_bytes(fields, capacity, slots, slot_capacity)
+    total = replay_bytes(fields, capacity, slots, slot_capacity, frames)
+    committed = replay_bytes(fields, capacity, 0, 0, frames)
     free = available_bytes(device)
     fits = total <= HEADROOM * free
     out.update(buffer_size=capacity, population_size=slots, staging_rows_per_slot=slot_rows(capacity, slot_capacity),
-               committed_bytes=row * capacity, staging_bytes=total - row * capacity, peak_bytes=total,
-               peak_gb=round(total / 1e9, 3),
-               uncapped_peak_bytes=row * (capacity + slots * slot_capacity),  # before staging was capped
-               device=device, available_bytes=free, fits=fits)
+               committed_bytes=committed, staging_bytes=total - committed, peak_bytes=total,
+               peak_gb=round(total / 1e9, 3), device=device, available_bytes=free, fits=fits)
     if not fits:
         out["largest_buffer_size_that_fits"] = largest_buffer_size(fields, slots, slot_capacity, HEADROOM * free,
-                                                                   upper=capacity)
+                                                                   upper=capacity, frames=frames)
     return out
 
 

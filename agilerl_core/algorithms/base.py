@@ -286,8 +286,9 @@ class RLAlgorithm(ABC):
         this member's generator) and their importance weights (None: uniform sampling)."""
         return buffer.sample_rows(self.hp.batch_size, slot, self.torch_gen), None
 
-    def committed(self, first: int, count: int) -> None:
-        """Called after the shared ring received `count` new transitions starting at row `first`. Default: nothing to do."""
+    def committed(self, first: int, count: int, dead: torch.Tensor | None = None) -> None:
+        """Called after the shared ring received `count` new transitions starting at row `first` (and dropped
+        rows `dead`, see ReplayBuffer.dead_committed_rows). Default: nothing to do."""
         return None
 
     def begin_rollout(self, num_envs: int) -> None:

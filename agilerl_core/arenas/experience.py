@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from agilerl_core.buffers.replay import ReplayBuffer, Shard
+from agilerl_core.buffers.replay import ReplayBuffer, Shard, shard_rows
 from agilerl_core.finite import FirstBad
 
 
@@ -115,9 +115,10 @@ class SharedReplay:
     def commit_experience(self, shards: list[Shard], members: list[Any]) -> None:
         first = self.buffer.pos
         self.buffer.commit(shards)
-        count = sum(next(iter(sh.values())).shape[0] for sh in shards) if shards else 0
+        count = sum(shard_rows(sh) for sh in shards)
+        dead = self.buffer.dead_committed_rows()
         for m in members:  # e.g. prioritised replay: the new rows enter every member's priorities
-            m.committed(first, count)
+            m.committed(first, count, dead)
 
     def experience_state(self) -> dict[str, int]:
         b = self.buffer

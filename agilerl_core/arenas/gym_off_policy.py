@@ -16,10 +16,12 @@ from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.group import ReplayGroup
 from agilerl_core.arenas.base import GymArena, probe_action_mask
 from agilerl_core.arenas.experience import LearnRounds, ReplayLearning, SharedReplay
+from agilerl_core.buffers.frames import FramePart, FrameReplayBuffer, frame_fields, frame_parts, stacks_frames
 from agilerl_core.buffers.memory import check_replay_fits
 from agilerl_core.buffers.nstep import NStepCollector
 from agilerl_core.buffers.replay import ReplayBuffer, transition_fields
 from agilerl_core.envs.group import GroupEnv
+from agilerl_core.envs.make import EnvRecipe
 from agilerl_core.hpo.evolution import TrainResult
 
 
@@ -97,25 +99,44 @@ def train_group(group: ReplayGroup, slots: list[int], envs: GroupEnv, buffer: Re
             for s, lr, c, total in zip(slots, rounds.learnings, counts, sums, strict=True)]
 
 
+def probe_frame_stacking(recipe: EnvRecipe, parts: dict[str, FramePart]) -> dict[str, FramePart]:
+    """The image parts of `parts` whose frames one env stacks (a step's observation is the last one shifted by
+    a frame, as Gymnasium's FrameStackObservation gives): one reset and one step of a fresh env, seeded."""
+    if not parts or recipe.backend == "torch":
+        return {}
+    env = recipe.make()
+    try:
+        obs, _ = env.reset(seed=0)
+        env.action_space.seed(0)
+        nxt = env.step(env.action_space.sample())[0]
+    finally:
+        env.close()
+    pick = (lambda o, k: o[k]) if isinstance(obs, dict) else (lambda o, k: o)
+    return {k: p for k, p in parts.items() if stacks_frames(pick(obs, k), pick(nxt, k), p)}
+
+
 class OffPolicyArena(SharedReplay, GymArena):
     """Members act in their own vector envs and learn from the shared replay buffer."""
 
     def __init__(self, cfg, algo_cls: type[RLAlgorithm]) -> None:
         super().__init__(cfg, algo_cls)
         n_step = getattr(cfg.hyperparameters, "n_step", 1)
-        slot_capacity = math.ceil(cfg.evo_steps / cfg.num_envs) * cfg.num_envs
+        self.slot_capacity = math.ceil(cfg.evo_steps / cfg.num_envs) * cfg.num_envs
+        # stacked image frames are stored once each (one-step transitions: an n-step row's stacks lie n apart)
+        frames = probe_frame_stacking(self.recipe, frame_parts(self.obs_spec)) if n_step == 1 else {}
         # the replay's whole size (committed ring and every slot's staging) against what the device has, before
-        # any env or buffer is built: a config that cannot fit is refused naming its fields
-        check_replay_fits(transition_fields(self.obs_spec, None, self.action_spec, n_step),
-                          cfg.hyperparameters.buffer_size, cfg.population_size, slot_capacity, self.device, cfg.name)
+        # any vector env or buffer is built: a config that cannot fit is refused naming its fields
+        check_replay_fits(frame_fields(transition_fields(self.obs_spec, None, self.action_spec, n_step), frames),
+                          cfg.hyperparameters.buffer_size, cfg.population_size, self.slot_capacity, self.device,
+                          cfg.name, frames=frames)
         # one vector env per slot (host envs); the on-device backend builds a group's envs per phase
         self.envs = [] if self.recipe.backend == "torch" else [self.recipe.vector(cfg.num_envs)
                                                                 for _ in range(cfg.population_size)]
         mask_dim = probe_action_mask(self.envs[0]) if self.envs else None
-        n_step = getattr(cfg.hyperparameters, "n_step", 1)
-        self.buffer = ReplayBuffer(transition_fields(self.obs_spec, mask_dim, self.action_spec, n_step),
-                                   cfg.hyperparameters.buffer_size, self.device)
-        self.slot_capacity = math.ceil(cfg.evo_steps / cfg.num_envs) * cfg.num_envs
+        fields = transition_fields(self.obs_spec, mask_dim, self.action_spec, n_step)
+        size = cfg.hyperparameters.buffer_size
+        self.buffer = FrameReplayBuffer(fields, size, frames, self.device) if frames else \
+            ReplayBuffer(fields, size, self.device)
 
     def train(self, member: RLAlgorithm, slot: int, seed: int, steps: int) -> TrainResult:
         return self.train_group([member], [slot], [seed], steps)[0]  # learning is written for a population

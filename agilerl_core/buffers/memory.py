@@ -5,7 +5,8 @@ ring (``hyperparameters.buffer_size`` rows) and, during a generation, one stagin
 (a generation's fresh transitions, ``ceil(evo_steps / num_envs) * num_envs``, capped at ``buffer_size``
 rows: a full slot keeps its newest rows). Each row stores every field of a transition, ``obs`` and
 ``next_obs`` alike, so image observations dominate (84x84x4 uint8 frames: 56,448 of a DQN transition's
-56,464 bytes).
+56,464 bytes), unless the buffer stores stacked frames once each (:mod:`agilerl_core.buffers.frames`: rows
+then hold frame ids, and a pool of frames, ``rows * (1 + S/8)``, serves them: ~10.7 KB per Atari transition).
 
 :func:`check_replay_fits` compares that total (:func:`replay_bytes`) with the memory the device has
 available (:func:`available_bytes`) and raises a :class:`~agilerl_core.errors.ConfigError` naming the
@@ -29,7 +30,10 @@ import torch
 from agilerl_core.errors import ConfigError
 
 if TYPE_CHECKING:
+    from agilerl_core.buffers.frames import FramePart
     from agilerl_core.buffers.replay import FieldSpec
+
+NO_FRAMES: Mapping[str, FramePart] = {}
 
 MEMORY_CHECK_ENV = "AGILERL_MEMORY_CHECK"
 HEADROOM = 0.9  # the share of the available memory the replay buffer may take
@@ -52,10 +56,21 @@ def slot_rows(capacity: int, slot_capacity: int) -> int:
     return max(0, min(int(slot_capacity), int(capacity)))
 
 
-def replay_bytes(fields: Mapping[str, FieldSpec], capacity: int, slots: int, slot_capacity: int) -> int:
+def frame_pool_bytes(frames: Mapping[str, FramePart], capacity: int, slots: int, slot_capacity: int) -> int:
+    """Bytes of a frame-stacked buffer's frame pools (:mod:`agilerl_core.buffers.frames`): per image part, a
+    ring of frames for the committed rows and one per staging slot (plus one scratch frame)."""
+    rows = slot_rows(capacity, slot_capacity)
+    return sum(p.frame_bytes * (p.frame_capacity(capacity) + int(slots) * p.frame_capacity(rows) + 1)
+               for p in frames.values())
+
+
+def replay_bytes(fields: Mapping[str, FieldSpec], capacity: int, slots: int, slot_capacity: int,
+                 frames: Mapping[str, FramePart] = NO_FRAMES) -> int:
     """Exactly what a ReplayBuffer over `fields` allocates: the committed ring of `capacity` rows plus
-    `slots` staging slots of ``min(slot_capacity, capacity)`` rows each."""
-    return transition_bytes(fields) * (int(capacity) + int(slots) * slot_rows(capacity, slot_capacity))
+    `slots` staging slots of ``min(slot_capacity, capacity)`` rows each, and with `frames` (the buffer's
+    frame-stacked image parts, whose rows then hold frame ids) their frame pools."""
+    rows = transition_bytes(fields) * (int(capacity) + int(slots) * slot_rows(capacity, slot_capacity))
+    return rows + frame_pool_bytes(frames, capacity, slots, slot_capacity)
 
 
 def dominant_fields(fields: Mapping[str, FieldSpec]) -> tuple[str, int]:
@@ -133,15 +148,16 @@ def memory_check_enabled() -> bool:
 
 
 def largest_buffer_size(fields: Mapping[str, FieldSpec], slots: int, slot_capacity: int, budget: float,
-                        copy_share: float = 0.0, upper: int | None = None) -> int:
+                        copy_share: float = 0.0, upper: int | None = None,
+                        frames: Mapping[str, FramePart] = NO_FRAMES) -> int:
     """The largest `capacity` whose buffer (plus `copy_share` of its ring while the ring is copied) takes at
     most `budget` bytes (0 when not even one row fits). `upper`: no need to look above it."""
-    row = transition_bytes(fields)
+    row = transition_bytes(fields) + sum(p.frame_bytes for p in frames.values())  # a row holds >= 1 frame
     if row == 0:
         return upper or 0
 
     def need(c: int) -> float:
-        return replay_bytes(fields, c, slots, slot_capacity) + copy_share * row * c
+        return replay_bytes(fields, c, slots, slot_capacity, frames) + copy_share * row * c
 
     lo, hi = 0, max(1, int(budget // row) + 1)  # need(c) >= row * c
     if upper is not None:
@@ -160,7 +176,8 @@ def _gb(n: float) -> str:
 
 
 def check_replay_fits(fields: Mapping[str, FieldSpec], capacity: int, slots: int, slot_capacity: int,
-                      device: torch.device | str, what: str, *, held_bytes: int = 0, copy_bytes: int = 0) -> int:
+                      device: torch.device | str, what: str, *, held_bytes: int = 0, copy_bytes: int = 0,
+                      frames: Mapping[str, FramePart] = NO_FRAMES) -> int:
     """The bytes a replay buffer over `fields` takes (:func:`replay_bytes`); a ConfigError naming the
     config fields to lower when its peak exceeds 90% of what `device` has available.
 
@@ -169,8 +186,10 @@ def check_replay_fits(fields: Mapping[str, FieldSpec], capacity: int, slots: int
     worst (the buffer copies its committed rows into the larger storage one field at a time). The peak is
     then ``max(held_bytes, total) + copy_bytes`` against ``available + held_bytes``.
 
+    `frames`: the buffer's frame-stacked image parts (:mod:`agilerl_core.buffers.frames`), whose pools count too.
+
     ``AGILERL_MEMORY_CHECK=0`` in the environment skips the check (the total is still returned)."""
-    total = replay_bytes(fields, capacity, slots, slot_capacity)
+    total = replay_bytes(fields, capacity, slots, slot_capacity, frames)
     if not memory_check_enabled():
         return total
     device = torch.device(device)
@@ -185,17 +204,24 @@ def check_replay_fits(fields: Mapping[str, FieldSpec], capacity: int, slots: int
     if peak <= HEADROOM * budget:
         return total
     raise ConfigError(_message(fields, capacity, slots, slot_capacity, device, what, total, peak, budget,
-                               copy_bytes))
+                               copy_bytes, frames))
 
 
 def _message(fields: Mapping[str, FieldSpec], capacity: int, slots: int, slot_capacity: int, device: torch.device,
-             what: str, total: int, peak: int, budget: int, copy_bytes: int) -> str:
-    row = transition_bytes(fields)
+             what: str, total: int, peak: int, budget: int, copy_bytes: int,
+             frames: Mapping[str, FramePart] = NO_FRAMES) -> str:
     rows = slot_rows(capacity, slot_capacity)
+    # bytes per transition, a frame-stacked part's pool shared out over the rows it serves
+    served = max(rows, capacity, 1)
+    row = round(transition_bytes(fields) + sum(p.frame_bytes * p.frame_capacity(served) / served
+                                               for p in frames.values()))
     label, dom = dominant_fields(fields)
+    if frames:
+        label = " + ".join(f"frames of {k} (stored once: {p.stack} per stack)" for k, p in frames.items())
+        dom = row - transition_bytes(fields)
     memory = "GPU" if device.type == "cuda" else "host"
     ring_share = copy_bytes / max(1, row * capacity)  # the copy scales with the ring
-    fit = largest_buffer_size(fields, slots, slot_capacity, HEADROOM * budget, ring_share, capacity - 1)
+    fit = largest_buffer_size(fields, slots, slot_capacity, HEADROOM * budget, ring_share, capacity - 1, frames)
     parts = [f"{what}: the replay buffer needs {_gb(total)}"
              + (f" (at most {_gb(peak)} while it grows)" if peak > total else "")
              + f" but {_gb(budget)} of {memory} memory is available to it on {device} (the check allows "

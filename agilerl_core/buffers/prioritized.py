@@ -98,11 +98,14 @@ class MemberPriorities:
                          np.zeros(self.staging))
         self.staged_seen = 0
 
-    def committed(self, first: int, count: int) -> None:
-        """Ring rows [first, first + count) (mod capacity) were just written: new, so max priority."""
+    def committed(self, first: int, count: int, dead: np.ndarray | None = None) -> None:
+        """Ring rows [first, first + count) (mod capacity) were just written: new, so max priority; rows `dead`
+        (dropped by the buffer) get none."""
         count = min(count, self.capacity)
         rows = (first + np.arange(count)) % self.capacity
         self.tree.update(rows, np.full(count, self.max_priority))
+        if dead is not None and len(dead):
+            self.tree.update(dead, np.zeros(len(dead)))
 
     def _sync_staged(self, written: int) -> None:
         """Transitions staged since the last sync enter with the largest priority: slot rows
@@ -119,7 +122,12 @@ class MemberPriorities:
                     generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
         """A stratified prioritised draw: (storage rows, their importance weights, the tree leaves drawn)."""
         self.resize_staging(buffer.slot_rows)
-        self._sync_staged(buffer.written_count(slot))
+        written = buffer.written_count(slot)
+        self._sync_staged(written)
+        dropped = min(written, self.staging) - buffer.staged_count(slot)
+        if dropped > 0:  # the buffer dropped the slot's oldest rows (their frames were overwritten): no mass
+            lost = (written - min(written, self.staging) + np.arange(dropped)) % max(self.staging, 1)
+            self.tree.update(self.capacity + lost, np.zeros(dropped))
         total = self.tree.total
         if total <= 0:
             raise RuntimeError("cannot sample from an empty prioritised buffer")

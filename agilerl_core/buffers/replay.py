@@ -12,13 +12,17 @@ memory is checked before every allocation (:mod:`agilerl_core.buffers.memory`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
 from agilerl_core.buffers.memory import check_replay_fits, slot_rows
 from agilerl_core.envs.spaces import ActionSpec, MultiAgentSpec, Obs, ObsSpec
+
+if TYPE_CHECKING:
+    from agilerl_core.buffers.frames import FramePart
 
 
 class Transition(NamedTuple):
@@ -61,6 +65,16 @@ class FieldSpec:
 
 
 Shard = dict[str, torch.Tensor]
+FRAMES_PREFIX = "frames."  # a shard's frame pools (not row-aligned): see agilerl_core.buffers.frames
+
+
+def shard_rows(shard: Shard) -> int:
+    """Transitions a shard holds: the length of its row-aligned fields (a frame-stacked buffer's shards also
+    carry frame pools, ``frames.<part>``, whose length is their frame count)."""
+    for name, t in shard.items():
+        if not name.startswith(FRAMES_PREFIX):
+            return int(t.shape[0])
+    return 0
 
 
 def transition_fields(obs_spec: ObsSpec, action_mask_dim: int | None = None, action_spec: ActionSpec | None = None,
@@ -141,6 +155,8 @@ class MultiAgentBatch(NamedTuple):
 class ReplayBuffer:
     """Ring buffer of `capacity` committed transitions plus `slots` staging areas for fresh ones."""
 
+    frame_parts: Mapping[str, FramePart] = {}  # image parts stored frame by frame (FrameReplayBuffer)
+
     def __init__(self, fields: dict[str, FieldSpec], capacity: int, device: torch.device | str = "cpu") -> None:
         if capacity < 1:
             raise ValueError("capacity must be >= 1")
@@ -153,7 +169,7 @@ class ReplayBuffer:
         self.slot_rows = 0  # rows a slot holds: min(slot_capacity, capacity), a ring of its newest rows
         self._staged: list[int] = []  # rows of each slot its member may sample (<= slot_rows)
         self._written: list[int] = []  # transitions added to each slot since it was emptied (>= _staged)
-        check_replay_fits(self.fields, self.capacity, 0, 0, self.device, "replay buffer")
+        check_replay_fits(self.fields, self.capacity, 0, 0, self.device, "replay buffer", frames=self.frame_parts)
         self._storage = self._alloc(self.capacity)
         self._obs_keys = [k.split(".", 1)[1] for k in fields if k.startswith("obs.")]
 
@@ -173,7 +189,7 @@ class ReplayBuffer:
         keep = self.size > 0  # committed rows to carry over (else the old ring is dropped before allocating)
         largest = max((t.numel() * t.element_size() for t in self._storage.values()), default=0)
         check_replay_fits(self.fields, self.capacity, slots, slot_capacity, self.device, "replay buffer staging",
-                          held_bytes=self.memory_bytes, copy_bytes=largest if keep else 0)
+                          held_bytes=self.memory_bytes, copy_bytes=largest if keep else 0, frames=self.frame_parts)
         total = self.capacity + slots * rows
         for k, f in self.fields.items():  # one field at a time: the old and new storage overlap by one field
             old = self._storage.pop(k)
@@ -205,6 +221,10 @@ class ReplayBuffer:
     def add(self, slot: int, data: dict[str, torch.Tensor]) -> None:
         """Append a whole vectorised step (leading dim = num_envs) to member `slot`'s staging area. Past
         :attr:`slot_rows` rows it wraps around, overwriting the slot's oldest rows."""
+        self._write(slot, data)
+
+    def _write(self, slot: int, data: dict[str, torch.Tensor]) -> None:
+        """:meth:`add` of rows as stored (every field of :attr:`fields`)."""
         n = next(iter(data.values())).shape[0]
         written = self._written[slot]
         if written + n > self.slot_capacity:
@@ -230,13 +250,17 @@ class ReplayBuffer:
     def add_group(self, slots: list[int], data: dict[str, torch.Tensor]) -> None:
         """:meth:`add` for a group's vector step at once: `data` rows member-major (slot ``slots[i]``'s N rows at
         i*N .. i*N+N-1), every slot at the same count (a group steps together): one indexed copy per field."""
+        self._write_group(slots, data)
+
+    def _write_group(self, slots: list[int], data: dict[str, torch.Tensor]) -> None:
+        """:meth:`add_group` of rows as stored."""
         k = len(slots)
         n = next(iter(data.values())).shape[0] // k
         written = self._written[slots[0]]
         rows = self.slot_rows
         if n > rows or written + n > self.slot_capacity or any(self._written[s] != written for s in slots):
             for i, s in enumerate(slots):  # unusual layouts: slot by slot
-                self.add(s, {key: v[i * n: (i + 1) * n] for key, v in data.items()})
+                self._write(s, {key: v[i * n: (i + 1) * n] for key, v in data.items()})
             return
         base = self.capacity + torch.tensor(slots, dtype=torch.int64, device=self.device) * rows
         at = ((written + torch.arange(n, device=self.device)) % rows + base.unsqueeze(1)).reshape(-1)
@@ -262,12 +286,12 @@ class ReplayBuffer:
         """Append shards to the ring in order, then empty every staging slot."""
         for shard in shards:
             self.extend(shard)
-        self._staged = [0] * len(self._staged)
-        self._written = [0] * len(self._written)
+        for s in range(len(self._staged)):
+            self.reset_slot(s)
 
     def extend(self, shard: Shard) -> None:
         """Append transitions to the committed ring, overwriting the oldest when full."""
-        n = next(iter(shard.values())).shape[0]
+        n = shard_rows(shard)
         if n == 0:
             return
         if n > self.capacity:  # only the newest `capacity` can survive
@@ -350,16 +374,30 @@ class ReplayBuffer:
         """Replace the committed contents with `shard` (oldest first), laid out so that the next write
         goes to ring index `pos` (default: right after the data). Passing the saved :attr:`pos` restores
         the exact ring layout, so sampling continues bit-identically."""
-        missing = set(self.fields) - set(shard)
+        missing = self.missing_fields(shard)
         if missing:
-            raise ValueError(f"buffer data lacks fields {sorted(missing)}")
-        n = min(next(iter(shard.values())).shape[0], self.capacity)
+            raise ValueError(f"buffer data lacks fields {missing}")
+        n = min(shard_rows(shard), self.capacity)
         pos = n % self.capacity if pos is None else int(pos)
         if not 0 <= pos < self.capacity or (n < self.capacity and pos != n):
             raise ValueError(f"ring position {pos} does not fit {n} transitions in capacity {self.capacity}")
         self.size = 0
         self.pos = (pos - n) % self.capacity
         self.extend({k: shard[k] for k in self.fields})
+
+    def missing_fields(self, shard: Shard) -> list[str]:
+        """Fields this buffer keeps that `shard` lacks (sorted; empty: it loads)."""
+        return sorted(set(self.fields) - set(shard))
+
+    def load_shards(self, shards: list[Shard], size: int, pos: int) -> None:
+        """Committed contents from consecutive shards (oldest first): their newest `size` rows, laid out so the
+        next write goes to ring index `pos` (what a run's storage rebuilds the buffer from)."""
+        self.load_committed({k: torch.cat([p[k] for p in shards])[-size:] for k in self.fields}, pos)
+
+    def dead_committed_rows(self) -> torch.Tensor:
+        """Committed ring rows written once but no longer held (a frame-stacked buffer drops its oldest rows when
+        their frames are overwritten): prioritised replay gives them no mass. None here."""
+        return torch.zeros(0, dtype=torch.int64)
 
     def reset_slot(self, slot: int) -> None:
         """Empty member `slot`'s staging area (before it trains again)."""

@@ -40,7 +40,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_tensors_bytes
 from safetensors.torch import save as save_tensors_bytes
 
-from agilerl_core.buffers.replay import ReplayBuffer, Shard
+from agilerl_core.buffers.replay import ReplayBuffer, Shard, shard_rows
 from agilerl_core.envs.spaces import ObsSpec
 from agilerl_core.errors import CheckpointError, ConfigError, LeaseError
 from agilerl_core.hpo.population import Member, Population
@@ -219,7 +219,7 @@ class RunStore:
                                   metadata={"format": "agilerl-flow/shard"})
         key = self.key(self.gen_dir(generation), "shards", f"{slot}.safetensors")
         self.storage.put_bytes(key, data)
-        rows = int(next(iter(shard.values())).shape[0]) if shard else 0
+        rows = shard_rows(shard)
         return ShardRef(key, _sha(data), rows)
 
     def shard_ref(self, generation: int, slot: int) -> ShardRef:
@@ -227,7 +227,7 @@ class RunStore:
         key = self.key(self.gen_dir(generation), "shards", f"{slot}.safetensors")
         data = self.storage.get_bytes(key)
         shard = load_tensors_bytes(data)
-        return ShardRef(key, _sha(data), int(next(iter(shard.values())).shape[0]) if shard else 0)
+        return ShardRef(key, _sha(data), shard_rows(shard))
 
     def get_shard(self, ref: ShardRef) -> Shard:
         data = self.storage.get_bytes(ref.key)
@@ -422,14 +422,13 @@ class RunStore:
         if not parts:
             buffer.size, buffer.pos = 0, 0
             return
-        missing = sorted({k for p in parts for k in buffer.fields if k not in p})
+        missing = sorted({k for p in parts for k in buffer.missing_fields(p)})
         if missing:
             raise CheckpointError(f"{self.uri}: the stored experience lacks field(s) {', '.join(missing)} that this "
                                   f"version's buffer keeps (written by an older version); start a new run (or "
                                   f"resume it with the version that wrote it)")
         try:
-            data = {k: torch.cat([p[k] for p in parts])[-size:] for k in buffer.fields}
-            buffer.load_committed(data, int(state["pos"]))
+            buffer.load_shards(parts, size, int(state["pos"]))
         except (ValueError, RuntimeError, TypeError, IndexError) as err:
             raise CheckpointError(f"{self.storage.url(self.key(self.gen_dir(generation), 'MANIFEST.json'))}: the "
                                   f"buffer state (field buffer) does not fit the stored shards ({err})") from None

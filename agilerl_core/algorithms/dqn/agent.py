@@ -136,9 +136,9 @@ class DQN(RLAlgorithm):
             self.per.update(self._per_leaves, signal.cpu().numpy())
             self._per_leaves = None
 
-    def committed(self, first: int, count: int) -> None:
+    def committed(self, first: int, count: int, dead: torch.Tensor | None = None) -> None:
         if self.per is not None:
-            self.per.committed(first, count)
+            self.per.committed(first, count, None if dead is None else dead.numpy())
 
     def begin_rollout(self, num_envs: int) -> None:
         if self.per is not None:
