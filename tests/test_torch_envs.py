@@ -413,3 +413,28 @@ def test_numpy_adapter_presents_gymnasiums_vector_api():
     with pytest.raises(ValueError, match="options"):
         discrete.reset(seed=0, options={"low": -0.1})
     discrete.close()
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_a_compiled_step_is_one_graph_that_steps_as_the_eager_one(env_id):
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    counters = torch._dynamo.utils.counters
+    counters.clear()
+    eager = TorchClassicVector(env_id, 6)
+    # aot_eager traces and partitions the graph as Inductor gets it (fullgraph: any break fails), without the
+    # minutes of C++ codegen a CI machine would spend; the Inductor speed is benchmarks/population_scaling.py's
+    compiled = [TorchClassicVector(env_id, 6, compile="aot_eager") for _ in range(2)]
+    for e in (eager, *compiled):
+        e.reset(seed=4)
+    for t in range(40):
+        a = eager.action_space.sample() if t % 3 else np.zeros_like(eager.action_space.sample())
+        want = eager.step(torch.as_tensor(a))
+        for e in compiled:
+            for x, y in zip(want, e.step(torch.as_tensor(a)), strict=True):
+                torch.testing.assert_close(x, y)
+    assert counters["stats"]["unique_graphs"] == 1  # one graph for every env of this kind and shape
+    with pytest.raises(ConfigError, match="compile_envs: compiles the on-device envs of env_backend: torch"):
+        tiny_config(compile_envs=True)
+    assert EnvRecipe.of(tiny_config(env_backend="torch", compile_envs=True)).torch_vector(2, "cpu").compiled

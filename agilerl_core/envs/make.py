@@ -172,12 +172,14 @@ class EnvRecipe:
     wrappers: tuple[Any, ...] = ()
     vector_wrappers: tuple[Any, ...] = ()
     backend: str = "gymnasium"  # or envpool (agilerl_core.envs.envpool_backend), torch (envs.torch_classic)
+    compile: bool = False  # backend torch: the envs' step compiled (compile_envs)
 
     @classmethod
     def of(cls, cfg: Any) -> EnvRecipe:
         """The recipe a Gymnasium or offline config names."""
         return cls(cfg.env_id, dict(cfg.env_kwargs), cfg.env_entry_point, tuple(getattr(cfg, "env_wrappers", ())),
-                   tuple(getattr(cfg, "vector_wrappers", ())), getattr(cfg, "env_backend", "gymnasium"))
+                   tuple(getattr(cfg, "vector_wrappers", ())), getattr(cfg, "env_backend", "gymnasium"),
+                   bool(getattr(cfg, "compile_envs", False)))
 
     def check(self) -> None:
         """The fast check before anything starts: the env id and every wrapper resolve (ConfigErrors naming the
@@ -261,7 +263,7 @@ class EnvRecipe:
         from agilerl_core.envs.torch_classic import TorchClassicVector
 
         self.check()
-        return TorchClassicVector(self.env_id, num_envs, device, self.kwargs)
+        return TorchClassicVector(self.env_id, num_envs, device, self.kwargs, compile=self.compile)
 
     def for_training(self, envs: list[Any]) -> list[Any]:
         """Training vector envs inside fresh vector wrappers: their statistics (e.g. NormalizeReward's running

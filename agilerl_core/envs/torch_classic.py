@@ -26,6 +26,7 @@ loops use (as :class:`~agilerl_core.envs.envpool_backend.EnvpoolVector` does for
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -297,6 +298,13 @@ _BUILDERS: dict[str, Callable[..., _Dynamics]] = {
 }
 
 
+@functools.cache
+def _dynamics(family: str, options: tuple[tuple[str, Any], ...]) -> _Dynamics:
+    """One family's maths for its options, built once per process (a compiled step then compiles once for all
+    the envs of that kind, not once per vector env)."""
+    return _BUILDERS[family](**dict(options))
+
+
 # ---- the vector env ---------------------------------------------------------------------------------------------
 class TorchClassicVector:
     """`num_envs` copies of classic-control env `env_id` (one of :data:`TORCH_ENV_IDS`) as tensors on `device`,
@@ -306,13 +314,13 @@ class TorchClassicVector:
     is_vector_env = True
 
     def __init__(self, env_id: str, num_envs: int, device: torch.device | str = "cpu",
-                 env_kwargs: dict[str, Any] | None = None) -> None:
+                 env_kwargs: dict[str, Any] | None = None, compile: bool | str = False) -> None:
         options, self.max_episode_steps = _parse(env_id, env_kwargs)
         if isinstance(num_envs, bool) or not isinstance(num_envs, int | np.integer) or num_envs < 1:
             raise ValueError(f"num_envs: expected a whole number >= 1, got {num_envs!r}")
         self.env_id, self.num_envs, self.device = env_id, int(num_envs), torch.device(device)
         self.env_kwargs = dict(env_kwargs or {})
-        self._dyn = _BUILDERS[_family(env_id)](**options)
+        self._dyn = _dynamics(_family(env_id), tuple(sorted(options.items())))
         self.single_observation_space = self._dyn.observation_space
         self.single_action_space = self._dyn.action_space
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
@@ -324,6 +332,11 @@ class TorchClassicVector:
         self.elapsed = torch.zeros(b, dtype=torch.int64, device=self.device)
         self._keys: Tensor | None = None  # per sub-env: rng.mix(seed_i)
         self._counters = torch.zeros(b, dtype=torch.int64, device=self.device)  # episodes started
+        # the step's maths as one compiled graph (torch.compile: Inductor by default, or the backend named)
+        self.compiled = bool(compile)
+        self._advance = torch.compile(self._advance_eager, fullgraph=True, dynamic=False,
+                                      backend="inductor" if compile is True else compile) if compile else \
+            self._advance_eager
 
     def __repr__(self) -> str:
         return f"TorchClassicVector({self.env_id}, num_envs={self.num_envs}, device={self.device})"
@@ -381,17 +394,24 @@ class TorchClassicVector:
         equal."""
         if self._keys is None:
             raise RuntimeError(f"{self!r}: call reset(seed) before step")
-        state, reward, terminated = self._dyn.step(self._state, self._actions(actions))
-        elapsed = self.elapsed + 1
+        self._state, self._counters, self.elapsed, out = self._advance(
+            self._state, self._actions(actions), self._keys, self._counters, self.elapsed)
+        return out
+
+    def _advance_eager(self, state: Tensor, actions: Tensor, keys: Tensor, counters: Tensor, elapsed: Tensor
+                       ) -> tuple[Tensor, Tensor, Tensor, tuple[Tensor, Tensor, Tensor, Tensor, Tensor]]:
+        """The step as a pure function of the envs' tensors: (state, counters, elapsed, step's outputs)."""
+        state, reward, terminated = self._dyn.step(state, actions)
+        elapsed = elapsed + 1
         truncated = elapsed >= self.max_episode_steps
         done = terminated | truncated
         final_obs = self._dyn.obs(state)
-        fresh = self._draw_starts()
-        self._state = torch.where(done.unsqueeze(-1), fresh, state)
-        self._counters = self._counters + done.to(torch.int64)
-        self.elapsed = torch.where(done, torch.zeros_like(elapsed), elapsed)
+        fresh = self._dyn.start(rng.uniform(keys, counters, self._dyn.draws))
+        state = torch.where(done.unsqueeze(-1), fresh, state)
+        counters = counters + done.to(torch.int64)
+        elapsed = torch.where(done, torch.zeros_like(elapsed), elapsed)
         obs = torch.where(done.unsqueeze(-1), self._dyn.obs(fresh), final_obs)
-        return obs, reward, terminated, truncated, final_obs
+        return state, counters, elapsed, (obs, reward, terminated, truncated, final_obs)
 
     def state(self) -> Tensor:
         """The physical state [B, state_dim] (a copy): CartPole (x, x_dot, theta, theta_dot), Acrobot (theta1,
