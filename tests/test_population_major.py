@@ -66,14 +66,15 @@ def test_a_member_trains_the_same_alone_and_in_a_group(backend):
 
 
 @pytest.mark.parametrize("algorithm,backend", [("dqn", "gymnasium"), ("dqn", "torch"), ("td3", "torch"),
-                                               ("sac", "gymnasium")])
+                                               ("sac", "gymnasium"), ("rainbow", "gymnasium")])
 def test_an_off_policy_member_collects_and_learns_the_same_alone_and_in_a_group(algorithm, backend):
     """One env step for the group, exploration drawn on the device (epsilon-greedy; Gaussian or OU noise;
     SAC's samples and warm-up actions), one staging write for every slot, every member's minibatch in one
     draw: a member's transitions and weights are the same alone and in a group."""
     own = {"dqn": {"hyperparameters.eps_decay_steps": 200},
            "td3": {"env_id": "Pendulum-v1", "hyperparameters.noise_type": "ou", "hyperparameters.random_steps": 40},
-           "sac": {"env_id": "Pendulum-v1", "hyperparameters.random_steps": 40}}[algorithm]
+           "sac": {"env_id": "Pendulum-v1", "hyperparameters.random_steps": 40},
+           "rainbow": {"hyperparameters.n_step": 3}}[algorithm]  # n-step windows for the group's envs at once
     cfg = tiny_config(algorithm=algorithm, env_backend=backend, population_size=3, evo_steps=96,
                       **{"hyperparameters.learning_delay": 32, **own})
     arena = build_arena(cfg)
@@ -87,7 +88,8 @@ def test_an_off_policy_member_collects_and_learns_the_same_alone_and_in_a_group(
     assert together[1].learn_steps == own.learn_steps > 0 and together[1].episodes == own.episodes
     # the same exploration, alone or not (continuous actions up to the stacked forward's rounding)
     assert torch.allclose(group_shard["action"].float(), arena.shard(1)["action"].float(), atol=1e-5)
-    assert torch.allclose(group_shard["reward"], arena.shard(1)["reward"])
+    for key in ("reward", "obs.obs", "next_obs.obs") + (("step_rewards", "length") if algorithm == "rainbow" else ()):
+        assert torch.allclose(group_shard[key], arena.shard(1)[key]), key
     assert torch.allclose(_weights(members[1]), _weights(alone), atol=1e-5)
 
 

@@ -37,8 +37,9 @@ def train_group(group: ReplayGroup, slots: list[int], envs: GroupEnv, buffer: Re
     alone is a group of one.
 
     Each member's envs are reset with its seed first, so the result depends only on the members, the
-    committed buffer and the seeds (episodes do not straddle generations). n-step members assemble their
-    transitions member by member (the collector keeps per-env windows on the host)."""
+    committed buffer and the seeds (episodes do not straddle generations). n-step windows are kept for the
+    group's K x N sub-envs at once (on the host: which windows end depends on the episodes that ended), and
+    each member's completed transitions go to its slot in the order its own collector would give them."""
     t0 = time.perf_counter()
     agents, k, n = group.agents, envs.k, envs.n
     dev = group.device
@@ -46,7 +47,7 @@ def train_group(group: ReplayGroup, slots: list[int], envs: GroupEnv, buffer: Re
     for a in agents:
         a.begin_rollout(n)
     n_step = getattr(agents[0].hp, "n_step", 1)  # structural: equal within a group
-    nsteps = [NStepCollector(n, n_step) for _ in agents] if n_step > 1 else None
+    nstep = NStepCollector(k * n, n_step) if n_step > 1 else None  # the group's K x N sub-envs at once
     rounds = LearnRounds(group, [ReplayLearning(a, buffer, s) for a, s in zip(agents, slots, strict=True)],
                          buffer, slots)
     observes = agents[0].obs_norm is not None
@@ -67,12 +68,12 @@ def train_group(group: ReplayGroup, slots: list[int], envs: GroupEnv, buffer: Re
         data["terminated"] = step.terminated.to(torch.float32)
         if step.next_mask is not None:
             data["next_action_mask"] = step.next_mask
-        if nsteps is not None:  # host envs know which episodes ended already; on-device envs: one read
+        if nstep is not None:  # host envs know which episodes ended already; on-device envs: one read
             host_done = step.host_done if step.host_done is not None else done.cpu().numpy()
-            for i, (c, s) in enumerate(zip(nsteps, slots, strict=True)):
-                out = c.push({key: v[i * n: (i + 1) * n] for key, v in data.items()}, host_done[i * n: (i + 1) * n])
-                if out is not None:
-                    buffer.add(s, out)
+            out = nstep.push(data, host_done)
+            for s, rows in zip(slots, nstep.split(out, k), strict=True):
+                if rows is not None:
+                    buffer.add(s, rows)
         else:
             buffer.add_group(slots, data)
         for a in agents:
@@ -88,9 +89,9 @@ def train_group(group: ReplayGroup, slots: list[int], envs: GroupEnv, buffer: Re
     rounds.finish()
     group.write_back()
     envs.check(slots)
-    if nsteps is not None:  # the unfinished tails bootstrap from the state they stop at
-        for c, s in zip(nsteps, slots, strict=True):
-            tail = c.flush()
+    if nstep is not None:  # the unfinished tails bootstrap from the state they stop at
+        tails = nstep.split(nstep.flush(), k)
+        for s, tail in zip(slots, tails, strict=True):
             if tail is not None:
                 buffer.add(s, tail)
     counts, sums = ep_count.cpu().tolist(), ep_sum.cpu().tolist()  # the phase's numbers, read once

@@ -42,6 +42,7 @@ class NStepCollector:
         self.num_envs, self.n = num_envs, n
         self.history: deque[dict[str, torch.Tensor]] = deque(maxlen=n)
         self.age = np.zeros(num_envs, dtype=np.int64)  # pending single-step transitions per sub-env
+        self.emitted = np.zeros(0, dtype=np.int64)  # the sub-env of each transition last emitted
 
     def _window(self, length: int, envs: np.ndarray) -> dict[str, torch.Tensor]:
         """The transitions of `envs` whose window is the last `length` steps."""
@@ -58,9 +59,20 @@ class NStepCollector:
 
     def _emit(self, plan: list[tuple[int, np.ndarray]]) -> dict[str, torch.Tensor] | None:
         parts = [self._window(length, envs) for length, envs in plan if len(envs)]
+        self.emitted = np.concatenate([envs for _, envs in plan]) if plan else np.zeros(0, np.int64)
         if not parts:
             return None
         return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+
+    def split(self, out: dict[str, torch.Tensor] | None, k: int) -> list[dict[str, torch.Tensor] | None]:
+        """The transitions just emitted (`out`, from :meth:`push` or :meth:`flush`) of a collector over a group's
+        K x N sub-envs (member-major), per member: each member's in the order its own collector would give."""
+        if out is None:
+            return [None] * k
+        member = self.emitted // (self.num_envs // k)
+        rows = [np.flatnonzero(member == i) for i in range(k)]
+        return [None if not len(r) else {key: v.index_select(0, torch.as_tensor(r, device=v.device))
+                                         for key, v in out.items()} for r in rows]
 
     def push(self, data: dict[str, torch.Tensor], done: np.ndarray) -> dict[str, torch.Tensor] | None:
         """Add one vector step; return the n-step transitions it completes (None when none)."""
