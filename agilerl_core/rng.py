@@ -101,6 +101,10 @@ class MemberDraws:
         """[K, n] standard normals."""
         return normal(self.keys, self._advance(who), n)
 
+    def uniform(self, who: torch.Tensor, n: int) -> torch.Tensor:
+        """[K, n] uniforms in [0, 1)."""
+        return uniform(self.keys, self._advance(who), n)
+
 
 class KeyedStream:
     """A group's random draws for one phase: member i's values come from its key `keys[i]` and a counter that

@@ -17,7 +17,7 @@ from agilerl_core.algorithms.hyperparameters.dqn import DQNHyperparameters
 from agilerl_core.algorithms.hyperparameters.sac import SACHyperparameters
 from agilerl_core.algorithms.hyperparameters.td3 import DDPGHyperparameters, TD3Hyperparameters
 from agilerl_core.buffers.nstep import NStepCollector
-from agilerl_core.buffers.prioritized import MemberPriorities, SumTree
+from agilerl_core.buffers.prioritized import GroupPriorities, MemberPriorities, SumTree
 from agilerl_core.buffers.replay import ReplayBuffer, Transition, n_step_return, transition_fields
 from agilerl_core.config import NetworkConfig
 from agilerl_core.envs.spaces import ActionSpec, ObsSpec, action_spec
@@ -130,6 +130,53 @@ def test_per_weights_and_priority_updates():
     assert per.tree.leaves[3] == 0.0 and per.max_priority == pytest.approx(4.0)
     per.committed(3, 1)  # overwritten by a new transition: the largest priority seen
     assert per.tree.leaves[3] == pytest.approx(4.0)
+
+
+def test_a_groups_prioritised_draw_and_update_are_each_members_own():
+    fields = transition_fields(SPEC)
+    buf = ReplayBuffer(fields, capacity=40)
+    buf.reserve_staging(3, 12)
+    buf.extend({k: torch.zeros((30, *f.shape), dtype=f.dtype) for k, f in fields.items()})
+    for slot, n in ((0, 12), (1, 5), (2, 8)):
+        buf.add(slot, {k: torch.zeros((n, *f.shape), dtype=f.dtype) for k, f in fields.items()})
+    rng = np.random.default_rng(0)
+
+    def members():
+        out = []
+        for alpha in (0.6, 0.5, 0.7):
+            per = MemberPriorities(capacity=40, staging=12, alpha=alpha, eps=1e-3)
+            per.committed(0, 30)
+            per.update(np.arange(30), rng.uniform(0, 3, 30))
+            out.append(per)
+        return out
+
+    alone, together = members(), members()
+    for a, b in zip(alone, together, strict=True):
+        b.tree.set_all(a.tree.leaves.copy())
+        b.max_priority = a.max_priority
+    group = GroupPriorities(together)
+    sizes, betas = [6, 0, 4], [0.4, 0.5, 1.0]  # member 1 sits this step out; batch sizes differ
+    for step in range(3):
+        gens = [torch.Generator().manual_seed(10 * step + i) for i in range(3)]
+        u = np.zeros((3, 6))
+        for i, n in enumerate(sizes):
+            if n:
+                u[i, :n] = torch.rand(n, generator=torch.Generator().manual_seed(10 * step + i),
+                                      dtype=torch.float64).numpy()
+        rows, weights, leaves = group.sample_rows(buf, [0, 1, 2], sizes, betas, u)
+        for i, n in enumerate(sizes):
+            if not n:
+                continue
+            r, w, lv = alone[i].sample_rows(buf, i, n, betas[i], gens[i])
+            assert rows[i, :n].tolist() == r.tolist() and leaves[i, :n].tolist() == lv.tolist()
+            assert np.allclose(weights[i, :n], w.numpy(), rtol=1e-6) and not weights[i, n:].any()
+        errors = rng.uniform(0, 2, (3, 6))
+        group.update(leaves, errors, sizes)
+        for i, n in enumerate(sizes):
+            if n:
+                alone[i].update(leaves[i, :n], errors[i, :n])
+    for a, b in zip(alone, together, strict=True):
+        assert np.array_equal(a.tree.tree, b.tree.tree) and a.max_priority == b.max_priority
 
 
 # ---- C51 ---------------------------------------------------------------------------------------------

@@ -121,13 +121,7 @@ class MemberPriorities:
     def sample_rows(self, buffer: ReplayBuffer, slot: int, batch_size: int, beta: float,
                     generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
         """A stratified prioritised draw: (storage rows, their importance weights, the tree leaves drawn)."""
-        self.resize_staging(buffer.slot_rows)
-        written = buffer.written_count(slot)
-        self._sync_staged(written)
-        dropped = min(written, self.staging) - buffer.staged_count(slot)
-        if dropped > 0:  # the buffer dropped the slot's oldest rows (their frames were overwritten): no mass
-            lost = (written - min(written, self.staging) + np.arange(dropped)) % max(self.staging, 1)
-            self.tree.update(self.capacity + lost, np.zeros(dropped))
+        self.prepare(buffer, slot)
         total = self.tree.total
         if total <= 0:
             raise RuntimeError("cannot sample from an empty prioritised buffer")
@@ -142,6 +136,17 @@ class MemberPriorities:
         weights = weights / weights.max()
         weight = torch.as_tensor(weights, dtype=torch.float32).to(buffer.device)
         return torch.as_tensor(rows, dtype=torch.int64).to(buffer.device), weight, leaves
+
+    def prepare(self, buffer: ReplayBuffer, slot: int) -> None:
+        """Before a draw: room for the buffer's staging rows, the slot's new rows at the largest priority, and
+        no mass on rows the buffer dropped (a frame-stacked buffer's oldest, see agilerl_core.buffers.frames)."""
+        self.resize_staging(buffer.slot_rows)
+        written = buffer.written_count(slot)
+        self._sync_staged(written)
+        dropped = min(written, self.staging) - buffer.staged_count(slot)
+        if dropped > 0:
+            lost = (written - min(written, self.staging) + np.arange(dropped)) % max(self.staging, 1)
+            self.tree.update(self.capacity + lost, np.zeros(dropped))
 
     def update(self, leaves: np.ndarray, errors: np.ndarray) -> None:
         """New priorities (|error| + eps)^alpha for the drawn leaves."""
@@ -161,3 +166,84 @@ class MemberPriorities:
         self.tree.set_all(np.concatenate([leaves, np.zeros(self.staging)]))
         self.max_priority = float(tensors["per_max"][0])
         self.staged_seen = 0
+
+
+class GroupPriorities:
+    """A group's members' priorities side by side for its learn steps: their sum trees become rows of one
+    [K, 2 * base] array (each member's tree a view of its row, so they stay the members' own state), every
+    member's stratified draw is one descent of [K, B] masses, and the priorities a step learned are one update.
+    The values are those each member's :class:`MemberPriorities` gives alone for the same uniforms."""
+
+    def __init__(self, pers: list[MemberPriorities]) -> None:
+        self.pers = pers
+        self._stack: np.ndarray | None = None
+        self._views: list[np.ndarray] = []
+
+    def _trees(self) -> np.ndarray:
+        """The members' trees as one array (rebuilt when a member's tree was replaced, e.g. resized)."""
+        trees = [p.tree for p in self.pers]
+        if self._stack is None or any(t.tree is not v for t, v in zip(trees, self._views, strict=True)):
+            if len({t.tree.shape for t in trees}) != 1:
+                raise ValueError("prioritised replay: a group's members must have sum trees of one size")
+            self._stack = np.stack([t.tree for t in trees])
+            self._views = list(self._stack)
+            for t, v in zip(trees, self._views, strict=True):
+                t.tree = v
+        return self._stack
+
+    def sample_rows(self, buffer: ReplayBuffer, slots: list[int], sizes: list[int], betas: list[float],
+                    u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every member's stratified draw of ``sizes[i]`` rows (0: it sits out) from uniforms `u` [K, B]:
+        (storage rows [K, B], importance weights [K, B] (0 on padding), tree leaves [K, B])."""
+        for p, slot, n in zip(self.pers, slots, sizes, strict=True):
+            if n:  # as when it draws alone: a member that sits out syncs at its own next draw
+                p.prepare(buffer, slot)
+        stack = self._trees()
+        first = self.pers[0].tree
+        k, b = u.shape
+        total = stack[:, 1]
+        size = np.asarray(sizes, dtype=np.float64)
+        active = size > 0
+        if (total[active] <= 0).any():
+            raise RuntimeError("cannot sample from an empty prioritised buffer")
+        mass = (np.arange(b) + u) * (total / np.maximum(size, 1.0))[:, None]
+        node = np.ones((k, b), dtype=np.int64)
+        while node[0, 0] < first.base:  # every leaf lies at one depth: the members descend in step
+            left = np.take_along_axis(stack, 2 * node, 1)
+            go_right = mass >= left
+            mass -= np.where(go_right, left, 0.0)
+            node = 2 * node + go_right
+        leaves = np.minimum(node - first.base, first.size - 1)
+        cap = self.pers[0].capacity
+        slot_base = np.array([buffer.capacity + s * buffer.slot_rows for s in slots])[:, None]
+        rows = np.where(leaves < cap, leaves, slot_base + (leaves - cap))
+        probs = np.take_along_axis(stack, first.base + leaves, 1) / np.where(total > 0, total, 1.0)[:, None]
+        n = np.array([buffer.available(s) for s in slots], dtype=np.float64)[:, None]
+        real = np.arange(b) < size[:, None]
+        with np.errstate(divide="ignore"):
+            weights = np.where(real, (n * probs) ** (-np.asarray(betas)[:, None]), 0.0)
+        weights = weights / np.maximum(weights.max(1, keepdims=True), np.finfo(np.float64).tiny)
+        return rows, weights, leaves
+
+    def update(self, leaves: np.ndarray, errors: np.ndarray, sizes: list[int]) -> None:
+        """New priorities (|error| + eps)^alpha for each member's first ``sizes[i]`` drawn leaves."""
+        stack = self._trees()
+        width = stack.shape[1]
+        base = self.pers[0].tree.base
+        members, cols = np.nonzero(np.arange(leaves.shape[1]) < np.asarray(sizes)[:, None])
+        alpha = np.array([p.alpha for p in self.pers])[members]
+        eps = np.array([p.eps for p in self.pers])[members]
+        p = (np.abs(errors[members, cols].astype(np.float64)) + eps) ** alpha
+        flat = stack.reshape(-1)
+        flat[members * width + base + leaves[members, cols]] = p  # the last value wins for a repeated leaf
+        for i, per in enumerate(self.pers):
+            mine = members == i
+            if mine.any():
+                per.max_priority = max(per.max_priority, float(p[mine].max()))
+        nodes = np.unique(members * width + (base + leaves[members, cols]) // 2)
+        while nodes.size and nodes[0] % width >= 1:
+            row, node = np.divmod(nodes, width)
+            flat[nodes] = flat[row * width + 2 * node] + flat[row * width + 2 * node + 1]
+            if node[0] == 1:
+                break
+            nodes = np.unique(row * width + node // 2)

@@ -43,7 +43,6 @@ class DQN(RLAlgorithm):
         super().__init__(obs_spec, action, arch, hp, seed, device)
         hp = self.hp
         self.per = MemberPriorities(hp.buffer_size, 0, hp.per_alpha, hp.per_eps) if hp.per else None
-        self._per_leaves: np.ndarray | None = None
         self.support = torch.linspace(hp.v_min, hp.v_max, hp.num_atoms, device=self.device) \
             if hp.distributional else None
 
@@ -122,19 +121,6 @@ class DQN(RLAlgorithm):
     @property
     def uniform_replay(self) -> bool:
         return self.per is None
-
-    def sample_rows(self, buffer, slot: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if self.per is None:
-            return super().sample_rows(buffer, slot)
-        rows, weight, self._per_leaves = self.per.sample_rows(buffer, slot, self.hp.batch_size, self.per_beta(),
-                                                              self.torch_gen)
-        return rows, weight
-
-    def priorities_seen(self, signal: torch.Tensor) -> None:
-        """The priority signal (|TD error|, or the C51 loss) of the rows last drawn: their new priorities."""
-        if self.per is not None and self._per_leaves is not None:
-            self.per.update(self._per_leaves, signal.cpu().numpy())
-            self._per_leaves = None
 
     def committed(self, first: int, count: int, dead: torch.Tensor | None = None) -> None:
         if self.per is not None:

@@ -16,8 +16,10 @@ import torch
 
 from agilerl_core.algorithms.dqn.maths import categorical_projection, mask_invalid, regression_loss, regression_loss_grad
 from agilerl_core.algorithms.group import ReplayGroup, StackedRows, clipped_step, gradients
+from agilerl_core.buffers.prioritized import GroupPriorities
 from agilerl_core.buffers.replay import Transition
 from agilerl_core.networks.stacked import StackedNetwork
+from agilerl_core.rng import SALT_SAMPLE
 
 
 class DQNGroup(ReplayGroup):
@@ -37,6 +39,23 @@ class DQNGroup(ReplayGroup):
         self.noisy, self.support, self.per = hp.noisy, first.support, hp.per
         self.actions = first.action_dim
         self.generators = [a.torch_gen for a in self.agents]
+        self.priorities = GroupPriorities([a.per for a in self.agents]) if self.per else None
+        self._drawn: tuple[np.ndarray, list[int]] | None = None  # the leaves prioritised replay drew last
+
+    def learn_step(self, buffer, slots: Sequence[int], active: Sequence[bool]) -> torch.Tensor:
+        """With prioritised replay: every member's stratified draw from its own sum tree in one descent, from
+        keyed uniforms (one draw for the group, each member's at its own counter), weighted by importance."""
+        if self.priorities is None:
+            return super().learn_step(buffer, slots, active)
+        sizes = [a.hp.batch_size if on else 0 for a, on in zip(self.agents, active, strict=True)]
+        who = torch.tensor(list(active), device=self.device)
+        u = self.member_draws(SALT_SAMPLE).uniform(who, max(sizes)).cpu().numpy().astype(np.float64)
+        rows, weights, leaves = self.priorities.sample_rows(buffer, list(slots), sizes,
+                                                            [a.per_beta() for a in self.agents], u)
+        self._drawn = (leaves, sizes)
+        stacked = StackedRows.of_matrix(torch.as_tensor(rows, device=self.device), sizes, self.device)
+        stacked.weight = stacked.weight * torch.as_tensor(weights, dtype=torch.float32, device=self.device)
+        return self.learn(self.batch(buffer, stacked.index), stacked)
 
     # ---- values ---------------------------------------------------------------------------------------
     def q_values(self, out: torch.Tensor) -> torch.Tensor:
@@ -176,8 +195,10 @@ class DQNGroup(ReplayGroup):
         for i, a in enumerate(self.agents):
             if active[i]:
                 a.learn_steps += 1
-                if self.per:
-                    a.priorities_seen(signal[i, :rows.counts[i]])
+        if self.priorities is not None and self._drawn is not None:  # the drawn rows' new priorities, one read
+            leaves, sizes = self._drawn
+            self.priorities.update(leaves, signal.cpu().numpy(), sizes)
+            self._drawn = None
         if self.hard_every is None:
             self.update_targets([tau * on for tau, on in zip(self.hp_list("tau"), active, strict=True)])
         else:
