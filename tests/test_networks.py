@@ -25,6 +25,7 @@ from agilerl_core.networks import (
     with_activation,
 )
 from agilerl_core.networks.transfer import overlap_slices
+from agilerl_core.rng import MemberDraws
 
 
 def _assert_kept(old: torch.nn.Module, new: torch.nn.Module, centered=()):
@@ -295,10 +296,15 @@ def test_a_stacked_network_computes_what_each_member_computes(case):
     keys = list(space.spaces) if isinstance(space, spaces.Dict) else ["obs"]
     sub = (lambda k: space[k]) if isinstance(space, spaces.Dict) else (lambda k: space)
     obs = [{k: torch.as_tensor(np.stack([sub(k).sample() for _ in range(5)])) for k in keys} for _ in nets]
-    if opts.get("noisy"):
-        stacked.resample_noise([torch.Generator().manual_seed(100 + i) for i in range(3)])
+    if opts.get("noisy"):  # the group's keyed noise: member i's layers take the first of its layer's values
+        stacked.resample_noise(MemberDraws(torch.tensor([5, 6, 7]), 1), torch.ones(3, dtype=torch.bool))
         for i, n in enumerate(nets):
-            n.resample_noise(torch.Generator().manual_seed(100 + i))
+            modules = dict(n.named_modules())
+            for name, n_in, n_out in stacked.noisy_layers[i]:
+                modules[name].eps_in.copy_(stacked.eps[name][0][i, :n_in])
+                modules[name].eps_out.copy_(stacked.eps[name][1][i, :n_out])
+                modules[name].noise_on = True
+                assert not stacked.eps[name][0][i, n_in:].any()
     for grouped in (False, True) if spec.has_images else (False,):  # convolutions: each member's, or grouped
         stacked.grouped_convs = grouped
         out = stacked({k: torch.cat([o[k] for o in obs]) for k in keys})

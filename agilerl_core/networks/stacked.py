@@ -24,6 +24,7 @@ from torch import nn
 from agilerl_core.envs.spaces import Obs
 from agilerl_core.networks.recurrent import run_sequence
 from agilerl_core.networks.transfer import ACTIVATION_FNS
+from agilerl_core.rng import MemberDraws
 
 Layers = list[tuple[torch.Tensor, torch.Tensor]]  # (weight [K, out, in], bias [K, out]) per layer
 
@@ -141,21 +142,20 @@ class StackedNetwork:
 
     # ---- noise ----------------------------------------------------------------------------------------
     @torch.no_grad()
-    def resample_noise(self, generators: Sequence[torch.Generator | None], who: Sequence[bool] | None = None) -> None:
-        """Fresh noise for every noisy layer of each member in `who` (all by default), drawn from its own
-        generator in the order its own network draws it; zeros for the others."""
+    def resample_noise(self, draws: MemberDraws, who: torch.Tensor) -> None:
+        """Fresh factorised noise for every noisy layer of each member in `who` ([K] bool; zeros for the others),
+        one keyed draw per layer side for the whole group (member i's values from its own key and counter, so
+        they do not depend on its group; a narrower member takes the first of its layer's values)."""
         device = next(iter(self.p.values())).device
-        eps: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-        for name, _, _ in self.noisy_layers[0]:
+        self.eps = {}
+        for j, (name, _, _) in enumerate(self.noisy_layers[0]):
             w = self.p[f"{name}.weight_mu"]
-            eps[name] = (torch.zeros(self.k, w.shape[2]), torch.zeros(self.k, w.shape[1]))
-        for i, (layers, gen) in enumerate(zip(self.noisy_layers, generators, strict=True)):
-            if who is not None and not who[i]:
-                continue
-            for name, n_in, n_out in layers:
-                eps[name][0][i, :n_in] = _noise(torch.randn(n_in, generator=gen))
-                eps[name][1][i, :n_out] = _noise(torch.randn(n_out, generator=gen))
-        self.eps = {n: (a.to(device), b.to(device)) for n, (a, b) in eps.items()}
+            sides = []
+            for width, dim in ((1, w.shape[2]), (2, w.shape[1])):  # (in, out) of each member's layer j
+                own = torch.tensor([layers[j][width] for layers in self.noisy_layers], device=device)
+                keep = (torch.arange(dim, device=device) < own.unsqueeze(1)) & who.to(device).unsqueeze(1)
+                sides.append(_noise(draws.normal(who, dim)) * keep)
+            self.eps[name] = (sides[0], sides[1])
 
     def noise_off(self) -> None:
         """Mean weights only (greedy actions)."""

@@ -2,7 +2,8 @@
 one autograd backward through their stacked networks and one stacked Adam step. A member alone is K = 1.
 
 Each member keeps its own learning rate, gamma, tau, batch size, exploration schedule, minibatches,
-parameter noise and priorities (drawn from its own generators, in the order it would draw them alone);
+parameter noise and priorities (drawn for the whole group at once from keyed streams, member i's values from
+its own key and counter, so they are what it would draw alone);
 structural options (double Q, the loss, target-update mode, n-step, noisy/dueling/C51 heads, prioritised
 replay) are equal within a group (:meth:`DQN.batch_key`).
 """
@@ -19,7 +20,7 @@ from agilerl_core.algorithms.group import ReplayGroup, StackedRows, clipped_step
 from agilerl_core.buffers.prioritized import GroupPriorities
 from agilerl_core.buffers.replay import Transition
 from agilerl_core.networks.stacked import StackedNetwork
-from agilerl_core.rng import SALT_SAMPLE
+from agilerl_core.rng import SALT_NOISY, SALT_SAMPLE
 
 
 class DQNGroup(ReplayGroup):
@@ -38,7 +39,7 @@ class DQNGroup(ReplayGroup):
         self.max_grad_norm = hp.max_grad_norm
         self.noisy, self.support, self.per = hp.noisy, first.support, hp.per
         self.actions = first.action_dim
-        self.generators = [a.torch_gen for a in self.agents]
+        self._everyone = torch.ones(len(self.agents), dtype=torch.bool, device=self.device)
         self.priorities = GroupPriorities([a.per for a in self.agents]) if self.per else None
         self._drawn: tuple[np.ndarray, list[int]] | None = None  # the leaves prioritised replay drew last
 
@@ -79,7 +80,7 @@ class DQNGroup(ReplayGroup):
         (fresh parameter noise first, for noisy members): each member explores at its own epsilon, a random
         action uniform over the allowed ones."""
         if self.noisy:
-            self.online.resample_noise(self.generators)
+            self.online.resample_noise(self.member_draws(SALT_NOISY), self._everyone)
         q = self.q_values(self.online(obs))
         k, n, a = q.shape
         allowed = None if mask is None else mask.view(k, n, a)
@@ -97,7 +98,7 @@ class DQNGroup(ReplayGroup):
     def explore(self, obs: Sequence, masks: Sequence) -> list[np.ndarray]:
         """Every member's epsilon-greedy actions (fresh parameter noise first, for noisy members)."""
         if self.noisy:
-            self.online.resample_noise(self.generators)
+            self.online.resample_noise(self.member_draws(SALT_NOISY), self._everyone)
         q = self.q_values(self.online(self.joined(obs)))
         return [a.epsilon_greedy(q[i], a.epsilon(), masks[i]) for i, a in enumerate(self.agents)]
 
@@ -174,8 +175,9 @@ class DQNGroup(ReplayGroup):
         k = rows.k
         active = rows.who
         if self.noisy:  # independent noise for the online and target networks at every step
-            self.online.resample_noise(self.generators, active)
-            self.target.resample_noise(self.generators, active)
+            noise = self.member_draws(SALT_NOISY)
+            self.online.resample_noise(noise, rows.active)
+            self.target.resample_noise(noise, rows.active)
         if self.online.hand_backward:  # the trunk's backward by hand (StackedNetwork.backward)
             out, saved = self.online.forward_saving(batch.obs)
             if self.support is None and type(self).penalty is DQNGroup.penalty:
