@@ -30,11 +30,30 @@ def _shr(x: torch.Tensor, s: int) -> torch.Tensor:
     return (x >> s) & ((1 << (64 - s)) - 1)
 
 
+def _xorshift_(x: torch.Tensor, s: int) -> torch.Tensor:
+    """x ^= x >>> s (logical shift), in place."""
+    y = x >> s
+    y &= (1 << (64 - s)) - 1
+    return x.bitwise_xor_(y)
+
+
 def mix(x: torch.Tensor) -> torch.Tensor:
     """SplitMix64's finaliser, elementwise on int64 (a bijection of the 64-bit integers)."""
-    x = (x ^ _shr(x, 30)) * _M1
-    x = (x ^ _shr(x, 27)) * _M2
-    return x ^ _shr(x, 31)
+    x = x ^ _shr(x, 30)  # a new tensor; the rest works in place on it
+    x.mul_(_M1)
+    _xorshift_(x, 27).mul_(_M2)
+    return _xorshift_(x, 31)
+
+
+_GOLDEN_32 = ((_GOLDEN << 32) + 2**63) % 2**64 - 2**63  # golden * 2^32 as a wrapped int64
+_STEPS: dict[tuple[int, torch.device], torch.Tensor] = {}  # j * golden for j < n, per (n, device)
+
+
+def _golden_steps(n: int, device: torch.device) -> torch.Tensor:
+    steps = _STEPS.get((n, device))
+    if steps is None:
+        steps = _STEPS[(n, device)] = torch.arange(n, dtype=torch.int64, device=device) * _GOLDEN
+    return steps
 
 
 def bits(key: torch.Tensor | int, counter: torch.Tensor | int, n: int, device: torch.device | str | None = None
@@ -43,8 +62,8 @@ def bits(key: torch.Tensor | int, counter: torch.Tensor | int, n: int, device: t
     seeded by `key` at index counter * 2^32 + j (one finaliser per value)."""
     key = torch.as_tensor(key, dtype=torch.int64, device=device)
     counter = torch.as_tensor(counter, dtype=torch.int64, device=key.device)
-    index = (counter.unsqueeze(-1) << 32) + torch.arange(n, dtype=torch.int64, device=key.device)
-    return mix(key.unsqueeze(-1) + index * _GOLDEN)
+    # key + (counter * 2^32 + j) * golden, wrapping modulo 2^64 as SplitMix64 does
+    return mix((key + counter * _GOLDEN_32).unsqueeze(-1) + _golden_steps(n, key.device))
 
 
 def uniform(key: torch.Tensor | int, counter: torch.Tensor | int, n: int,
@@ -57,8 +76,10 @@ def below(key: torch.Tensor | int, counter: torch.Tensor | int, n: int, bound: t
           device: torch.device | str | None = None) -> torch.Tensor:
     """Uniform integers in [0, bound) (int64), [*broadcast(key, counter), n]: 63 random bits modulo `bound`
     (broadcast against the leading dims; >= 1), a bias below bound / 2^63."""
-    return _shr(bits(key, counter, n, device), 1) % torch.as_tensor(bound, dtype=torch.int64, device=device
-                                                                     ).clamp(min=1).unsqueeze(-1)
+    x = bits(key, counter, n, device)
+    x >>= 1
+    x &= (1 << 63) - 1
+    return x.remainder_(torch.as_tensor(bound, dtype=torch.int64, device=x.device).clamp(min=1).unsqueeze(-1))
 
 
 def normal(key: torch.Tensor | int, counter: torch.Tensor | int, n: int,
