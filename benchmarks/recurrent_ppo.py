@@ -5,7 +5,8 @@ BPTT of 16 steps; ../shared/bench/peer_agilerl_ppo.py --pomdp), each at populati
 `--budget` global env steps, stopping at 475.
 
 Reports the first global step count at which the elite reached 475 (None: not within the budget), the best
-fitness and env steps/s (training env steps over wall time, evaluation included), per seed and the medians.
+fitness and env steps/s (training env steps over wall time, evaluation included), per seed and the medians, and
+each variant's median env steps/s as a fraction of the feed-forward one's (target: a recurrent core >= 0.5).
 
     python benchmarks/recurrent_ppo.py [--budget 400000] [--seeds 0,1] [--variants lstm,gru,feedforward,peer]
 
@@ -86,6 +87,9 @@ def main() -> None:
             "runs": runs, "reached_475": sum(x is not None for x in reached),
             "median_env_steps_per_s": statistics.median(r["env_steps_per_s"] for r in runs),
             "median_best_fitness": statistics.median(r["best_fitness"] for r in runs)}
+    ff = out["results"].get("feedforward")
+    for res in out["results"].values() if ff else ():  # the target: a recurrent core at >= half of it
+        res["vs_feedforward_env_steps_per_s"] = round(res["median_env_steps_per_s"] / ff["median_env_steps_per_s"], 3)
     print(json.dumps(out))
 
 

@@ -15,6 +15,7 @@ equal network shapes and the same structural options. Members that cannot batch 
 
 from __future__ import annotations
 
+import itertools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -59,6 +60,10 @@ def stack_flats(flats: Sequence[torch.Tensor], shapes: Sequence[Shapes], padded:
     is 0; Adam then never moves it (its moments stay 0 and its bias-correction powers are 0 here, so
     0 / (0 + eps) = 0). The padded members compute exactly what they compute alone."""
     k = len(flats)
+    if all(s == padded for s in shapes):  # nothing to pad: parameter j's block is columns of the [K, total] stack
+        whole = torch.stack(list(flats))
+        bounds = [0, *itertools.accumulate(math.prod(shape) for shape in padded)]
+        return torch.cat([whole[:, a: b].reshape(-1) for a, b in itertools.pairwise(bounds)])
     parts = []
     offsets = [0] * k
     for j, big in enumerate(padded):
@@ -76,6 +81,12 @@ def unstack_into(stacked: torch.Tensor, flats: Sequence[torch.Tensor], shapes: S
                  padded: Shapes) -> None:
     """The inverse of :func:`stack_flats`, in place into `flats`."""
     k = len(flats)
+    if all(s == padded for s in shapes):  # nothing padded: each member's buffer is one row of the [K, total] blocks
+        sizes = [math.prod(shape) for shape in padded]
+        whole = torch.cat([block.view(k, -1) for block in stacked.split([k * n for n in sizes])], dim=1)
+        for f, row in zip(flats, whole, strict=True):
+            f.copy_(row)
+        return
     off_s = 0
     offsets = [0] * k
     for j, big in enumerate(padded):

@@ -23,14 +23,28 @@ def _members_rows(x: torch.Tensor, steps: int) -> torch.Tensor:
     return x[:steps].transpose(0, 1).reshape(k, steps * n, *x.shape[3:])
 
 
-def _member_rollout(buf: dict, i: int) -> Rollout:
-    """Member i's view of the group's rollout tensors as a :class:`Rollout` (a recurrent member learns from
-    its sequences: :meth:`Rollout.sequences`)."""
-    return Rollout({key: v[:, i] for key, v in buf["obs"].items()}, buf["actions"][:, i], buf["logprobs"][:, i],
-                   buf["rewards"][:, i], buf["dones"][:, i], buf["values"][:, i],
-                   None if buf["masks"] is None else buf["masks"][:, i],
-                   None if buf["states"] is None else {name: st[:, i] for name, st in buf["states"].items()},
-                   None if buf["starts"] is None else buf["starts"][:, i])
+def _members_sequences(buf: dict, steps: int, seq_len: int, adv: torch.Tensor, ret: torch.Tensor
+                       ) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """A recurrent group's rollout [T, K, N, ...] as each member's sequences, stacked (what
+    :meth:`~agilerl_core.algorithms.ppo.PPOGroup.learn_stacked` takes): every field [K, S, seq_len, ...],
+    member k's S sequences those :meth:`Rollout.sequences` cuts from its own rollout, in its order."""
+    k, n = buf["rewards"].shape[1], buf["rewards"].shape[2]
+
+    def merged(x: torch.Tensor) -> torch.Tensor:  # [T, K, N, ...] -> [T, K * N, ...]: one rollout of K * N envs
+        return x.flatten(1, 2)
+
+    def split(x: torch.Tensor) -> torch.Tensor:  # [chunks * K * N, ...] (chunk-major) -> [K, chunks * N, ...]
+        return x.view(-1, k, n, *x.shape[1:]).transpose(0, 1).reshape(k, -1, *x.shape[1:])
+
+    whole = Rollout({key: merged(v) for key, v in buf["obs"].items()}, merged(buf["actions"]),
+                    merged(buf["logprobs"]), merged(buf["rewards"]), merged(buf["dones"]), merged(buf["values"]),
+                    None if buf["masks"] is None else merged(buf["masks"]),
+                    {name: merged(st) for name, st in buf["states"].items()}, merged(buf["starts"]))
+    data, a, r = whole.sequences(steps, seq_len, merged(adv), merged(ret))
+    dev = adv.device
+    data = {key: {kk: split(vv) for kk, vv in v.items()} if isinstance(v, dict) else split(v.to(dev))
+            for key, v in data.items()}
+    return data, split(a), split(r)
 
 
 def train_group_on_policy(group, slots: list[int], envs: GroupEnv, evo_steps: int, seeds: list[int]
@@ -38,10 +52,11 @@ def train_group_on_policy(group, slots: list[int], envs: GroupEnv, evo_steps: in
     """Collect `evo_steps` env steps per member (whole vector steps) of its own rollouts of `rollout_steps`
     each, learning after every rollout (the last one may be shorter). The whole loop carries the member axis:
     the group's envs step as one (`envs`, K members x N sub-envs), one batched forward samples every member's
-    actions from its keyed stream, the rollout lives in [T, K, N] tensors on the group's device, GAE is one
-    reverse scan for all K x N envs at each member's gamma and lambda, and each minibatch round of the update
-    is one gather and one batched step (:meth:`~agilerl_core.algorithms.ppo.PPOGroup.learn_stacked`). Returns,
-    losses and step counts stay on the device and are read once at the end. A member alone is a group of one.
+    actions from its keyed stream (a rollout's draws taken in one op), the rollout lives in [T, K, N] tensors on
+    the group's device, GAE is one reverse scan for all K x N envs at each member's gamma and lambda, and each
+    minibatch round of the update is one batched step over all members' rows, or, for recurrent members,
+    sequences (:meth:`~agilerl_core.algorithms.ppo.PPOGroup.learn_stacked`). Returns, losses and step counts
+    stay on the device and are read once at the end. A member alone is a group of one.
 
     Member k's envs are reset with ``seeds[k]`` first and its random draws come from a key taken from its own
     generator, so its result depends only on itself and its seed, never on its group; a rollout bootstraps
@@ -71,14 +86,23 @@ def train_group_on_policy(group, slots: list[int], envs: GroupEnv, evo_steps: in
            "states": None if not recurrent else {name: torch.zeros((*rows, *group.rnn), device=dev)
                                                  for name in group.nets},
            "starts": None if not recurrent else torch.zeros(rows, dtype=torch.bool, device=dev)}
+    # a time limit is not the end of the world: a cut episode's reward is credited with V of its final
+    # observation. Host envs say when a step cut one (V is then taken at that step); on-device envs never do
+    # (no host round trip), so a feed-forward critic values every step's final observation once per rollout,
+    # in one forward (a recurrent critic reads its state of the moment: at every step)
+    defer_cuts = envs.on_device and not recurrent
+    if defer_cuts:
+        buf["final_obs"] = {key: torch.zeros_like(v) for key, v in buf["obs"].items()}
+        buf["cuts"] = torch.zeros(rows, device=dev)
     starts = torch.ones(k, n, dtype=torch.bool, device=dev)
     running = torch.zeros(k, n, device=dev)
     ep_sum, ep_count = torch.zeros(k, device=dev), torch.zeros(k, device=dev)
     loss_means, updates = [], torch.zeros(k, dtype=torch.long, device=dev)
     bad_loss = FirstBad(k, dev)
     for r, steps in enumerate(rollout_lengths(vector_steps, rollout_steps)):
+        draws = group.action_draws(steps, n)  # the rollout's action samples, drawn at once
         for t in range(steps):
-            actions, logp, value, before = group.act(obs, mask, starts if recurrent else None)
+            actions, logp, value, before = group.act(obs, mask, starts if recurrent else None, draws[t])
             for key, v in obs.items():
                 buf["obs"][key][t] = v.view(k, n, *v.shape[1:])
             buf["actions"][t], buf["logprobs"][t], buf["values"][t] = actions, logp, value
@@ -92,9 +116,11 @@ def train_group_on_policy(group, slots: list[int], envs: GroupEnv, evo_steps: in
             reward = step.reward.view(k, n).float()
             done = (step.terminated | step.truncated).view(k, n)
             cut = (step.truncated & ~step.terminated).view(k, n)
-            # a time limit is not the end of the world: credit the final state's value (host envs: only when
-            # some env was cut, which the host knows; on-device envs: always, no host round trip)
-            if step.any_cut is None or step.any_cut:
+            if defer_cuts:
+                for key, v in step.final_obs.items():
+                    buf["final_obs"][key][t] = v.view(k, n, *v.shape[1:])
+                buf["cuts"][t] = cut
+            elif step.any_cut is None or step.any_cut:
                 reward = reward + gamma * group.values_all(step.final_obs) * cut
             buf["rewards"][t], buf["dones"][t] = reward, done
             running += step.reward.view(k, n)
@@ -102,24 +128,24 @@ def train_group_on_policy(group, slots: list[int], envs: GroupEnv, evo_steps: in
             ep_count += done.sum(1)
             running.masked_fill_(done, 0.0)
             starts, obs, mask = done, step.obs, step.mask
+        if defer_cuts:
+            final = group.values_all({key: _members_rows(v, steps).flatten(0, 1) for key, v in buf["final_obs"].items()})
+            buf["rewards"][:steps] += gamma * final.view(k, steps, n).transpose(0, 1) * buf["cuts"][:steps]
         last_value = group.values_all(obs, starts if recurrent else None)
         adv, ret = compute_gae(buf["rewards"][:steps], buf["values"][:steps], buf["dones"][:steps], last_value,
                                gamma, lam)
         if recurrent:  # whole sequences per member (the update's rows are sequences, not steps)
-            member_rows = [a.rollout_rows(_member_rollout(buf, i), steps, adv[:, i], ret[:, i])
-                           for i, a in enumerate(agents)]
-            stats = group.learn_rollouts([d for d, _, _ in member_rows], [a for _, a, _ in member_rows],
-                                         [x for _, _, x in member_rows])
-            mean = torch.tensor([st["loss"] for st in stats], device=dev)
+            data, adv, ret = _members_sequences(buf, steps, group.seq_len, adv, ret)
         else:
             data = {"obs": {key: _members_rows(v, steps) for key, v in buf["obs"].items()},
                     "actions": _members_rows(buf["actions"], steps), "logprobs": _members_rows(buf["logprobs"], steps),
                     "values": _members_rows(buf["values"], steps)}
             if buf["masks"] is not None:
                 data["masks"] = _members_rows(buf["masks"], steps)
-            stats = group.learn_stacked(data, _members_rows(adv, steps), _members_rows(ret, steps))
-            mean = stats["loss_sum"] / stats["updates"].clamp(min=1)
-            updates += stats["updates"]
+            adv, ret = _members_rows(adv, steps), _members_rows(ret, steps)
+        stats = group.learn_stacked(data, adv, ret)
+        mean = stats["loss_sum"] / stats["updates"].clamp(min=1)
+        updates += stats["updates"]
         bad_loss.see(mean, r + 1)
         loss_means.append(mean)
         if first.obs_norm is not None:  # the statistics move between rollouts only: a rollout's log-probs
@@ -136,8 +162,7 @@ def train_group_on_policy(group, slots: list[int], envs: GroupEnv, evo_steps: in
     out = []
     for i, (a, slot) in enumerate(zip(agents, slots, strict=True)):
         a.env_steps += vector_steps * n
-        if not recurrent:
-            a.learn_steps += int(taken[i])
+        a.learn_steps += int(taken[i])
         episodes = int(counts[i])
         out.append(TrainResult(slot, vector_steps * n, a.learn_steps - learn0[i], episodes,
                                sums[i] / episodes if episodes else float("nan"), losses[i], wall))

@@ -286,12 +286,12 @@ class StackedNetwork:
         then sequence, then step: every tensor [K * B * steps, ...]) from `state` [K, B, layers, S, H] (None:
         zeros), zeroed before the steps where `starts` [K, B, steps] is set: (outputs [K, B * steps, out],
         the state after the last step)."""
-        x = self.features(obs)
-        k, rnn = self.k, self.arch.rnn
-        params = [tuple(self.p[f"rnn.layers.{i}.{n}"] for n in ("w_ih", "w_hh", "b_ih", "b_hh"))
-                  for i in range(rnn.layers)]
-        h, new = run_sequence(rnn.cell, params, x.view(k, -1, steps, x.shape[-1]), state, starts)
-        return self.mlp("mlp.", self.arch.mlp, h.reshape(k, -1, h.shape[-1])), new
+        return sequences([self], obs, [state], starts, steps)[0]
+
+    def core_params(self) -> list[tuple[torch.Tensor, ...]]:
+        """The recurrent core's (w_ih, w_hh, b_ih, b_hh) of every layer, each [K, ...]."""
+        return [tuple(self.p[f"rnn.layers.{i}.{n}"] for n in ("w_ih", "w_hh", "b_ih", "b_hh"))
+                for i in range(self.arch.rnn.layers)]
 
     def forward(self, obs: Obs, action: torch.Tensor | None = None) -> torch.Tensor:
         """Every member's outputs [K, B, out]; a Q(s, a) critic also takes the actions [K, B, A]."""
@@ -303,3 +303,25 @@ class StackedNetwork:
         return self.mlp("mlp.", self.arch.mlp, x)
 
     __call__ = forward
+
+
+def sequences(nets: Sequence[StackedNetwork], obs: Obs, states: Sequence[torch.Tensor | None],
+              starts: torch.Tensor | None, steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """:meth:`StackedNetwork.sequence` of several recurrent networks (each K members) over the same observations,
+    each from its own state in `states` (all given, or all None: zeros): (outputs, state after the last step)
+    per network. When their cores have one shape and read features of one width (a PPO group's actor and
+    critic), the cores run as one stack of len(nets) x K members: the step loop runs once for all of them."""
+    feats = [n.features(obs) for n in nets]
+    k, rnn, m = nets[0].k, nets[0].arch.rnn, len(nets)
+    cores = [n.core_params() for n in nets]
+    shapes = [(f.shape, [tuple(t.shape) for layer in c for t in layer]) for f, c in zip(feats, cores, strict=True)]
+    if m == 1 or any(sh != shapes[0] for sh in shapes):
+        runs = [run_sequence(rnn.cell, c, f.view(k, -1, steps, f.shape[-1]), s, starts)
+                for c, f, s in zip(cores, feats, states, strict=True)]
+    else:  # every parameter [m * K, ...], network-major: network j's members are rows j*K..j*K+K-1
+        params = [tuple(torch.cat(parts) for parts in zip(*layers, strict=True)) for layers in zip(*cores, strict=True)]
+        h, new = run_sequence(rnn.cell, params, torch.cat(feats).view(m * k, -1, steps, feats[0].shape[-1]),
+                              None if states[0] is None else torch.cat(list(states)),
+                              None if starts is None else torch.cat([starts] * m))
+        runs = list(zip(h.chunk(m), new.chunk(m), strict=True))
+    return [(n.mlp("mlp.", n.arch.mlp, h.reshape(k, -1, h.shape[-1])), new) for n, (h, new) in zip(nets, runs, strict=True)]

@@ -123,13 +123,22 @@ class PPO(RLAlgorithm):
                               ) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`log_prob_entropy` from distribution parameters (:meth:`dist_from`); leading dims kept."""
         if self.continuous:
-            std = log_std.exp()
-            logp = (-0.5 * ((actions - p) / std).square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-            ent = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(-1)
-            return logp, ent
+            return self.log_prob_from(p, log_std, actions), (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(-1)
         logits = torch.log_softmax(p, dim=-1)
         probs = logits.exp()
-        return logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1), -(probs * logits).sum(-1)
+        return self._chosen(logits, actions), -(probs * logits).sum(-1)
+
+    def log_prob_from(self, p: torch.Tensor, log_std: torch.Tensor | None, actions: torch.Tensor) -> torch.Tensor:
+        """log pi(a|s) alone from distribution parameters (the log-probs of :meth:`log_prob_entropy_from`, the
+        entropy left out: what acting needs)."""
+        if self.continuous:
+            return (-0.5 * ((actions - p) / log_std.exp()).square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        return self._chosen(torch.log_softmax(p, dim=-1), actions)
+
+    @staticmethod
+    def _chosen(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """The log-probs [...] of `actions` [...] among `logits` [..., A]."""
+        return logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
 
     @torch.no_grad()
     def policy_step(self, obs: Obs, action_mask: np.ndarray | None = None, critic_obs: Obs | None = None
@@ -151,8 +160,7 @@ class PPO(RLAlgorithm):
             u = stream.uniform(p.shape[0], 1)[0]
             cdf = torch.softmax(p, dim=1).cumsum(dim=1)
             actions = (u > cdf).sum(dim=1).clamp(max=self.action_dim - 1)
-        logp, _ = self.log_prob_entropy_from(p, log_std, actions)
-        return actions.cpu().numpy(), logp
+        return actions.cpu().numpy(), self.log_prob_from(p, log_std, actions)
 
     def explore_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
         return self.policy_step(obs, action_mask)[0]

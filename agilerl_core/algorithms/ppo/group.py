@@ -18,8 +18,8 @@ import torch
 from agilerl_core.algorithms.group import MemberGroup, clipped_step, gradients
 from agilerl_core.algorithms.optim import adam_update_stacked_
 from agilerl_core.algorithms.ppo.maths import MinibatchSchedule, minibatch_bounds, normalized_advantages, ppo_loss, value_loss
-from agilerl_core.networks.stacked import StackedNetwork
-from agilerl_core.rng import uniform
+from agilerl_core.networks.stacked import StackedNetwork, sequences
+from agilerl_core.rng import normal, uniform
 
 
 class PPOGroup(MemberGroup):
@@ -68,8 +68,8 @@ class PPOGroup(MemberGroup):
         else:
             begin = torch.as_tensor(np.stack(starts), device=self.device).view(self.k, -1, 1)
             before = self.act_state
-            out, actor_state = self.nets["actor"].sequence(joined, before["actor"], begin, 1)
-            values, critic_state = self.nets["critic"].sequence(joined, before["critic"], begin, 1)
+            (out, actor_state), (values, critic_state) = sequences(
+                [self.nets["actor"], self.nets["critic"]], joined, [before["actor"], before["critic"]], begin, 1)
             values = values.squeeze(2)
             self.act_state = {"actor": actor_state, "critic": critic_state}
         mask = None if masks[0] is None else torch.stack(
@@ -82,41 +82,56 @@ class PPOGroup(MemberGroup):
                 for i in range(self.k)]
 
     @torch.no_grad()
-    def sample(self, out: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(self, out: torch.Tensor, mask: torch.Tensor | None, draw: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
         """Every member's actions [K, N(, A)] sampled from its policy given the actor's outputs `out` [K, N, A]
-        (`mask` [K, N, A]: allowed actions), one draw from the group's keyed stream, and their log-probs."""
+        (`mask` [K, N, A]: allowed actions), and their log-probs. The randomness is the next draw of the group's
+        keyed stream, or `draw` (one step of :meth:`action_draws`: the same values, taken ahead)."""
         n = out.shape[1]
         first = self.agents[0]
         p, ls = first.dist_from(out, mask, None if self.log_std is None else self.log_std.unsqueeze(1))
         if self.continuous:
-            actions = p + ls.exp() * self.stream.normal(n, p.shape[2])
+            actions = p + ls.exp() * (self.stream.normal(n, p.shape[2]) if draw is None else draw)
         else:
-            u = self.stream.uniform(n, 1)
+            u = self.stream.uniform(n, 1) if draw is None else draw
             cdf = torch.softmax(p, dim=2).cumsum(dim=2)
             actions = (u > cdf).sum(dim=2).clamp(max=p.shape[2] - 1)
-        logp, _ = first.log_prob_entropy_from(p, ls, actions)
-        return actions, logp
+        return actions, first.log_prob_from(p, ls, actions)
+
+    def action_draws(self, steps: int, n: int) -> torch.Tensor:
+        """The keyed draws of the next `steps` calls of :meth:`sample` for N envs per member, taken in one op:
+        [steps, K, N, 1] uniforms (discrete actions) or [steps, K, N, A] standard normals (Box actions); step
+        t's equal what the stream's (t + 1)-th next draw would give, and the stream moves past them all."""
+        stream = self.stream
+        counters = torch.arange(stream.counter + 1, stream.counter + 1 + steps, device=self.device)
+        stream.counter += steps
+        keys = stream.keys.unsqueeze(1)  # [K, 1] against the counters [steps]: [K, steps, values]
+        if self.continuous:
+            a = self.log_std.shape[1]
+            return normal(keys, counters, n * a).view(self.k, steps, n, a).transpose(0, 1)
+        return uniform(keys, counters, n).view(self.k, steps, n, 1).transpose(0, 1)
 
     @torch.no_grad()
-    def act(self, obs: dict[str, torch.Tensor], mask: torch.Tensor | None, starts: torch.Tensor | None = None
-            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict | None]:
+    def act(self, obs: dict[str, torch.Tensor], mask: torch.Tensor | None, starts: torch.Tensor | None = None,
+            draw: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict | None]:
         """Every member's sampled actions [K, N(, A)], their log-probs [K, N] and the state values [K, N] for
         the group's observations (member-major [K * N, ...] tensors), the samples drawn from each member's
-        keyed stream (one draw for the group, no host round trip). `mask` [K * N, A]: allowed actions.
-        Recurrent members: `starts` [K, N] bool marks envs that begin an episode (their state is zeroed
-        first); the fourth item is each network's state before the step ({name: [K, N, layers, S, H]})."""
+        keyed stream (one draw for the group, or `draw` taken ahead by :meth:`action_draws`; no host round
+        trip). `mask` [K * N, A]: allowed actions. Recurrent members: `starts` [K, N] bool marks envs that begin
+        an episode (their state is zeroed first); the fourth item is each network's state before the step
+        ({name: [K, N, layers, S, H]})."""
         before = None
         if self.rnn is None:
             out = self.nets["actor"](obs)
             values = self.nets["critic"](obs).squeeze(2)
         else:
             before = self.act_state
-            begin = starts.view(self.k, -1, 1)
-            out, actor_state = self.nets["actor"].sequence(obs, before["actor"], begin, 1)
-            values, critic_state = self.nets["critic"].sequence(obs, before["critic"], begin, 1)
+            (out, actor_state), (values, critic_state) = sequences(
+                [self.nets["actor"], self.nets["critic"]], obs, [before["actor"], before["critic"]],
+                starts.view(self.k, -1, 1), 1)
             values = values.squeeze(2)
             self.act_state = {"actor": actor_state, "critic": critic_state}
-        actions, logp = self.sample(out, None if mask is None else mask.view(self.k, out.shape[1], -1))
+        actions, logp = self.sample(out, None if mask is None else mask.view(self.k, out.shape[1], -1), draw)
         return actions, logp, values, before
 
     @torch.no_grad()
@@ -189,61 +204,71 @@ class PPOGroup(MemberGroup):
 
     def learn_stacked(self, data: dict, advantages: torch.Tensor, returns: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every member's PPO update on its own rollout rows, stacked: `data` fields [K, R, ...] (``obs`` a dict
-        of them), `advantages` and `returns` [K, R]. Each member keeps its own epochs, minibatch count and KL
-        target; its shuffles are one permutation per epoch from its keyed stream, all members' drawn in one op,
-        and each round's minibatches come from one gather. Nothing is read back to the host: returns each
+        of them), `advantages` and `returns` [K, R]. Recurrent members' rows are sequences (:meth:`
+        agilerl_core.buffers.rollout.Rollout.sequences`, stacked): every field [K, R, L, ...] with ``valid`` and
+        ``starts`` [K, R, L] and each network's state before the sequence ``state/<name>`` [K, R, ...], and each
+        real step weighs alike in its member's minibatch.
+
+        Each member keeps its own epochs, minibatch count and KL target; its shuffles are one permutation per
+        epoch from its keyed stream. The whole plan is known before any work: all members' permutations of all
+        epochs are one draw, every round's rows one index, the per-row fields of all rounds one gather each
+        (the observations, the bulk, one gather per round). Nothing is read back to the host: returns each
         member's summed loss, last approximate KL and updates taken ([K] tensors on the device)."""
-        k, rows = advantages.shape
+        k, rows = advantages.shape[0], advantages.shape[1]
         dev = self.device
         sizes_of = [[e - s for s, e in minibatch_bounds(rows, a.hp.num_minibatches)] for a in self.agents]
-        counts = [len(sz) for sz in sizes_of]
         epochs = [a.hp.update_epochs for a in self.agents]
-        rounds = max(e * c for e, c in zip(epochs, counts, strict=True))
-        # the plan of every round (host ints, known before any work): each member's minibatch start and size,
-        # whether it takes part, and whether a new epoch (a fresh permutation) begins for it
-        start = torch.zeros(rounds, k, dtype=torch.long)
-        size = torch.ones(rounds, k, dtype=torch.long)
-        planned = torch.zeros(rounds, k, dtype=torch.bool)
-        epoch_of = torch.zeros(rounds, k, dtype=torch.long)
-        fresh = [False] * rounds
-        for i, (sz, e) in enumerate(zip(sizes_of, epochs, strict=True)):
-            c = len(sz)
-            offsets = [sum(sz[:j]) for j in range(c)]
-            for r in range(e * c):
-                start[r, i], size[r, i], planned[r, i], epoch_of[r, i] = offsets[r % c], sz[r % c], True, r // c
-                fresh[r] = fresh[r] or r % c == 0
-        batch = max(max(sz) for sz in sizes_of)
-        start, size, planned, epoch_of = (t.to(dev) for t in (start, size, planned, epoch_of))
+        # the plan (host ints): each member's minibatches in order, as (epoch, start, size); round r takes each
+        # member's r-th (a member past its last sits the round out)
+        plans = [[(r // len(sz), sum(sz[: r % len(sz)]), sz[r % len(sz)]) for r in range(e * len(sz))]
+                 for sz, e in zip(sizes_of, epochs, strict=True)]
+        rounds, batch = max(len(p) for p in plans), max(max(sz) for sz in sizes_of)
+        idle = (0, 0, 1)  # a member past its last minibatch: any rows (they weigh nothing)
+        epoch_of, start, size = (torch.tensor([[p[r][j] if r < len(p) else idle[j] for p in plans]
+                                               for r in range(rounds)], device=dev) for j in range(3))  # [rounds, K]
+        planned = torch.tensor([[r < len(p) for p in plans] for r in range(rounds)], device=dev)
+        everyone = [all(r < len(p) for p in plans) for r in range(rounds)]
         targets = [a.hp.target_kl for a in self.agents]
         kl_target = torch.tensor([math.inf if t is None else float(t) for t in targets], device=dev)
         may_stop = any(t is not None for t in targets)
+        # epoch e of member i permutes its rows by its stream's uniforms at counter base + 1 + e: [K, epochs, R]
+        base = self.reserve_shuffles(max(epochs))
+        perms = torch.argsort(uniform(self.stream.keys.unsqueeze(1), base + 1 + torch.arange(max(epochs), device=dev),
+                                      rows), dim=2, stable=True)
+        col = torch.arange(batch, device=dev)
+        position = epoch_of.unsqueeze(2) * rows + (start.unsqueeze(2) + col).clamp(max=rows - 1)
+        member = torch.arange(k, device=dev).view(k, 1)
+        idx = perms.view(k, -1)[member, position]  # [rounds, K, batch]: each round's rows of every member
+
+        def pick(x: torch.Tensor) -> torch.Tensor:  # [K, R, ...] -> every round's minibatches [rounds, K, batch, ...]
+            return x[member, idx]
+
+        valid = col < size.unsqueeze(2)  # [rounds, K, batch]: real rows (the others pad)
+        weight = valid * (planned / size).unsqueeze(2)  # each row's share of its member's mean
+        mb = {"actions": pick(data["actions"]), "logp": pick(data["logprobs"]), "values": pick(data["values"]),
+              "adv": pick(advantages), "ret": pick(returns)}
+        if "masks" in data:
+            mb["masks"] = pick(data["masks"])
+        if self.rnn is not None:  # rows are sequences: the loss weighs steps, each real step of a member alike
+            mb = {key: v.flatten(2, 3) for key, v in mb.items()}  # [rounds, K, batch * L(, ...)]
+            mb["starts"] = pick(data["starts"])
+            mb.update({f"state/{name}": pick(data[f"state/{name}"]) for name in self.nets})
+            steps = pick(data["valid"]) & (weight > 0).unsqueeze(3)
+            weight = (steps / steps.sum((2, 3), keepdim=True).clamp(min=1)).flatten(2)
+            valid = weight > 0
+        row_dims = 1 if self.rnn is None else 2  # observations as member-major rows (then sequence, then step)
         stopped = torch.zeros(k, dtype=torch.bool, device=dev)
         loss_sum = torch.zeros(k, device=dev)
         kl_last = torch.zeros(k, device=dev)
         updates = torch.zeros(k, dtype=torch.long, device=dev)
-        col = torch.arange(batch, device=dev)
-        stream = self.stream
-        base = self.reserve_shuffles(max(epochs))
-        perm = None
         for r in range(rounds):
-            if fresh[r]:  # a member starting an epoch this round takes its epoch's permutation
-                new = torch.argsort(uniform(stream.keys, base + 1 + epoch_of[r], rows), dim=1, stable=True)
-                perm = new if perm is None else torch.where((start[r] == 0).unsqueeze(1), new, perm)
-            idx = perm.gather(1, (start[r].unsqueeze(1) + col).clamp(max=rows - 1))
-            on = planned[r] & ~stopped if may_stop else planned[r]
-            valid = col < size[r].unsqueeze(1)
-            w = valid * (on.unsqueeze(1) / size[r].unsqueeze(1))
-
-            def pick(x: torch.Tensor, idx: torch.Tensor = idx) -> torch.Tensor:
-                return x.gather(1, idx.view(k, batch, *([1] * (x.dim() - 2))).expand(k, batch, *x.shape[2:]))
-
-            f = {"obs": {key: pick(v).flatten(0, 1) for key, v in data["obs"].items()},
-                 "actions": pick(data["actions"]), "logp": pick(data["logprobs"]), "values": pick(data["values"]),
-                 "adv": pick(advantages), "ret": pick(returns)}
-            if "masks" in data:
-                f["masks"] = pick(data["masks"])
-            everyone = not may_stop and all(e * c > r for e, c in zip(epochs, counts, strict=True))
-            kl, loss = self._update(f, w, valid & on.unsqueeze(1), on, None if everyone else on)
+            f = {key: v[r] for key, v in mb.items()}
+            f["obs"] = {key: v[member, idx[r]].flatten(0, row_dims) for key, v in data["obs"].items()}
+            on, w, real = planned[r], weight[r], valid[r]
+            if may_stop:
+                on = on & ~stopped
+                w, real = w * on.unsqueeze(1), real & on.unsqueeze(1)
+            kl, loss = self._update(f, w, real, on, None if everyone[r] and not may_stop else on)
             loss_sum += loss * on
             updates += on
             kl_last = torch.where(on, kl, kl_last)
@@ -320,8 +345,8 @@ class PPOGroup(MemberGroup):
         actor, critic = self.nets["actor"], self.nets["critic"]
         hand = actor.hand_backward and critic.hand_backward  # the trunks' backward by hand, the losses' autograd
         if self.rnn is not None:  # truncated BPTT over each sequence, from the state stored before it
-            a_out = actor.sequence(f["obs"], f["state/actor"], f["starts"], self.seq_len)[0]
-            c_out = critic.sequence(f["obs"], f["state/critic"], f["starts"], self.seq_len)[0]
+            (a_out, _), (c_out, _) = sequences([actor, critic], f["obs"], [f["state/actor"], f["state/critic"]],
+                                               f["starts"], self.seq_len)
         elif hand:
             a_out, a_saved = actor.forward_saving(f["obs"])
             c_out, c_saved = critic.forward_saving(f.get("critic_obs", f["obs"]))
