@@ -275,12 +275,6 @@ class RLAlgorithm(ABC):
         """The batch for one gradient step, drawn from the committed buffer plus `slot`'s fresh data."""
         return buffer.sample(self.hp.batch_size, slot, self.torch_gen)
 
-    @property
-    def uniform_replay(self) -> bool:
-        """Whether this member samples its minibatches uniformly (then its group draws every member's at once,
-        from keyed streams); False: :meth:`sample_rows` has its own way (prioritised replay)."""
-        return True
-
     def sample_rows(self, buffer, slot: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The storage rows of one gradient step's batch (committed buffer plus `slot`'s fresh data, drawn with
         this member's generator) and their importance weights (None: uniform sampling)."""

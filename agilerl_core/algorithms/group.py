@@ -306,25 +306,16 @@ class ReplayGroup(MemberGroup):
         return None
 
     def learn_step(self, buffer, slots: Sequence[int], active: Sequence[bool]) -> torch.Tensor:
-        """One gradient step of every active member on its own minibatch (drawn with its own generator
-        from the committed buffer plus its slot's fresh data, as when it learns alone); returns each
-        member's loss [K] (0 for members that sat out)."""
-        if self.uniform_sampling:  # every member's minibatch in one draw and one gather
-            sizes = [a.hp.batch_size if on else 0 for a, on in zip(self.agents, active, strict=True)]
-            who = torch.tensor(list(active), device=self.device)
-            draw = self.member_draws(SALT_SAMPLE)
-            rows = buffer.sample_rows_group(list(slots), lambda bound: draw.below(who, max(sizes), bound))
-            stacked = StackedRows.of_matrix(rows, sizes, self.device)
-        else:  # prioritised replay: each member's own sum tree
-            drawn = [a.sample_rows(buffer, s) if on else (None, None)
-                     for a, s, on in zip(self.agents, slots, active, strict=True)]
-            stacked = StackedRows([r for r, _ in drawn], self.device, [w for _, w in drawn])
+        """One gradient step of every active member on its own uniform minibatch from the committed buffer plus
+        its slot's fresh data: every member's rows in one keyed draw (member i's from its own key, counted by its
+        own learn steps) and one gather. Returns each member's loss [K] (0 for members that sat out).
+        Prioritised replay draws its own way (:class:`~agilerl_core.algorithms.dqn.group.DQNGroup`)."""
+        sizes = [a.hp.batch_size if on else 0 for a, on in zip(self.agents, active, strict=True)]
+        who = torch.tensor(list(active), device=self.device)
+        draw = self.member_draws(SALT_SAMPLE)
+        rows = buffer.sample_rows_group(list(slots), lambda bound: draw.below(who, max(sizes), bound))
+        stacked = StackedRows.of_matrix(rows, sizes, self.device)
         return self.learn(self.batch(buffer, stacked.index), stacked)
-
-    @property
-    def uniform_sampling(self) -> bool:
-        """Whether every member samples its minibatches uniformly (no prioritised replay of its own)."""
-        return all(a.uniform_replay for a in self.agents)
 
     def batch(self, buffer, index: torch.Tensor):
         """The transitions at storage rows `index` as :meth:`learn` takes them."""

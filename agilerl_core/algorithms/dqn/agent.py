@@ -118,10 +118,6 @@ class DQN(RLAlgorithm):
         hp = self.hp
         return hp.per_beta + (1.0 - hp.per_beta) * min(1.0, self.env_steps / hp.per_beta_steps)
 
-    @property
-    def uniform_replay(self) -> bool:
-        return self.per is None
-
     def committed(self, first: int, count: int, dead: torch.Tensor | None = None) -> None:
         if self.per is not None:
             self.per.committed(first, count, None if dead is None else dead.numpy())
