@@ -6,9 +6,12 @@ the groups stay whole: it measures the batched path, not how a run's architectur
     python benchmarks/population_scaling.py [--pops 1,4,16,64] [--algos dqn,td3,ppo] [--repeats 3]
         [--backend gymnasium|torch] [--device cpu|cuda] [--batch both|on|off]
 
-``--backend torch`` steps the on-device classic-control envs (env_backend: torch); ``--device cuda`` puts the
-members (and those envs) on the GPU. Prints one JSON object: per algorithm and population the median
-generation wall time, its evaluation part, env steps per second, and the ratio to population 1. Targets:
+``--backend torch`` steps the on-device classic-control envs (env_backend: torch); ``--compile-envs`` compiles
+their step (compile_envs; its compile happens in the warm-up generation, outside the timing); ``--device cuda``
+puts the members (and those envs) on the GPU. Prints one JSON object: per algorithm and population the median
+generation wall time, its evaluation part, env steps per second, the ratio to population 1, and the phases'
+shares of the training time (env steps, acting, buffer writes, GAE, learning; from one more generation run under
+cProfile, whose overhead inflates small calls, so the shares are indicative). Targets:
 population 16 <= 3x population 1 with batching on (CPU); with the torch backend on a GPU, PPO population
 1,024 <= 2x population 1 and >= 1M env steps/s.
 """
@@ -32,9 +35,35 @@ CONFIGS = {
 }
 
 
-def one(algo: str, pop: int, batch: bool, out: str, backend: str = "gymnasium", device: str = "cpu"
-        ) -> tuple[float, float]:
-    """(generation wall seconds, of which evaluation) of a warmed-up generation."""
+PHASES = {  # phase -> (module path suffix, function names): where its time is spent
+    "env": ("envs/group.py", {"step"}),
+    "act": ("algorithms/", {"act", "explore_group"}),
+    "buffer": ("buffers/", {"add", "add_group"}),
+    "gae": ("buffers/rollout.py", {"compute_gae"}),
+    "learn": ("", {"learn_step", "learn_stacked", "learn_rollouts"}),
+}
+
+
+def phase_shares(stats) -> dict[str, float]:
+    """Each phase's share of the training time (evaluation excluded) from cProfile stats of a generation."""
+    def is_eval(func) -> bool:
+        return func[2] == "evaluate_group"
+
+    totals = dict.fromkeys(PHASES, 0.0)
+    train = 0.0
+    for func, (_, _, _, ct, callers) in stats.stats.items():
+        if func[2] in ("train_group", "train_group_on_policy"):  # the arena's method wraps the loop: the outer one
+            train = max(train, ct)
+        for phase, (where, names) in PHASES.items():
+            if func[2] in names and where in func[0].replace("\\", "/"):
+                totals[phase] += sum(c[3] for caller, c in callers.items()  # outermost calls (an override calling
+                                     if not is_eval(caller) and caller[2] not in names)  # its base counts once)
+    return {k: round(v / train, 3) if train else None for k, v in totals.items()}
+
+
+def one(algo: str, pop: int, batch: bool, out: str, backend: str = "gymnasium", device: str = "cpu",
+        compile_envs: bool = False, profile: bool = False) -> tuple[float, float, dict | None]:
+    """(generation wall seconds, of which evaluation, phase shares when `profile`) of a warmed-up generation."""
     import torch
 
     from agilerl_core.experiment import build_evolution
@@ -44,6 +73,8 @@ def one(algo: str, pop: int, batch: bool, out: str, backend: str = "gymnasium", 
             "max_env_steps": 10**9, "network": {"hidden_sizes": [64, 64]},
             "mutation": {"no_mutation": 1.0, "architecture": 0, "parameters": 0, "activation": 0, "rl_hp": 0},
             "runner": {"batch_members": batch}, "env_backend": backend, "device": device, **CONFIGS[algo]}
+    if compile_envs:
+        data["compile_envs"] = True
     cfg = validate_config(data)
     evo = build_evolution(cfg, batch_members=cfg.runner.batch_members)
     evo.run_generation()  # warm-up: buffers filled, envs built
@@ -66,7 +97,19 @@ def one(algo: str, pop: int, batch: bool, out: str, backend: str = "gymnasium", 
     evo.run_generation()
     sync()
     wall = time.perf_counter() - t0
-    return wall, spent[0]
+    shares = None
+    if profile:
+        import cProfile
+        import pstats
+
+        evo.evolve()
+        prof = cProfile.Profile()
+        prof.enable()
+        evo.run_generation()
+        sync()
+        prof.disable()
+        shares = phase_shares(pstats.Stats(prof))
+    return wall, spent[0], shares
 
 
 def main() -> None:
@@ -77,13 +120,14 @@ def main() -> None:
     p.add_argument("--backend", default="gymnasium", choices=["gymnasium", "torch"])
     p.add_argument("--device", default="cpu")
     p.add_argument("--batch", default="both", choices=["both", "on", "off"])
+    p.add_argument("--compile-envs", action="store_true", help="compile the torch backend's env step")
     args = p.parse_args()
     import torch
 
     torch.set_num_threads(1)
     pops = [int(x) for x in args.pops.split(",")]
     out: dict = {"benchmark": "population_scaling", "repeats": args.repeats, "threads": 1, "backend": args.backend,
-                 "device": args.device, "results": {}}
+                 "compile_envs": args.compile_envs, "device": args.device, "results": {}}
     modes = {"both": (True, False), "on": (True,), "off": (False,)}[args.batch]
     with tempfile.TemporaryDirectory() as tmp:
         for algo in args.algos.split(","):
@@ -92,17 +136,20 @@ def main() -> None:
             for batch in modes:
                 walls = {pop: [] for pop in pops}
                 evals = {pop: [] for pop in pops}
-                for _ in range(args.repeats):
+                shares = {}
+                for r in range(args.repeats):
                     for pop in pops:
-                        wall, ev = one(algo, pop, batch, tmp, args.backend, args.device)
+                        wall, ev, sh = one(algo, pop, batch, tmp, args.backend, args.device, args.compile_envs,
+                                           profile=r == 0)
                         walls[pop].append(wall)
                         evals[pop].append(ev)
+                        shares[pop] = sh or shares.get(pop)
                 med = {pop: statistics.median(w) for pop, w in walls.items()}
                 res["batched" if batch else "one_by_one"] = {
                     str(pop): {"generation_s": round(med[pop], 3), "evaluate_s": round(statistics.median(evals[pop]), 3),
                                "train_env_steps_per_s": round(pop * steps / max(med[pop] - statistics.median(evals[pop]),
                                                                                 1e-9)),
-                               "vs_pop1": round(med[pop] / med[pops[0]], 2)}
+                               "vs_pop1": round(med[pop] / med[pops[0]], 2), "train_phase_shares": shares[pop]}
                     for pop in pops}
             out["results"][algo] = res
             print(json.dumps({algo: res}), flush=True)
