@@ -8,6 +8,9 @@ is training env steps over wall time (evaluation included on both sides). Median
 Set up the peer first (its own venv, see ../shared/bench/README.md), then:
 
     python benchmarks/throughput_dqn.py [--peer-python ~/peer-venv/bin/python] [--budget 40000] [--repeats 3]
+        [--backends gymnasium,torch] [--no-unbatched]
+
+Targets (issue 39): 20x the peer with Python envs (gymnasium), 40x with the on-device envs (torch).
 
 Prints one JSON object.
 """
@@ -52,6 +55,9 @@ def peer(python: str, budget: int, evo_steps: int, seed: int, out: str) -> dict:
                     str(evo_steps), "--threads", "1", "--out", out)
 
 
+TARGETS = {"gymnasium": 20.0, "torch": 40.0}  # speedup over the peer (issue 39); envpool has none of its own
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--peer-python", default=os.path.expanduser("~/peer-venv/bin/python"))
@@ -59,38 +65,40 @@ def main() -> None:
     p.add_argument("--evo-steps", type=int, default=5_000)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--no-peer", action="store_true")
-    p.add_argument("--backend", choices=["gymnasium", "envpool", "both"], default="gymnasium",
-                   help="what steps our envs (both: gymnasium and envpool alternating, one median each)")
+    p.add_argument("--no-unbatched", action="store_true", help="skip the one-by-one runs")
+    p.add_argument("--backends", default="gymnasium",
+                   help="what steps our envs, comma-separated (gymnasium, torch, envpool): each measured in turn")
     args = p.parse_args()
     import torch
 
     torch.set_num_threads(1)
-    mine, unbatched, theirs, pooled = [], [], [], []
-    backend = "gymnasium" if args.backend == "both" else args.backend
+    backends = args.backends.split(",")
+    mine: dict[str, list] = {b: [] for b in backends}
+    unbatched, theirs = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(args.repeats):  # alternating: batched, one by one, the peer
-            mine.append(ours(args.budget, args.evo_steps, i + 1, tmp, backend=backend))
-            if args.backend == "both":
-                pooled.append(ours(args.budget, args.evo_steps, i + 1, tmp, backend="envpool"))
-            unbatched.append(ours(args.budget, args.evo_steps, i + 1, tmp, batch=False, backend=backend))
+        for i in range(args.repeats):  # alternating: each backend batched, the first one by one, the peer
+            for b in backends:
+                mine[b].append(ours(args.budget, args.evo_steps, i + 1, tmp, backend=b))
+            if not args.no_unbatched:
+                unbatched.append(ours(args.budget, args.evo_steps, i + 1, tmp, batch=False, backend=backends[0]))
             if not args.no_peer:
                 theirs.append(peer(args.peer_python, args.budget, args.evo_steps, i + 1, f"{tmp}/peer{i}.json"))
-    med_ours = statistics.median(r["env_steps_per_s"] for r in mine)
-    med_one = statistics.median(r["env_steps_per_s"] for r in unbatched)
-    out = {"benchmark": "throughput_dqn", "budget": args.budget, "repeats": args.repeats,
-           "ours_env_steps_per_s_median": round(med_ours, 1), "ours": mine,
-           "ours_unbatched_env_steps_per_s_median": round(med_one, 1), "ours_unbatched": unbatched,
-           "batching_speedup_median": round(med_ours / med_one, 2), "backend": backend}
-    if pooled:
-        out.update({"ours_envpool_env_steps_per_s_median": round(statistics.median(r["env_steps_per_s"] for r in pooled),
-                                                                  1), "ours_envpool": pooled})
+    out = {"benchmark": "throughput_dqn", "budget": args.budget, "repeats": args.repeats, "backends": {}}
+    med_peer = statistics.median(r["env_steps_per_s"] for r in theirs) if theirs else None
+    for b, runs in mine.items():
+        med = statistics.median(r["env_steps_per_s"] for r in runs)
+        row = {"env_steps_per_s_median": round(med, 1), "runs": runs}
+        if med_peer:  # each repeat's ratio to the peer's run right after it, and the ratio of the medians
+            row.update(speedup_median=round(med / med_peer, 2), target_speedup=TARGETS.get(b),
+                       speedup_per_repeat=[round(r["env_steps_per_s"] / t["env_steps_per_s"], 2)
+                                           for r, t in zip(runs, theirs, strict=True)])
+        out["backends"][b] = row
+    if unbatched:
+        med_one = statistics.median(r["env_steps_per_s"] for r in unbatched)
+        out.update(unbatched_backend=backends[0], unbatched_env_steps_per_s_median=round(med_one, 1),
+                   batching_speedup_median=round(out["backends"][backends[0]]["env_steps_per_s_median"] / med_one, 2))
     if theirs:
-        med_peer = statistics.median(r["env_steps_per_s"] for r in theirs)
-        out.update({"peer_env_steps_per_s_median": round(med_peer, 1), "peer": theirs,
-                    "speedup_median": round(med_ours / med_peer, 2),
-                    "speedup_unbatched_median": round(med_one / med_peer, 2), "target_speedup": 12.0})
-        if pooled:
-            out["speedup_envpool_median"] = round(out["ours_envpool_env_steps_per_s_median"] / med_peer, 2)
+        out.update(peer_env_steps_per_s_median=round(med_peer, 1), peer=theirs)
     print(json.dumps(out))
 
 
