@@ -10,8 +10,8 @@ the default, and one by one); env steps/s is training steps (one step = one
 parallel-env step of one sub-env, both agents acting) over wall time, evaluation included on both sides.
 Medians are reported, and the ratio of each repeat (ours over the peer's run right after it, same seed):
 this machine's speed drifts by up to 1.5x within minutes, which one side's median can catch and the
-other's miss. The target is 4x the peer. `--env-workers N` also runs ours with the 16 copies in N
-worker processes (``vector_workers``).
+other's miss. The target is 6x the peer (issue 39: teams population-major). `--env-workers N` also runs ours
+with the 16 copies in N worker processes (``vector_workers``).
 `--dask-workers 2` also runs ours through the flow's
 Dask runner (members in worker processes at once: what a 2-core machine offers that the peer's
 sequential population loop does not use).
@@ -129,7 +129,7 @@ def main() -> None:
         out.update({"peer_env_steps_per_s_median": round(med_peer, 1), "peer": theirs,
                     "speedup_median": round(med_ours / med_peer, 2),
                     "speedup_per_repeat": [round(r, 2) for r in pairs],
-                    "speedup_per_repeat_median": round(statistics.median(pairs), 2), "target_speedup": 4.0})
+                    "speedup_per_repeat_median": round(statistics.median(pairs), 2), "target_speedup": 6.0})
         if overlapped:
             out["env_workers_speedup_median"] = round(med_over / med_peer, 2)
         if dask:

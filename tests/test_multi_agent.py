@@ -12,6 +12,8 @@ from agilerl_core import rng
 from agilerl_core.algorithms.group import StackedRows
 from agilerl_core.algorithms.hyperparameters.maddpg import MADDPGHyperparameters, MATD3Hyperparameters
 from agilerl_core.algorithms.maddpg import MADDPG, MATD3, gumbel_softmax
+from agilerl_core.algorithms.maddpg.group import SALT_GUMBEL
+from agilerl_core.algorithms.maddpg.maths import gumbel_of
 from agilerl_core.buffers.replay import MultiAgentBatch, ReplayBuffer, multi_agent_fields
 from agilerl_core.envs.multi_agent import ParallelVectorEnv, agent_group, make_parallel_vector_env
 from agilerl_core.envs.spaces import MultiAgentSpec
@@ -170,7 +172,9 @@ def test_stacked_learn_step_equals_each_networks_own_update(spec):
         ref[n].load_state_dict(net.state_dict())
     gen = torch.Generator().manual_seed(0)
     gen.set_state(agent.torch_gen.get_state())
-    noise_key = rng.mix(rng.member_keys([gen], "cpu")[0] ^ rng.SALT_NOISE)  # the group's keyed target noise
+    phase_key = rng.member_keys([gen], "cpu")[0]
+    noise_key = rng.mix(phase_key ^ rng.SALT_NOISE)  # the group's keyed target noise
+    gumbel_key = rng.mix(phase_key ^ SALT_GUMBEL)
     drawn = 0
 
     agent.learn(batch)
@@ -204,7 +208,11 @@ def test_stacked_learn_step_equals_each_networks_own_update(spec):
             opt.step()
     for a in agents:
         out = ref[f"actor.{a}"]({"obs": batch.obs[a]})
-        mine = gumbel_softmax(out, hp.gumbel_temperature, gen) if agent.action_specs[a].discrete else torch.tanh(out)
+        if agent.action_specs[a].discrete:
+            u = (rng.below(gumbel_key, 0, out.numel(), 1 << 24).float() + 0.5) / (1 << 24)
+            mine = gumbel_softmax(out, hp.gumbel_temperature, noise=gumbel_of(u).view(out.shape))
+        else:
+            mine = torch.tanh(out)
         x = agent.joint_action({b: mine if b == a else batch.action[b] for b in agents})
         w = batch.acted[a]
         loss = -(w * ref[f"critic_1.{a}"](batch.obs, x).squeeze(1)).sum() / w.sum()

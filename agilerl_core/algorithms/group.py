@@ -4,9 +4,10 @@ A :class:`MemberGroup` copies the K members' flat buffers (weights, Adam moments
 stacked ones at the start of a training phase, laid out as :mod:`agilerl_core.networks.stacked` reads them
 (layer i of all K networks is one [K, out, in] block), so every forward, hand-written backward, Adam step
 and target update is one op for the whole group instead of K. Hyperparameters that differ between members
-(learning rates, gamma, tau, batch size...) are per-member tensors; each member keeps drawing its own
-minibatches and exploration noise from its own generators, so a member's training is the same maths as
-when it trains alone (equal up to float rounding: a test checks it). :meth:`MemberGroup.write_back` puts
+(learning rates, gamma, tau, batch size...) are per-member tensors; every random draw (minibatches, action
+samples, exploration noise) is taken for the whole group at once from counter-based streams keyed per member
+(:mod:`agilerl_core.rng`), so a member's training is the same maths as when it trains alone (equal up to float
+rounding: tests check it). :meth:`MemberGroup.write_back` puts
 everything back into the members at the end, so checkpoints, mutation and cloning never see the group.
 
 Which members may share a group is each algorithm's call (:meth:`RLAlgorithm.batch_key`): equal keys mean

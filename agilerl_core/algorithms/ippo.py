@@ -32,11 +32,56 @@ class IPPOGroup:
     :class:`~agilerl_core.algorithms.ppo.PPOGroup` (the unit's learners of every team: one forward to act, one
     update per minibatch round), so K teams of U units cost U batched calls instead of K * U. Each team's
     learners keep their own hyperparameters, generators and rollouts (a team's rows where an agent was out of
-    its episode are left out, as when it learns alone)."""
+    its episode are left out, as when it learns alone).
+
+    A unit's rows of the group are member-major, then the unit's agents one after another over each team's
+    N envs ([K, U * N, ...], :meth:`rows`): each team's columns are what it stacks alone (:meth:`IPPO.stack`)."""
 
     def __init__(self, teams: list) -> None:
         self.agents = list(teams)
-        self.units = {u: PPOGroup([t.learners[u] for t in self.agents]) for u in self.agents[0].learners}
+        self.k = len(self.agents)
+        first = self.agents[0]
+        self.ma, self.device = first.ma, first.device
+        self.unit_agents = first.units
+        self.units = {u: PPOGroup([t.learners[u] for t in self.agents]) for u in first.learners}
+
+    def rows(self, unit: str, per_agent: dict[str, Any]) -> Any:
+        """Unit `unit`'s rows of every team, [K, U * N, ...], from every agent's member-major rows ([K * N, ...]
+        tensors or host arrays)."""
+        parts = [per_agent[a] for a in self.unit_agents[unit]]
+        if isinstance(parts[0], torch.Tensor):
+            parts = [p.view(self.k, -1, *p.shape[1:]) for p in parts]
+            return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+        parts = [p.reshape(self.k, -1, *p.shape[1:]) for p in parts]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+
+    def per_agent(self, unit: str, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The inverse of :meth:`rows`: unit rows [K, U * N, ...] as each agent's member-major rows [K * N, ...]."""
+        agents = self.unit_agents[unit]
+        parts = x.view(self.k, len(agents), -1, *x.shape[2:]).unbind(1)
+        return {a: p.reshape(-1, *x.shape[2:]) for a, p in zip(agents, parts, strict=True)}
+
+    def critic_input(self, unit: str, obs: Obs) -> Obs | None:
+        """A centralised critic's input for unit `unit` from every team's observations ([K * U * N, ...], rows as
+        :meth:`rows` orders them); None: the unit's critics read its agents' own observations."""
+        central = self.agents[0].critic_input(unit, obs)  # agent-major over all K * N rows
+        if central is None:
+            return None
+        agents = len(self.unit_agents[unit])
+        return {key: v.view(agents, self.k, -1, v.shape[-1]).transpose(0, 1).reshape(-1, v.shape[-1])
+                for key, v in central.items()}
+
+    @torch.no_grad()
+    def greedy(self, obs: Obs, masks: dict[str, torch.Tensor | None]) -> dict[str, torch.Tensor]:
+        """Every agent's greedy actions [K * N(, dim)] (agent scale) for member-major observations, one forward per
+        policy unit, as each team's :meth:`IPPO.greedy_action` (`masks`: [K * N, A] per agent, or None)."""
+        out = {}
+        for u, unit in self.units.items():
+            x = self.rows(u, obs)
+            first = self.unit_agents[u][0]
+            mask = None if masks.get(first) is None else self.rows(u, masks).flatten(0, 1)
+            out.update(self.per_agent(u, unit.greedy({"obs": x.flatten(0, 1)}, mask)))
+        return out
 
     def write_back(self) -> None:
         """Every unit's weights and optimiser state back into each team's learners (end of the phase)."""

@@ -8,7 +8,6 @@ generation commits no experience."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -44,26 +43,6 @@ class ReplayLearning:
     @property
     def mean_loss(self) -> float:
         return float(self.loss_sum) / self.steps if self.steps else float("nan")
-
-
-def replay_group_phase(group: Any, collectors: list, buffer: ReplayBuffer, slots: list[int], evo_steps: int) -> int:
-    """A stacked group's off-policy training phase: `evo_steps` env steps (whole vector steps) per member, one
-    batched forward acting in every collector's envs, then the gradient steps the members earned, one batched
-    step per round (a member that earned fewer than another sits the extra rounds out); the group written
-    back into its members at the end. Returns the vector steps taken.
-
-    A collector has `num_envs`, `mask`, `learning` (its :class:`ReplayLearning`), `observation()` and
-    `step(actions)`."""
-    vector_steps = math.ceil(evo_steps / collectors[0].num_envs)
-    rounds = LearnRounds(group, [c.learning for c in collectors], buffer, slots)
-    for t in range(vector_steps):
-        obs = [c.observation() for c in collectors]
-        for c, actions in zip(collectors, group.explore(obs, [c.mask for c in collectors]), strict=True):
-            c.step(actions)
-        rounds.after_step(collectors[0].num_envs, t + 1)
-    rounds.finish()
-    group.write_back()
-    return vector_steps
 
 
 class LearnRounds:

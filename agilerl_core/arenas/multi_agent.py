@@ -7,6 +7,12 @@ every agent's observation, action, reward, next observation, termination and whe
 dead for the rest of its episode did not). Fitness is the team's greedy return: each agent's mean
 episode return over ``eval_episodes`` episodes, reduced by ``fitness`` (the sum by default, or the mean,
 over all agents or the chosen agents and groups).
+
+Population-major, as the Gymnasium arenas: the unit of work is a group of teams (a team alone is a group of
+one). Its teams' vector envs step as one (:class:`~agilerl_core.envs.team_group.TeamGroupEnv`, member-major
+rows), one forward per policy unit chooses every team's actions, every random number comes from keyed streams
+(a team draws the same alone or in any group), each step's transitions reach every team's staging slot (or
+rollout rows [T, K, ...]) at once, and evaluation runs every team's episodes as one vector.
 """
 
 from __future__ import annotations
@@ -21,9 +27,10 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from agilerl_core.algorithms.group import ReplayGroup
-from agilerl_core.arenas.base import EpisodeReturns, checked_space, torch_device
-from agilerl_core.arenas.experience import OwnExperience, ReplayLearning, SharedReplay, replay_group_phase, rollout_lengths
+from agilerl_core.algorithms.ippo import IPPOGroup
+from agilerl_core.algorithms.maddpg import MADDPGGroup
+from agilerl_core.arenas.base import checked_space, torch_device
+from agilerl_core.arenas.experience import LearnRounds, OwnExperience, ReplayLearning, SharedReplay, rollout_lengths
 from agilerl_core.buffers.replay import ReplayBuffer, multi_agent_fields
 from agilerl_core.buffers.rollout import Rollout, compute_gae
 from agilerl_core.envs.multi_agent import (
@@ -33,9 +40,10 @@ from agilerl_core.envs.multi_agent import (
     make_parallel_vector_env,
     policy_units,
 )
-from agilerl_core.envs.spaces import MultiAgentSpec
+from agilerl_core.envs.spaces import MultiAgentSpec, Obs
+from agilerl_core.envs.team_group import AgentMasks, TeamGroupEnv, TeamStep
 from agilerl_core.errors import ConfigError
-from agilerl_core.finite import check_host, check_loss
+from agilerl_core.finite import check_loss
 from agilerl_core.hpo.evolution import TrainResult
 from agilerl_core.networks.evolvable import ArchBounds, ArchSpec
 from agilerl_core.networks.mlp import MLPSpec
@@ -68,115 +76,110 @@ class TeamFitness:
 
 
 class TeamReturns:
-    """Each agent's running returns per sub-env and those of its finished episodes."""
+    """The returns of a group's teams, on the host: each agent's running return per sub-env and, per member, the
+    summed returns of its finished episodes (rows member-major, as :class:`TeamStep` gives them)."""
 
-    def __init__(self, agents: tuple[str, ...], num_envs: int) -> None:
-        self.per_agent = {a: EpisodeReturns(num_envs) for a in agents}
+    def __init__(self, agents: tuple[str, ...], k: int, n: int) -> None:
+        self.k, self.n = k, n
+        self.running = {a: np.zeros(k * n) for a in agents}
+        self.finished = {a: np.zeros(k) for a in agents}
+        self.count = np.zeros(k, dtype=np.int64)
 
     def step(self, rewards: dict[str, np.ndarray], done: np.ndarray) -> None:
-        for a, returns in self.per_agent.items():
-            returns.step(rewards[a], done)
+        ended = bool(done.any())
+        for a, running in self.running.items():
+            running += rewards[a]
+            if ended:
+                self.finished[a] += (running * done).reshape(self.k, self.n).sum(1)
+                running[done] = 0.0
+        if ended:
+            self.count += done.reshape(self.k, self.n).sum(1)
 
-    @property
-    def episodes(self) -> int:
-        return len(next(iter(self.per_agent.values())).finished)
+    def episodes(self, i: int) -> int:
+        return int(self.count[i])
 
-    def means(self) -> dict[str, float]:
-        return {a: returns.mean() for a, returns in self.per_agent.items()}
-
-
-def _mask_rows(mask: np.ndarray | None, n: int, dim: int) -> torch.Tensor:
-    """An agent's masks of `n` env copies as stored (all allowed where the env gives none)."""
-    return torch.ones((n, dim), dtype=torch.bool) if mask is None else torch.as_tensor(np.asarray(mask, dtype=bool))
-
-
-class _TeamCollector:
-    """One team's side of an off-policy training phase: its envs, staging slot, returns and the gradient steps
-    its collection earns."""
-
-    def __init__(self, agent, slot: int, env: ParallelVectorEnv, buffer: ReplayBuffer, seed: int) -> None:
-        self.agent, self.slot, self.env, self.buffer = agent, slot, env, buffer
-        self.spec: MultiAgentSpec = agent.ma
-        self.num_envs = env.num_envs
-        self.obs, info = env.reset(seed=seed)
-        check_host(self.obs, "observation (after reset)", slot, 0)
-        self.t = 0  # vector steps taken this phase
-        self.mask = info["action_mask"]
-        agent.begin_rollout(self.num_envs)
-        self.returns = TeamReturns(self.spec.agents, self.num_envs)
-        self.learning = ReplayLearning(agent, buffer, slot)
-        self.obs_t = None
-
-    def observation(self) -> dict[str, torch.Tensor]:
-        self.obs_t = self.spec.to_tensors(self.obs, self.agent.device)
-        return self.obs_t
-
-    def step(self, actions: dict[str, np.ndarray]) -> None:
-        """Step the envs with every agent's `actions` and stage the transitions."""
-        agent, spec, n = self.agent, self.spec, self.num_envs
-        next_obs, rewards, terminated, _, info = self.env.step(agent.env_actions(actions))
-        self.t += 1
-        check_host(rewards, "reward", self.slot, self.t)  # host arrays: no device wait
-        check_host((next_obs, info["final_obs"]), "observation", self.slot, self.t)
-        done = info["env_done"]
-        final = spec.to_tensors(info["final_obs"], agent.device)
-        data = {}
-        for a in spec.agents:
-            data[f"obs.{a}"] = self.obs_t[a]
-            data[f"next_obs.{a}"] = final[a]
-            data[f"action.{a}"] = torch.as_tensor(actions[a])
-            data[f"reward.{a}"] = torch.as_tensor(rewards[a], dtype=torch.float32)
-            data[f"terminated.{a}"] = torch.as_tensor(terminated[a], dtype=torch.float32)
-            data[f"acted.{a}"] = torch.as_tensor(info["acted"][a], dtype=torch.float32)
-            if spec.actions[a].discrete:  # what the actor (and, next, the target actor) could choose among
-                data[f"mask.{a}"] = _mask_rows(self.mask.get(a), n, spec.actions[a].dim)
-                data[f"next_mask.{a}"] = _mask_rows(info["final_action_mask"].get(a), n, spec.actions[a].dim)
-        self.buffer.add(self.slot, data)
-        agent.env_steps += n
-        agent.episodes_done(done)
-        self.returns.step(rewards, done)
-        self.obs, self.mask = next_obs, info["action_mask"]
-
-    def finish(self, vector_steps: int, fitness: TeamFitness, wall_s: float) -> TrainResult:
-        team = fitness(self.returns.means()) if self.returns.episodes else float("nan")
-        return TrainResult(self.slot, vector_steps * self.num_envs, self.learning.steps, self.returns.episodes, team,
-                           self.learning.mean_loss, wall_s)
+    def team(self, i: int, fitness: TeamFitness) -> float:
+        """Member i's team return over its finished episodes (each agent's mean, reduced by `fitness`); nan if
+        none finished."""
+        if not self.count[i]:
+            return float("nan")
+        return fitness({a: float(total[i] / self.count[i]) for a, total in self.finished.items()})
 
 
-def train_team_group(group: ReplayGroup, slots: list[int], envs: list[ParallelVectorEnv], buffer: ReplayBuffer,
+def _transitions(spec: MultiAgentSpec, obs: Obs, masks: AgentMasks, actions: dict[str, torch.Tensor],
+                 step: TeamStep, device: torch.device) -> dict[str, torch.Tensor]:
+    """A group step's transition rows [K * N, ...] for the replay buffer: every agent's observation, action,
+    reward, next observation, termination and whether it acted, and a Discrete agent's action masks on both
+    observations (what the actor and, next, the target actor could choose among)."""
+    data = {}
+    for a in spec.agents:
+        data[f"obs.{a}"], data[f"next_obs.{a}"], data[f"action.{a}"] = obs[a], step.final_obs[a], actions[a]
+        data[f"reward.{a}"] = torch.as_tensor(step.reward[a], device=device)
+        data[f"terminated.{a}"] = torch.as_tensor(step.terminated[a], device=device)
+        data[f"acted.{a}"] = torch.as_tensor(step.acted[a], device=device)
+        if spec.actions[a].discrete:
+            data[f"mask.{a}"], data[f"next_mask.{a}"] = masks[a], step.final_mask[a]
+    return data
+
+
+def train_team_group(group: MADDPGGroup, slots: list[int], envs: TeamGroupEnv, buffer: ReplayBuffer,
                      evo_steps: int, seeds: list[int], fitness: TeamFitness) -> list[TrainResult]:
     """Collect `evo_steps` env steps per team (whole vector steps) into its staging slot, learning every
     `learn_step` steps once `learning_delay` steps have passed (see
-    :func:`agilerl_core.arenas.gym_off_policy.train_group`): one batched forward per agent acts in every
-    team's envs, each round of gradient steps is one batched step. Each team's envs are reset with its seed
-    first; a team alone is a group of one."""
+    :func:`agilerl_core.arenas.gym_off_policy.train_group`). The group's envs step as one (`envs`, K teams x N
+    sub-envs), one forward per policy unit chooses every team's actions (exploration drawn from keyed streams,
+    :meth:`~agilerl_core.algorithms.maddpg.MADDPGGroup.explore_group`), each step's transitions go to every
+    team's staging slot in one indexed copy, and each round of gradient steps is one batched step. Each team's
+    envs are reset with its seed first; a team alone is a group of one."""
     t0 = time.perf_counter()
-    cs = [_TeamCollector(a, s, envs[s], buffer, seed) for a, s, seed in zip(group.agents, slots, seeds, strict=True)]
-    vector_steps = replay_group_phase(group, cs, buffer, slots, evo_steps)
+    spec, k, n = group.ma, envs.k, envs.n
+    obs, masks, _ = envs.reset(seeds)
+    group.begin_acting(n)
+    rounds = LearnRounds(group, [ReplayLearning(a, buffer, s) for a, s in zip(group.agents, slots, strict=True)],
+                         buffer, slots)
+    returns = TeamReturns(spec.agents, k, n)
+    vector_steps = math.ceil(evo_steps / n)
+    for t in range(vector_steps):
+        actions = group.explore_group(obs, masks)
+        step = envs.step(actions)
+        buffer.add_group(slots, _transitions(spec, obs, masks, actions, step, group.device))
+        for a in group.agents:
+            a.env_steps += n
+        if step.env_done.any():  # the noise processes of ended episodes start again
+            group.episodes_done(torch.as_tensor(step.env_done, device=group.device))
+        returns.step(step.reward, step.env_done)
+        obs, masks = step.obs, step.mask
+        rounds.after_step(n, t + 1)
+    rounds.finish()
+    group.write_back()
     wall = time.perf_counter() - t0
-    return [c.finish(vector_steps, fitness, wall) for c in cs]
+    return [TrainResult(s, vector_steps * n, lr.steps, returns.episodes(i), returns.team(i, fitness), lr.mean_loss,
+                        wall) for i, (s, lr) in enumerate(zip(slots, rounds.learnings, strict=True))]
 
 
-def evaluate_team(agent, env: ParallelVectorEnv, seed: int, fitness: TeamFitness,
-                  max_steps: int | None = None) -> tuple[float, dict[str, float]]:
-    """(fitness, per-agent mean return) of one greedy episode per sub-env of `env` after a reset with `seed`."""
-    spec: MultiAgentSpec = agent.ma
-    n = env.num_envs
-    obs, info = env.reset(seed=seed)
-    masks = info["action_mask"]
-    totals = {a: np.zeros(n) for a in spec.agents}
-    active = np.ones(n, dtype=bool)
+@torch.no_grad()
+def evaluate_teams(group: Any, envs: TeamGroupEnv, seed: int, fitness: TeamFitness, max_steps: int | None = None
+                   ) -> list[tuple[float, dict[str, float]]]:
+    """Every team's (fitness, per-agent mean return) from one greedy episode per sub-env of its envs, each
+    team's reset with `seed`: the group's envs step as one and ``group.greedy`` chooses every team's actions
+    (one forward per policy unit), so a team's fitness does not depend on its group."""
+    k, n = envs.k, envs.n
+    obs, masks, _ = envs.reset([seed] * k)
+    totals = {a: np.zeros(k * n) for a in envs.spec.agents}
+    active = np.ones(k * n, dtype=bool)
     steps = 0
     while active.any() and (max_steps is None or steps < max_steps):
-        actions = agent.env_action(spec.to_tensors(obs, agent.device), masks)
-        obs, rewards, _, _, info = env.step(actions)
-        for a in spec.agents:
-            totals[a] += rewards[a] * active
-        active &= ~info["env_done"]
-        masks = info["action_mask"]
+        step = envs.step(group.greedy(obs, masks))
+        for a, total in totals.items():
+            total += step.reward[a] * active
+        active &= ~step.env_done
+        obs, masks = step.obs, step.mask
         steps += 1
-    means = {a: float(v.mean()) for a, v in totals.items()}
-    return fitness(means), means
+    out = []
+    for i in range(k):
+        means = {a: float(total.reshape(k, n)[i].mean()) for a, total in totals.items()}
+        out.append((fitness(means), means))
+    return out
 
 
 class MultiAgentArena(OwnExperience, ABC):
@@ -240,11 +243,34 @@ class MultiAgentArena(OwnExperience, ABC):
     def train(self, member, slot: int, seed: int, steps: int) -> TrainResult:
         """Train team `member` (in slot `slot`) for `steps` env steps from envs reset with `seed`."""
 
+    def batch_key(self, member):
+        return member.batch_key()
+
+    def group_env(self, slots: list[int], device: torch.device | str, evaluation: bool = False) -> TeamGroupEnv:
+        """The envs of the teams in `slots` as one group vector: the slots' own training envs, checked for
+        non-finite values at every step, or (`evaluation`) each slot's evaluation env."""
+        envs = [self.slot_eval_env(s) for s in slots] if evaluation else [self.envs[s] for s in slots]
+        return TeamGroupEnv(envs, slots, self.spec, device, checked=not evaluation)
+
     def evaluate(self, member, seed: int, slot: int | None = None) -> float:
         env = self.eval_env if slot is None else self.slot_eval_env(slot)
-        fitness, per_agent = evaluate_team(member, env, seed, self.fitness, self.cfg.eval_max_steps)
-        member.agent_returns = per_agent  # logged beside the fitness
-        return fitness
+        return self._evaluate([member], TeamGroupEnv([env], [-1 if slot is None else slot], self.spec, self.device,
+                                                     checked=False), seed)[0]
+
+    def evaluate_group(self, members: list, seed: int, slots: list[int]) -> list[float]:
+        """Fitness of every team at once (teams of one batch key; others one by one): all teams' evaluation
+        episodes as one [K, E] vector, greedy actions from one forward per policy unit, each team's envs reset
+        with `seed` as :meth:`evaluate` does, so a team's fitness does not depend on its group."""
+        keys = [m.batch_key() for m in members]
+        if any(key != keys[0] for key in keys):
+            return [self.evaluate(m, seed, s) for m, s in zip(members, slots, strict=True)]
+        return self._evaluate(members, self.group_env(slots, self.device, evaluation=True), seed)
+
+    def _evaluate(self, members: list, envs: TeamGroupEnv, seed: int) -> list[float]:
+        results = evaluate_teams(self.algo_cls.group(members), envs, seed, self.fitness, self.cfg.eval_max_steps)
+        for member, (_, per_agent) in zip(members, results, strict=True):
+            member.agent_returns = per_agent  # logged beside the fitness
+        return [fitness for fitness, _ in results]
 
     def slot_eval_env(self, slot: int) -> ParallelVectorEnv:
         """Slot `slot`'s own evaluation env (a keyed cache: built once per slot)."""
@@ -265,13 +291,11 @@ class MultiAgentOffPolicyArena(SharedReplay, MultiAgentArena):
     def train(self, member, slot: int, seed: int, steps: int) -> TrainResult:
         return self.train_group([member], [slot], [seed], steps)[0]  # learning is written for a population
 
-    def batch_key(self, member):
-        return member.batch_key()
-
     def train_group(self, members: list, slots: list[int], seeds: list[int], steps: int) -> list[TrainResult]:
         for s in slots:
             self.buffer.reset_slot(s)
-        return train_team_group(self.algo_cls.group(members), slots, self.envs, self.buffer, steps, seeds,
+        group = self.algo_cls.group(members)
+        return train_team_group(group, slots, self.group_env(slots, group.device), self.buffer, steps, seeds,
                                 self.fitness)
 
 
@@ -279,168 +303,141 @@ class MultiAgentOnPolicyArena(MultiAgentArena):
     """On-policy teams (IPPO, MAPPO): each learns from its own rollouts only."""
 
     def train(self, member, slot: int, seed: int, steps: int) -> TrainResult:
-        if member.batch_key() is not None:  # a team alone is a group of one: the same draws as in any group
-            return self.train_group([member], [slot], [seed], steps)[0]
-        return train_team_on_policy(member, slot, self.envs[slot], steps, seed, self.fitness)
-
-    def batch_key(self, member):
-        return member.batch_key()
+        return self.train_group([member], [slot], [seed], steps)[0]  # learning is written for a population
 
     def train_group(self, members: list, slots: list[int], seeds: list[int], steps: int) -> list[TrainResult]:
-        return train_team_group_on_policy(self.algo_cls.group(members), slots, self.envs, steps, seeds, self.fitness)
+        group = self.algo_cls.group(members)
+        return train_team_group_on_policy(group, slots, self.group_env(slots, group.device), steps, seeds,
+                                          self.fitness)
 
 
-class _TeamRollouts:
-    """One IPPO team's side of an on-policy training phase: its envs, a rollout per policy unit (k agents of a
-    unit over N envs are k * N columns, agent after agent), which rows are real, returns and losses. `value`
-    gives V(s) of a unit (its learner's critic, or its row of a group's stacked one)."""
+class _UnitRollout:
+    """One policy unit's rollout for every team of a group, [T, K, U * N] tensors on the group's device: a
+    team's columns are the unit's U agents one after another over its N envs (as a team alone stacks them),
+    and `valid` marks the rows where the agent was in its episode (the others pad: done, never learned from)."""
 
-    def __init__(self, team, slot: int, env: ParallelVectorEnv, seed: int, value) -> None:
-        self.team, self.slot, self.env, self.value = team, slot, env, value
-        self.spec: MultiAgentSpec = team.ma
-        self.hp = team.hp
-        n = self.num_envs = env.num_envs
-        obs, info = env.reset(seed=seed)
-        check_host(obs, "observation (after reset)", slot, 0)
-        self.t = 0  # vector steps taken this phase
-        self.masks, self.alive = info["action_mask"], info["alive"]
-        self.returns = TeamReturns(self.spec.agents, n)
-        self.obs_t = self.spec.to_tensors(obs, team.device)
-        self.rollouts: dict[str, Rollout] = {}
-        self.valid: dict[str, torch.Tensor] = {}
-        for u in team.learners:
-            act = team.action_spec_of(u)
-            first = team.units[u][0]
-            cols = n * len(team.units[u])
-            mask_dim = act.dim if act.discrete and self.masks[first] is not None else None
-            self.rollouts[u] = Rollout.allocate(self.hp.rollout_steps, cols, {"obs": team.stack(u, self.obs_t)},
-                                                () if act.discrete else (act.dim,),
-                                                torch.int64 if act.discrete else torch.float32, mask_dim)
-            central = team.critic_input(u, self.obs_t)
-            if central is not None:  # MAPPO: the critic's joint input is kept beside each row
-                self.rollouts[u].with_critic_obs(central)
-            self.valid[u] = torch.zeros(self.hp.rollout_steps, cols)
-        self.actions: dict[str, np.ndarray] = {}
-        self.losses: list[float] = []
-        self.learn0 = self.learn_steps()
+    def __init__(self, group: IPPOGroup, u: str, steps: int, obs: Obs) -> None:
+        self.u, self.unit = u, group.units[u]
+        dev, k = group.device, group.k
+        act = group.agents[0].action_spec_of(u)
+        x = group.rows(u, obs)
+        rows = (steps, k, x.shape[1])
+        self.obs = torch.zeros((*rows, *x.shape[2:]), dtype=x.dtype, device=dev)
+        central = group.critic_input(u, obs)
+        self.critic_obs = None if central is None else torch.zeros((*rows, central["obs"].shape[-1]), device=dev)
+        self.actions = torch.zeros(rows if act.discrete else (*rows, act.dim),
+                                   dtype=torch.int64 if act.discrete else torch.float32, device=dev)
+        self.logprobs, self.values, self.rewards, self.dones, self.valid = (torch.zeros(rows, device=dev)
+                                                                            for _ in range(5))
+        self.masks = torch.ones((*rows, act.dim), dtype=torch.bool, device=dev) if act.discrete else None
+        self.gamma, self.lam = self.unit.hp_tensor("gamma").view(k, 1), self.unit.hp_tensor("gae_lambda").view(k, 1)
 
-    def learn_steps(self) -> int:
-        return sum(learner.learn_steps for learner in self.team.learners.values())
+    def value_input(self, group: IPPOGroup, obs: Obs) -> Obs:
+        """What the unit's critics read of every team's observations [K * U * N, ...]."""
+        central = group.critic_input(self.u, obs)
+        return {"obs": group.rows(self.u, obs).flatten(0, 1)} if central is None else central
 
-    def unit_input(self, u: str) -> tuple[dict[str, torch.Tensor], np.ndarray | None, dict[str, torch.Tensor] | None]:
-        """Unit `u`'s policy input now: its agents' observations and action masks, stacked, and a centralised
-        critic's input (None: the critic reads the observations)."""
-        m = None if self.rollouts[u].masks is None else self.team.stack(u, self.masks)
-        return {"obs": self.team.stack(u, self.obs_t)}, m, self.team.critic_input(u, self.obs_t)
-
-    def record(self, u: str, t: int, acts: np.ndarray, logp: torch.Tensor, value: torch.Tensor) -> None:
-        """Unit `u`'s sampled actions (with their log-probs, in states valued `value`) into row t."""
-        r, team, n = self.rollouts[u], self.team, self.num_envs
-        x, m, central = self.unit_input(u)
-        r.obs["obs"][t] = x["obs"]
+    @torch.no_grad()
+    def act(self, group: IPPOGroup, t: int, obs: Obs, masks: AgentMasks, alive: dict[str, np.ndarray]
+            ) -> torch.Tensor:
+        """Every team's sampled actions [K, U * N(, dim)] (one forward of the unit's stacked actor and critic, one
+        draw of its keyed stream), recorded in row t with their log-probs, values and inputs."""
+        unit, k = self.unit, group.k
+        x = group.rows(self.u, obs)
+        out = unit.nets["actor"]({"obs": x.flatten(0, 1)})
+        mask = None if self.masks is None else group.rows(self.u, masks)
+        actions, logp = unit.sample(out, mask)
+        central = group.critic_input(self.u, obs)
+        self.obs[t], self.actions[t], self.logprobs[t] = x, actions, logp
+        self.values[t] = unit.nets["critic"]({"obs": x.flatten(0, 1)} if central is None else central).squeeze(2)
         if central is not None:
-            for key, v in central.items():
-                r.critic_obs[key][t] = v
-        r.actions[t] = torch.as_tensor(acts)
-        r.logprobs[t], r.values[t] = logp.cpu(), value.cpu()
-        if r.masks is not None:
-            r.masks[t] = torch.as_tensor(m)
-        self.valid[u][t] = torch.as_tensor(team.stack(u, self.alive), dtype=torch.float32)
-        for i, a in enumerate(team.units[u]):
-            self.actions[a] = acts[i * n:(i + 1) * n]
+            self.critic_obs[t] = central["obs"].view(k, x.shape[1], -1)
+        if mask is not None:
+            self.masks[t] = mask
+        self.valid[t] = torch.as_tensor(group.rows(self.u, alive), device=group.device)
+        return actions
 
-    def step(self, t: int) -> None:
-        """Step the envs with every unit's recorded actions; rewards and dones into row t."""
-        team, spec, hp, n = self.team, self.spec, self.hp, self.num_envs
-        next_obs, rewards, terminated, truncated, info = self.env.step(team.env_actions(self.actions))
-        self.t += 1
-        check_host(rewards, "reward", self.slot, self.t)  # host arrays: no device wait
-        check_host((next_obs, info["final_obs"]), "observation", self.slot, self.t)
-        env_done = info["env_done"]
-        final = spec.to_tensors(info["final_obs"], team.device)
-        for u in team.learners:
-            r = self.rollouts[u]
-            rew = torch.as_tensor(team.stack(u, rewards), dtype=torch.float32)
-            term = team.stack(u, terminated)
-            cut = team.stack(u, truncated) & ~term
-            if cut.any():  # a time limit is not the end of the world: credit the final state's value
-                with torch.no_grad():
-                    v_final = self.value(u, team.value_input(u, final)).cpu()
-                rew = rew + hp.gamma * v_final * torch.as_tensor(cut, dtype=torch.float32)
-            done = term | cut | np.tile(env_done, len(team.units[u])) | ~team.stack(u, info["acted"])
-            r.rewards[t] = rew * self.valid[u][t]
-            r.dones[t] = torch.as_tensor(done, dtype=torch.float32)
-        team.env_steps += n
-        self.returns.step(rewards, env_done)
-        self.masks, self.alive = info["action_mask"], info["alive"]
-        self.obs_t = spec.to_tensors(next_obs, team.device)
+    @torch.no_grad()
+    def record(self, group: IPPOGroup, t: int, step: TeamStep) -> None:
+        """Row t's rewards (a time limit credits gamma * V(final observation)) and dones (the agent's episode
+        ended, or it did not act: a padded row)."""
+        u, k, dev = self.u, group.k, group.device
+        reward = torch.as_tensor(group.rows(u, step.reward), device=dev)
+        term = group.rows(u, step.terminated)
+        cut = group.rows(u, step.truncated) & ~term
+        if cut.any():
+            v_final = self.unit.nets["critic"](self.value_input(group, step.final_obs)).squeeze(2)
+            reward = reward + self.gamma * v_final * torch.as_tensor(cut, device=dev)
+        ended = np.broadcast_to(step.env_done.reshape(k, 1, -1), (k, len(group.unit_agents[u]), step.env_done.size // k))
+        done = term | cut | ended.reshape(k, -1) | ~group.rows(u, step.acted)
+        self.rewards[t] = reward * self.valid[t]
+        self.dones[t] = torch.as_tensor(done, device=dev)
 
-    def advantages(self, u: str, steps: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Unit `u`'s GAE over the first `steps` rows (bootstrapped from V after them), and which rows are
-        real (None: all)."""
-        r = self.rollouts[u]
-        with torch.no_grad():
-            last_value = self.value(u, self.team.value_input(u, self.obs_t)).cpu()
-        adv, ret = compute_gae(r.rewards[:steps], r.values[:steps], r.dones[:steps], last_value, self.hp.gamma,
-                               self.hp.gae_lambda)
-        return adv, ret, None if bool(self.valid[u][:steps].all()) else self.valid[u]
+    @torch.no_grad()
+    def advantages(self, group: IPPOGroup, steps: int, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
+        """GAE over the first `steps` rows of every team (one reverse scan), bootstrapped from V after them:
+        (advantages, returns), [T, K, U * N] each."""
+        last = self.unit.nets["critic"](self.value_input(group, obs)).squeeze(2)
+        return compute_gae(self.rewards[:steps], self.values[:steps], self.dones[:steps], last, self.gamma,
+                           self.lam)
 
-    def result(self, vector_steps: int, fitness: TeamFitness, wall_s: float) -> TrainResult:
-        team = self.team
-        team.learn_steps = self.learn_steps()
-        team_return = fitness(self.returns.means()) if self.returns.episodes else float("nan")
-        return TrainResult(self.slot, vector_steps * self.num_envs, team.learn_steps - self.learn0,
-                           self.returns.episodes, team_return,
-                           float(np.mean(self.losses)) if self.losses else float("nan"), wall_s)
+    def member(self, i: int) -> tuple[Rollout, torch.Tensor | None]:
+        """Team i's rollout (views) and which of its rows are real (None: all)."""
+        r = Rollout({"obs": self.obs[:, i]}, self.actions[:, i], self.logprobs[:, i], self.rewards[:, i],
+                    self.dones[:, i], self.values[:, i], None if self.masks is None else self.masks[:, i])
+        if self.critic_obs is not None:
+            r.critic_obs = {"obs": self.critic_obs[:, i]}
+        valid = self.valid[:, i]
+        return r, None if bool(valid.all()) else valid
 
 
-def train_team_on_policy(team, slot: int, env: ParallelVectorEnv, evo_steps: int, seed: int,
-                         fitness: TeamFitness) -> TrainResult:
-    """Collect `evo_steps` env steps (whole vector steps) in rollouts of `rollout_steps`, every policy unit
-    learning with PPO after each rollout from its agents' rows (see :class:`_TeamRollouts`). A time limit
-    credits gamma * V(final observation); an agent out of its episode pads its column (done, not learned
-    from) until the env resets."""
-    t0 = time.perf_counter()
-    c = _TeamRollouts(team, slot, env, seed, lambda u, obs: team.learners[u].value(obs))
-    vector_steps = math.ceil(evo_steps / c.num_envs)
-    for n_rollout, steps in enumerate(rollout_lengths(vector_steps, team.hp.rollout_steps), 1):
-        for t in range(steps):
-            for u, learner in team.learners.items():
-                c.record(u, t, *learner.policy_step(*c.unit_input(u)))
-            c.step(t)
-        for u, learner in team.learners.items():
-            adv, ret, valid = c.advantages(u, steps)
-            c.losses.append(learner.learn_rollout(c.rollouts[u], steps, adv, ret, valid)["loss"])
-            check_loss(c.losses[-1], slot, n_rollout, f"the loss of policy unit {u}", "update of rollout")
-    return c.result(vector_steps, fitness, time.perf_counter() - t0)
-
-
-def train_team_group_on_policy(group, slots: list[int], envs: list[ParallelVectorEnv], evo_steps: int,
+def train_team_group_on_policy(group: IPPOGroup, slots: list[int], envs: TeamGroupEnv, evo_steps: int,
                                seeds: list[int], fitness: TeamFitness) -> list[TrainResult]:
-    """:func:`train_team_on_policy` for the teams of a stacked group at once: per policy unit, one batched
-    forward samples every team's actions and one batched PPO update per minibatch round (see
-    :class:`~agilerl_core.algorithms.ippo.IPPOGroup`)."""
+    """Collect `evo_steps` env steps per team (whole vector steps) in rollouts of `rollout_steps`, every policy
+    unit learning with PPO after each rollout from its agents' rows. The whole loop carries the member axis:
+    the group's envs step as one (`envs`, K teams x N sub-envs), one forward per policy unit samples every
+    team's actions from its keyed stream, each unit's rollout lives in [T, K, U * N] tensors
+    (:class:`_UnitRollout`), GAE is one reverse scan per unit, and each unit's update is one batched PPO update
+    for all teams (:class:`~agilerl_core.algorithms.ippo.IPPOGroup`). A time limit credits gamma * V(final
+    observation); an agent out of its episode pads its column (done, not learned from) until the env resets.
+    Each team's envs are reset with its seed first; a team alone is a group of one."""
     t0 = time.perf_counter()
-    cs = [_TeamRollouts(team, s, envs[s], seed, lambda u, obs, i=i: group.units[u].value(i, obs))
-          for i, (team, s, seed) in enumerate(zip(group.agents, slots, seeds, strict=True))]
-    vector_steps = math.ceil(evo_steps / cs[0].num_envs)
-    rollout_steps = group.agents[0].hp.rollout_steps  # structural: equal within a group
+    teams, k, n = group.agents, envs.k, envs.n
+    learned = [sum(learner.learn_steps for learner in team.learners.values()) for team in teams]
+    obs, masks, alive = envs.reset(seeds)
+    returns = TeamReturns(group.ma.agents, k, n)
+    vector_steps = math.ceil(evo_steps / n)
+    rollout_steps = teams[0].hp.rollout_steps  # structural: equal within a group
+    losses: list[list[float]] = [[] for _ in teams]
     for n_rollout, steps in enumerate(rollout_lengths(vector_steps, rollout_steps), 1):
+        units = [_UnitRollout(group, u, steps, obs) for u in group.units]
         for t in range(steps):
-            for u, unit in group.units.items():
-                inputs = [c.unit_input(u) for c in cs]
-                central = None if inputs[0][2] is None else [v for _, _, v in inputs]
-                outs = unit.policy_step([x for x, _, _ in inputs], [m for _, m, _ in inputs], None, central)
-                for c, out in zip(cs, outs, strict=True):
-                    c.record(u, t, *out)
-            for c in cs:
-                c.step(t)
-        for u, unit in group.units.items():
-            rows = [c.team.learners[u].rollout_rows(c.rollouts[u], steps, *c.advantages(u, steps)) for c in cs]
-            stats = unit.learn_rollouts([d for d, _, _ in rows], [a for _, a, _ in rows], [r for _, _, r in rows])
-            for c, st in zip(cs, stats, strict=True):
-                c.losses.append(st["loss"])
-                check_loss(c.losses[-1], c.slot, n_rollout, f"the loss of policy unit {u}", "update of rollout")
+            actions = {}
+            for r in units:
+                actions.update(group.per_agent(r.u, r.act(group, t, obs, masks, alive)))
+            step = envs.step(actions)
+            for r in units:
+                r.record(group, t, step)
+            for team in teams:
+                team.env_steps += n
+            returns.step(step.reward, step.env_done)
+            obs, masks, alive = step.obs, step.mask, step.alive
+        for r in units:
+            adv, ret = r.advantages(group, steps, obs)
+            rows = []
+            for i, team in enumerate(teams):
+                rollout, valid = r.member(i)
+                rows.append(team.learners[r.u].rollout_rows(rollout, steps, adv[:, i], ret[:, i], valid))
+            stats = r.unit.learn_rollouts([d for d, _, _ in rows], [a for _, a, _ in rows], [x for _, _, x in rows])
+            for i, st in enumerate(stats):
+                losses[i].append(st["loss"])
+                check_loss(st["loss"], slots[i], n_rollout, f"the loss of policy unit {r.u}", "update of rollout")
     group.write_back()
     wall = time.perf_counter() - t0
-    return [c.result(vector_steps, fitness, wall) for c in cs]
+    out = []
+    for i, (team, slot) in enumerate(zip(teams, slots, strict=True)):
+        team.learn_steps = sum(learner.learn_steps for learner in team.learners.values())
+        out.append(TrainResult(slot, vector_steps * n, team.learn_steps - learned[i], returns.episodes(i),
+                               returns.team(i, fitness), float(np.mean(losses[i])) if losses[i] else float("nan"),
+                               wall))
+    return out

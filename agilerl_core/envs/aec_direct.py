@@ -93,14 +93,36 @@ class DirectAECParallel:
             raise ValueError(f"action {action!r} for {agent!r} is not in its space {self._spaces[agent]}")
         return action
 
-    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+    def checked_batch(self, actions: dict[str, np.ndarray], acting: dict[str, np.ndarray] | None = None
+                      ) -> dict[str, np.ndarray]:
+        """The checks :meth:`step` does, for a batch of actions of many copies of this env at once (every agent's
+        [N, ...]): Box actions clipped, Discrete ones checked (only the rows where `acting` [N] is set, when
+        given). Their rows then step with ``checked=True``."""
+        out = dict(actions)
+        for agent, (low, high, shape) in self._clip.items():
+            action = np.asarray(actions[agent])
+            if action.shape[1:] != shape:
+                raise ValueError(f"action for {agent!r} has shape {action.shape[1:]}, the env's space {shape}")
+            out[agent] = np.minimum(np.maximum(action, low), high)
+        for agent in self._check:
+            space, action = self._spaces[agent], np.asarray(actions[agent]).reshape(-1)
+            bad = np.ones(action.shape, dtype=bool) if action.dtype.kind not in "iu" else \
+                (action < space.start) | (action >= space.start + space.n)
+            if acting is not None:  # an agent out of its episode does not act: its rows are not looked at
+                bad &= acting[agent]
+            if bad.any():
+                raise ValueError(f"action {action[bad][0]!r} for {agent!r} is not in its space {space}")
+        return out
+
+    def step(self, actions: dict[str, Any], checked: bool = False) -> tuple[dict, dict, dict, dict, dict]:
+        """One parallel step; `checked`: the actions passed :meth:`checked_batch` already."""
         raw = self._raw
         rewards: dict[str, float] = defaultdict(int)
         for agent in raw.agents:
             if agent != raw.agent_selection:
                 raise AssertionError(f"expected agent {agent}, got {raw.agent_selection}: a parallel env's "
                                      f"agents must step in one cycle and die only at its end")
-            raw.step(self._checked(agent, actions[agent]))
+            raw.step(actions[agent] if checked else self._checked(agent, actions[agent]))
             step_rewards = raw.rewards
             for a in raw.agents:
                 rewards[a] += step_rewards[a]

@@ -25,7 +25,7 @@ import numpy as np
 from gymnasium import spaces
 
 from agilerl_core.code_refs import ref_problem
-from agilerl_core.envs.aec_direct import direct_parallel
+from agilerl_core.envs.aec_direct import DirectAECParallel, direct_parallel
 from agilerl_core.envs.make import env_factory
 from agilerl_core.errors import ConfigError
 
@@ -119,6 +119,10 @@ class ParallelVectorEnv:
         self.num_envs = len(self._envs)
         self._alive = {a: np.zeros(self.num_envs, dtype=bool) for a in self.agents}
         self._masks = {a: self._mask_width(a) for a in self.agents}
+        self._pending: dict[str, np.ndarray] | None = None  # a started step's actions
+        # copies stepped directly (every one an AEC env behind checking wrappers only): the checks the wrappers
+        # would do run once for all copies' actions
+        self._batch_checks = all(isinstance(e, DirectAECParallel) for e in self._envs)
 
     def _mask_width(self, agent: str) -> int | None:
         space = self.action_spaces[agent]
@@ -128,14 +132,17 @@ class ParallelVectorEnv:
     def _reset_copies(self, seeds: list[int | None], rows: list[int]) -> list[tuple[dict, dict]]:
         return [self._envs[i].reset(seed=s) for i, s in zip(rows, seeds, strict=True)]
 
-    def _send_steps(self, actions: list[dict[str, Any]]) -> None:
+    def _send_steps(self, actions: dict[str, np.ndarray]) -> None:
         return None  # in this process the copies step in _recv_steps
 
-    def _recv_steps(self, actions: list[dict[str, Any]]) -> list[tuple]:
+    def _recv_steps(self, actions: dict[str, np.ndarray]) -> list[tuple]:
         out = []
-        for env, act in zip(self._envs, actions, strict=True):
+        if self._batch_checks:  # every copy's action checks at once
+            actions = self._envs[0].checked_batch(actions, self._alive)
+        kwargs = {"checked": True} if self._batch_checks else {}
+        for i, env in enumerate(self._envs):
             live = list(env.agents)
-            out.append((*env.step({a: act[a] for a in live}), live, not env.agents))
+            out.append((*env.step({a: actions[a][i] for a in live}, **kwargs), live, not env.agents))
         return out
 
     # ---- the vector API --------------------------------------------------------------------------------
@@ -157,9 +164,19 @@ class ParallelVectorEnv:
         this step), ``alive`` (which act next), ``action_mask``, ``env_done`` (copies whose episode ended
         and were reset), ``final_obs`` (their last observations; the rows of other copies repeat obs) and
         ``final_action_mask`` (the masks that went with them)."""
-        per_copy = [{a: actions[a][i] for a in self.agents} for i in range(self.num_envs)]
-        self._send_steps(per_copy)  # worker processes: every block steps at once
-        return self._finish_step(self._recv_steps(per_copy))
+        self.step_async(actions)
+        return self.step_wait()
+
+    def step_async(self, actions: dict[str, np.ndarray]) -> None:
+        """Start :meth:`step` (worker processes begin stepping their copies); :meth:`step_wait` finishes it. A
+        group steps every member's envs this way, so all their workers step at once."""
+        self._pending = actions
+        self._send_steps(actions)  # worker processes: every block steps at once
+
+    def step_wait(self) -> tuple[AgentArrays, AgentArrays, AgentArrays, AgentArrays, dict[str, Any]]:
+        """The results of the :meth:`step_async` before it (what :meth:`step` returns)."""
+        actions, self._pending = self._pending, None
+        return self._finish_step(self._recv_steps(actions))
 
     def _finish_step(self, results: list[tuple]) -> tuple[AgentArrays, AgentArrays, AgentArrays, AgentArrays,
                                                           dict[str, Any]]:
@@ -290,6 +307,7 @@ class ProcessParallelVectorEnv(ParallelVectorEnv):
         self._live: list[list[str]] = [[] for _ in range(num_envs)]
         self._alive = {a: np.zeros(num_envs, dtype=bool) for a in self.agents}
         self._masks = {a: self._mask_width(a) for a in self.agents}
+        self._pending = None
 
     def _reset_copies(self, seeds: list[int | None], rows: list[int]) -> list[tuple[dict, dict]]:
         asks: list[list[tuple[int, int | None]]] = [[] for _ in self._blocks]
@@ -308,11 +326,11 @@ class ProcessParallelVectorEnv(ParallelVectorEnv):
                     got[i] = (o, infos)
         return [got[i] for i in rows]
 
-    def _send_steps(self, actions: list[dict[str, Any]]) -> None:
+    def _send_steps(self, actions: dict[str, np.ndarray]) -> None:
         for conn, (lo, hi) in zip(self._conns, self._blocks, strict=True):
-            conn.send(("step", actions[lo:hi]))
+            conn.send(("step", [{a: actions[a][i] for a in self.agents} for i in range(lo, hi)]))
 
-    def _recv_steps(self, actions: list[dict[str, Any]]) -> list[tuple]:
+    def _recv_steps(self, actions: dict[str, np.ndarray]) -> list[tuple]:
         out = []
         for w, (lo, _) in enumerate(self._blocks):
             for j, (o, r, te, tr, inf, live, over, now_live) in enumerate(self._receive(w)):

@@ -1,5 +1,6 @@
-"""Exploration noise processes of the deterministic-policy actor-critics (DDPG, TD3, MADDPG, MATD3), one
-per member, drawn from the member's own generator."""
+"""Exploration noise processes of one deterministic-policy actor-critic member (DDPG, TD3) acting on its own
+(:meth:`ContinuousActorCritic.explore_action`), drawn from its own generator. Training draws the group's noise
+at once on the device from keyed streams (:class:`~agilerl_core.algorithms.actor_critic.group.ActorCriticGroup`)."""
 
 from __future__ import annotations
 

@@ -7,8 +7,9 @@ on every agent's observation (x, concatenated) and action. With ``share_policy: 
 (``agent_0``, ``agent_1``, ...) act through one actor of their group, whose gradient sums every agent's
 term; each agent keeps its own critic (its own reward). Box actions are tanh-bounded in [-1, 1]
 (scaled to the env's bounds by its ActionSpec); Discrete actions are one-hot in the critics, explored by
-sampling the actor's softmax, and trained through a straight-through Gumbel-softmax sample, drawn from
-the agent's own generator (so runs repeat bit for bit).
+sampling the actor's softmax, and trained through a straight-through Gumbel-softmax sample. Every random
+number comes from keyed streams whose key the team draws from its own generator (so runs repeat bit for bit,
+alone or in a group).
 
 * critic_i: y_i = r_i + gamma (1 - done_i) min_c Q'_c,i(x', mu'_1(o'_1), .., mu'_N(o'_N)), regressed
   on the rows where agent i acted (an agent dead for the rest of an episode contributes nothing);
@@ -21,8 +22,8 @@ agent's actor and critics together (and keeps their trained weights). The same t
 live stacked in one buffer, so a learn step evaluates and steps all of them at once; each critic keeps its
 own parameters, loss and Adam state.
 
-This module holds a team: its networks, acting and state. Learning is written once for a population of
-teams in :mod:`agilerl_core.algorithms.maddpg.group`; a team alone learns as a group of one.
+This module holds a team: its networks, greedy acting and state. Exploring and learning are written once for a
+population of teams in :mod:`agilerl_core.algorithms.maddpg.group`; a team alone is a group of one.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from agilerl_core.algorithms.actor_critic.noise import GaussianNoise, OUNoise
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.hyperparameters.maddpg import MADDPGHyperparameters, MATD3Hyperparameters
 from agilerl_core.algorithms.maddpg.group import MADDPGGroup
@@ -68,7 +68,6 @@ class MADDPG(RLAlgorithm):
                                 *(f"{c}.{a}" for c in critics for a in self.agents))
         self.target_networks = {f"{n}.target": n for n in self.online_networks}
         self.noise_networks = tuple(f"actor.{u}" for u in self.units)
-        self._noise: dict[str, GaussianNoise | OUNoise] = {}
         super().__init__(obs_spec, action if action is not None else obs_spec.actions, arch, hp, seed, device)
 
     # ---- spaces and networks ----------------------------------------------------------------------------
@@ -107,66 +106,29 @@ class MADDPG(RLAlgorithm):
         return "lr_actor" if name.startswith("actor.") else "lr_critic"
 
     # ---- acting -----------------------------------------------------------------------------------------
-    def _actor_out(self, agent: str, obs: torch.Tensor, target: bool = False) -> torch.Tensor:
-        unit = self.unit_of[agent]
-        net = self.networks[f"actor.{unit}.target" if target else f"actor.{unit}"]
-        return net({"obs": obs})
-
     @torch.no_grad()
-    def act(self, obs: Obs, explore: bool, masks: dict[str, np.ndarray | None] | None = None) -> dict[str, np.ndarray]:
-        """Every agent's actions for a batch of observations (agent scale: ints, or floats in [-1, 1]):
-        greedy, or with exploration (Box: noise; Discrete: a sample of the softmax)."""
-        return self.actions_from({a: self._actor_out(a, obs[a]) for a in self.agents}, explore, masks)
-
-    def actions_from(self, outputs: dict[str, torch.Tensor], explore: bool,
-                     masks: dict[str, np.ndarray | None] | None = None) -> dict[str, np.ndarray]:
-        """:meth:`act` from every agent's actor outputs (what a population-batched forward computed)."""
+    def greedy_action(self, obs: Obs, action_mask: dict[str, np.ndarray | None] | None = None
+                      ) -> dict[str, np.ndarray]:
+        """Every agent's greedy actions for a batch of observations (agent scale: the best allowed action of a
+        Discrete agent, tanh of the actor for a Box one)."""
         out = {}
         for a in self.agents:
-            spec = self.action_specs[a]
-            y = outputs[a]
-            mask = None if masks is None else masks.get(a)
-            if spec.discrete:
-                logits = masked_logits(y, mask)
-                if explore:
-                    probs = F.softmax(logits, dim=-1).cpu().double().numpy()
-                    u = self.np_rng.random((probs.shape[0], 1))
-                    idx = (probs.cumsum(1) < u).sum(1)
-                    out[a] = np.minimum(idx, probs.shape[1] - 1).astype(np.int64)
-                else:
-                    out[a] = logits.argmax(-1).cpu().numpy()
+            y = self.networks[f"actor.{self.unit_of[a]}"]({"obs": obs[a]})
+            if self.action_specs[a].discrete:
+                out[a] = masked_logits(y, None if action_mask is None else action_mask.get(a)).argmax(-1).cpu().numpy()
             else:
-                x = torch.tanh(y).cpu().numpy()
-                if explore:
-                    noise = self._noise_for(a, x.shape)
-                    hp = self.hp
-                    x = np.clip(x + noise.sample(self.np_rng, hp.expl_noise, hp.ou_theta, hp.ou_dt), -1.0, 1.0)
-                out[a] = x.astype(np.float32)
+                out[a] = torch.tanh(y).cpu().numpy().astype(np.float32)
         return out
-
-    def _noise_for(self, agent: str, shape: tuple[int, int]) -> GaussianNoise | OUNoise:
-        noise = self._noise.get(agent)
-        have = None if noise is None else (noise.x.shape if isinstance(noise, OUNoise) else noise.shape)
-        if have != shape:
-            noise = self._noise[agent] = (OUNoise if self.hp.noise_type == "ou" else GaussianNoise)(*shape)
-        return noise
-
-    def begin_rollout(self, num_envs: int) -> None:
-        self._noise = {}
-
-    def episodes_done(self, done: np.ndarray) -> None:
-        for noise in self._noise.values():
-            noise.reset(done)
 
     def env_actions(self, actions: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Agent-scale actions -> what the env takes (a Box's bounds and shape)."""
         return {a: self.action_specs[a].to_env(x) for a, x in actions.items()}
 
-    def explore_action(self, obs: Obs, action_mask=None) -> dict[str, np.ndarray]:
-        return self.act(obs, True, action_mask)
-
-    def greedy_action(self, obs: Obs, action_mask=None) -> dict[str, np.ndarray]:
-        return self.act(obs, False, action_mask)
+    def explore_action(self, obs: Obs, action_mask: dict[str, np.ndarray | None] | None = None
+                       ) -> dict[str, np.ndarray]:
+        """Exploration actions as this team alone (a group of one) takes them at the first step of a training
+        phase: its keyed draws for the phase, fresh noise processes."""
+        return self.group([self]).explore([obs], [action_mask])[0]
 
     def env_action(self, obs: Obs, action_mask=None) -> dict[str, np.ndarray]:
         return self.env_actions(self.greedy_action(obs, action_mask))

@@ -11,14 +11,18 @@ def masked_logits(logits: torch.Tensor, mask: np.ndarray | torch.Tensor | None) 
     """`logits` with the actions `mask` forbids at the dtype's lowest value (no probability, no gradient)."""
     if mask is None:
         return logits
-    m = torch.as_tensor(np.asarray(mask), dtype=torch.bool, device=logits.device)
-    return logits.masked_fill(~m, torch.finfo(logits.dtype).min)
+    m = mask if isinstance(mask, torch.Tensor) else torch.as_tensor(np.asarray(mask))
+    return logits.masked_fill(~m.to(device=logits.device, dtype=torch.bool), torch.finfo(logits.dtype).min)
+
+
+def gumbel_of(u: torch.Tensor) -> torch.Tensor:
+    """Standard Gumbel noise -log(-log(u)) of uniforms `u` on (0, 1)."""
+    return -torch.log(-torch.log(u))
 
 
 def gumbel_noise(shape: tuple[int, ...], generator: torch.Generator | None) -> torch.Tensor:
-    """Standard Gumbel noise -log(-log(u)), u uniform on (0, 1) from `generator`."""
-    u = torch.rand(shape, generator=generator).clamp_(1e-10, 1.0 - 1e-10)
-    return -torch.log(-torch.log(u))
+    """Standard Gumbel noise of shape `shape`, its uniforms from `generator`."""
+    return gumbel_of(torch.rand(shape, generator=generator).clamp_(1e-10, 1.0 - 1e-10))
 
 
 def gumbel_softmax(logits: torch.Tensor, temperature: float | torch.Tensor, generator: torch.Generator | None = None,
