@@ -29,7 +29,7 @@ import torch
 
 from agilerl_core.algorithms.ippo import IPPOGroup
 from agilerl_core.algorithms.maddpg import MADDPGGroup
-from agilerl_core.arenas.base import checked_space, torch_device
+from agilerl_core.arenas.base import checked_space, keep_freed_memory, torch_device
 from agilerl_core.arenas.experience import LearnRounds, OwnExperience, ReplayLearning, SharedReplay, rollout_lengths
 from agilerl_core.buffers.replay import ReplayBuffer, multi_agent_fields
 from agilerl_core.buffers.rollout import Rollout, compute_gae
@@ -194,6 +194,8 @@ class MultiAgentArena(OwnExperience, ABC):
         self.algo_cls = algo_cls
         self.device = torch_device(cfg.device, cfg.tf32)
         torch.set_num_threads(cfg.torch_threads)
+        if self.device == "cpu":
+            keep_freed_memory()
         probe = make_parallel_env(cfg.env_id, cfg.env_kwargs)
         try:
             agents = list(probe.possible_agents)
