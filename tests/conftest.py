@@ -157,6 +157,21 @@ def with_overrides(data: dict, overrides: dict) -> dict:
     return data
 
 
+class HostReads(torch.overrides.TorchFunctionMode):
+    """Counts the calls that read a tensor back to the host (.cpu(), .item(), .tolist(), .numpy(), bool(), int(),
+    float()) while it is active (``with HostReads() as reads: ...; reads.count``)."""
+
+    names = frozenset({"cpu", "item", "tolist", "__bool__", "__int__", "__float__", "numpy"})
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.count += getattr(func, "__name__", "") in self.names
+        return func(*args, **(kwargs or {}))
+
+
 def tiny_config(**overrides):
     """A config that trains for a few hundred steps (for tests)."""
     from tasks.config import validate_config

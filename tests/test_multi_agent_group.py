@@ -19,6 +19,7 @@ from agilerl_core.errors import NonFiniteError
 from agilerl_core.experiment import build_evolution
 from agilerl_core.hpo.evolvable import MutationSettings
 from agilerl_core.networks.evolvable import ArchBounds
+from tests.conftest import HostReads
 from tests.ma_envs import CueTeam
 from tests.test_group import assert_same_members, learn_alone_and_together, team, team_buffer
 from tests.test_multi_agent import MIXED, ma_config
@@ -210,18 +211,6 @@ def test_batched_evaluation_equals_member_by_member(algorithm):
 
 
 # ---- no host round trip per member -------------------------------------------------------------------------------
-class _HostReads(torch.overrides.TorchFunctionMode):
-    names = frozenset({"cpu", "item", "tolist", "__bool__", "__int__", "__float__", "numpy"})
-
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.count += getattr(func, "__name__", "") in self.names
-        return func(*args, **(kwargs or {}))
-
-
 def test_a_group_phase_reads_back_per_step_not_per_member():
     """Acting, stepping, staging and learning read the device back per step for the whole group (the actions the
     host envs take), never once per member and step: more steps add as many reads for 5 members as for 2."""
@@ -231,7 +220,7 @@ def test_a_group_phase_reads_back_per_step_not_per_member():
         arena = build_arena(ma_config(population_size=k, evo_steps=steps, **{"hyperparameters.learning_delay": 8}))
         members = arena.build_members(list(range(k)))
         arena.begin_generation(k)
-        with _HostReads() as mode:
+        with HostReads() as mode:
             arena.train_group(members, list(range(k)), list(range(k)), steps)
         return mode.count
 

@@ -9,7 +9,7 @@ import torch
 
 from agilerl_core import rng
 from agilerl_core.experiment import build_arena
-from tests.conftest import tiny_config
+from tests.conftest import HostReads, tiny_config
 
 
 def test_keyed_streams_are_uniform_and_independent_of_the_group():
@@ -106,21 +106,6 @@ def test_batched_evaluation_equals_member_by_member(algorithm, backend):
     assert together == pytest.approx(one_by_one, rel=1e-6)
 
 
-class _HostReads(torch.overrides.TorchFunctionMode):
-    """Counts the calls that read a tensor back to the host (.cpu(), .item(), .tolist(), bool(), int(), float())."""
-
-    names = frozenset({"cpu", "item", "tolist", "__bool__", "__int__", "__float__", "numpy"})
-
-    def __init__(self):
-        super().__init__()
-        self.count = 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if getattr(func, "__name__", "") in self.names:
-            self.count += 1
-        return func(*args, **(kwargs or {}))
-
-
 def _host_reads(k: int, evo_steps: int, backend: str = "torch") -> int:
     cfg = _ppo(backend, population_size=k, evo_steps=evo_steps)
     arena = build_arena(cfg)
@@ -129,7 +114,7 @@ def _host_reads(k: int, evo_steps: int, backend: str = "torch") -> int:
     env = arena.group_env(list(range(k)), group.device)
     from agilerl_core.arenas.gym_on_policy import train_group_on_policy
 
-    with _HostReads() as mode:
+    with HostReads() as mode:
         train_group_on_policy(group, list(range(k)), env, evo_steps, list(range(k)))
     return mode.count
 

@@ -223,8 +223,9 @@ class FrameReplayBuffer(ReplayBuffer):
     def __init__(self, fields: Mapping[str, FieldSpec], capacity: int, parts: Mapping[str, FramePart],
                  device: torch.device | str = "cpu") -> None:
         self.frame_parts = dict(parts)
-        self.image_fields = {n: f for n, f in fields.items() if n not in frame_fields(fields, parts)}
-        super().__init__(frame_fields(fields, parts), capacity, device)
+        stored = frame_fields(fields, parts)
+        self.image_fields = {n: f for n, f in fields.items() if n not in stored}
+        super().__init__(stored, capacity, device)
         self._obs_keys = [k.split(".", 1)[1] for k in fields if k.startswith("obs.")]
         self.pools = {k: _Pool(p, p.frame_capacity(self.capacity), self.device) for k, p in self.frame_parts.items()}
         self._live_from: list[int] = []  # per slot: the first written index still held (older ones dropped)
@@ -348,18 +349,23 @@ class FrameReplayBuffer(ReplayBuffer):
         first, held = self._slot_live(slot)
         return self.capacity + slot * self.slot_rows + (first + torch.arange(held, device=self.device)) % self.slot_rows
 
-    def shard(self, slot: int) -> Shard:
-        at = self._slot_rows_held(slot)
+    def _pack(self, at: torch.Tensor, totals: Mapping[str, int], positions) -> Shard:
+        """Rows `at` (oldest first) as a compact shard: their fields, frame ids made shard-local, and the frames
+        they use (``frames.<part>``: the region's ids from the oldest used to ``totals[part]``, placed by
+        ``positions(pool, ids)``)."""
         out = {k: t[at] for k, t in self._storage.items()}
-        slot_t = torch.tensor([slot], device=self.device)
         for key, pool in self.pools.items():
-            hi = pool.total[slot]
+            hi = totals[key]
             lo = int(_ids_min(out, key).min()) if at.numel() else hi
             for name in (f"obs.{key}{FRAME_SUFFIX}", f"next_obs.{key}{FRAME_SUFFIX}"):
                 out[name] = out[name] - lo
-            ids = torch.arange(lo, hi, device=self.device)
-            out[f"{FRAMES_PREFIX}{key}"] = pool.data[pool.slot_positions(slot_t.expand(ids.shape[0]), ids)]
+            out[f"{FRAMES_PREFIX}{key}"] = pool.data[positions(pool, torch.arange(lo, hi, device=self.device))]
         return out
+
+    def shard(self, slot: int) -> Shard:
+        slot_t = torch.tensor([slot], device=self.device)
+        return self._pack(self._slot_rows_held(slot), {k: p.total[slot] for k, p in self.pools.items()},
+                          lambda pool, ids: pool.slot_positions(slot_t.expand(ids.shape[0]), ids))
 
     # ---- the committed ring ----------------------------------------------------------------------------
     def _compact(self, shard: Shard) -> Shard:
@@ -410,15 +416,8 @@ class FrameReplayBuffer(ReplayBuffer):
         return torch.tensor(self._dead, dtype=torch.int64)
 
     def committed(self) -> Shard:
-        at = self._committed_rows_held()
-        out = {k: t[at] for k, t in self._storage.items()}
-        for key, pool in self.pools.items():
-            hi = pool.total_c
-            lo = int(_ids_min(out, key).min()) if self.size else hi
-            for name in (f"obs.{key}{FRAME_SUFFIX}", f"next_obs.{key}{FRAME_SUFFIX}"):
-                out[name] = out[name] - lo
-            out[f"{FRAMES_PREFIX}{key}"] = pool.data[torch.arange(lo, hi, device=self.device) % pool.cap_c]
-        return out
+        return self._pack(self._committed_rows_held(), {k: p.total_c for k, p in self.pools.items()},
+                          lambda pool, ids: ids % pool.cap_c)
 
     def missing_fields(self, shard: Shard) -> list[str]:
         have = set(shard)
