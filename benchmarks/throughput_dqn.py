@@ -8,7 +8,10 @@ is training env steps over wall time (evaluation included on both sides). Median
 Set up the peer first (its own venv, see ../shared/bench/README.md), then:
 
     python benchmarks/throughput_dqn.py [--peer-python ~/peer-venv/bin/python] [--budget 40000] [--repeats 3]
-        [--backends gymnasium,torch] [--no-unbatched]
+        [--backends gymnasium,torch] [--no-unbatched] [--compile-learn]
+
+`--compile-learn` measures each backend once more with compile_learn on (DQN's step compiled, the compile
+inside the run's wall time), reported as "<backend>+compile_learn".
 
 Targets (issue 39): 20x the peer with Python envs (gymnasium), 40x with the on-device envs (torch).
 
@@ -34,8 +37,10 @@ from peer import run_peer  # noqa: E402  (beside this script)
 
 
 def ours(budget: int, evo_steps: int, seed: int, out: str, batch: bool = True, backend: str = "gymnasium") -> dict:
+    backend, _, compiled = backend.partition("+")
     cfg = GymPipelineConfig(
         name="throughput", env_id="CartPole-v1", num_envs=8, env_backend=backend, population_size=4, evo_steps=evo_steps,
+        compile_learn=compiled == "compile_learn",
         eval_episodes=1, max_env_steps=budget, target_fitness=None, seed=seed, output_dir=out,
         hyperparameters={"lr": 1e-3, "batch_size": 128, "learn_step": 1, "tau": 1e-3, "double": True,
                          "learning_delay": 0, "buffer_size": 100_000, "eps_end": 0.1},
@@ -68,11 +73,14 @@ def main() -> None:
     p.add_argument("--no-unbatched", action="store_true", help="skip the one-by-one runs")
     p.add_argument("--backends", default="gymnasium",
                    help="what steps our envs, comma-separated (gymnasium, torch, envpool): each measured in turn")
+    p.add_argument("--compile-learn", action="store_true", help="each backend also with compile_learn on")
     args = p.parse_args()
     import torch
 
     torch.set_num_threads(1)
     backends = args.backends.split(",")
+    if args.compile_learn:
+        backends += [f"{b}+compile_learn" for b in backends]
     mine: dict[str, list] = {b: [] for b in backends}
     unbatched, theirs = [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -89,7 +97,7 @@ def main() -> None:
         med = statistics.median(r["env_steps_per_s"] for r in runs)
         row = {"env_steps_per_s_median": round(med, 1), "runs": runs}
         if med_peer:  # each repeat's ratio to the peer's run right after it, and the ratio of the medians
-            row.update(speedup_median=round(med / med_peer, 2), target_speedup=TARGETS.get(b),
+            row.update(speedup_median=round(med / med_peer, 2), target_speedup=TARGETS.get(b.partition("+")[0]),
                        speedup_per_repeat=[round(r["env_steps_per_s"] / t["env_steps_per_s"], 2)
                                            for r, t in zip(runs, theirs, strict=True)])
         out["backends"][b] = row

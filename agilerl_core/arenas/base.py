@@ -192,6 +192,9 @@ class GymArena(OwnExperience, ABC):
         self.space = checked_space(cfg, algo_cls)
         self.arch_bounds = ArchBounds.from_config(cfg.network)
         self.arch = initial_arch(self.obs_spec, self.action_spec.dim, cfg.network)
+        if getattr(cfg, "compile_learn", False) and (self.arch.cnns or self.arch.encoders):
+            raise ConfigError(f"compile_learn: compiles the step of plain-MLP Q-networks, and {cfg.env_id}'s "
+                              f"observations ({self.obs_space}) need conv or per-key encoders; drop compile_learn")
         self.eval_env = self.recipe.vector(cfg.eval_episodes, evaluation=True)
         self._eval_envs: dict[int, VectorEnv] = {}  # per slot, so that slots evaluate concurrently in threads
         self._lock = threading.Lock()
@@ -205,6 +208,14 @@ class GymArena(OwnExperience, ABC):
         fits = algorithms_for(spec.kind, self.kind)
         raise ConfigError(f"algorithm: {self.cfg.algorithm} needs {kinds} actions, but {self.cfg.env_id} has "
                           f"{self.act_space}; use one of {', '.join(fits)}")
+
+    def learning_group(self, members: list[RLAlgorithm]) -> Any:
+        """The group that trains `members` (equal batch keys), its step compiled where the config asks
+        (compile_learn; a group whose networks the compiled step does not cover learns eagerly)."""
+        group = self.algo_cls.group(members)
+        if getattr(self.cfg, "compile_learn", False):
+            group.compile_learn()
+        return group
 
     # ---- members ---------------------------------------------------------------------------------------
     def build_members(self, seeds: list[int]) -> list[RLAlgorithm]:

@@ -149,5 +149,5 @@ class OffPolicyArena(SharedReplay, GymArena):
                     ) -> list[TrainResult]:
         for s in slots:
             self.buffer.reset_slot(s)
-        group = self.algo_cls.group(members)
+        group = self.learning_group(members)
         return train_group(group, slots, self.group_env(slots, group.device), self.buffer, steps, seeds)

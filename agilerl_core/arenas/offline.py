@@ -79,4 +79,4 @@ class OfflineArena(GymArena):
 
     def train_group(self, members: list[RLAlgorithm], slots: list[int], seeds: list[int], steps: int
                     ) -> list[TrainResult]:
-        return train_group_offline(self.algo_cls.group(members), slots, self.dataset_buffer, steps)
+        return train_group_offline(self.learning_group(members), slots, self.dataset_buffer, steps)

@@ -42,6 +42,24 @@ class DQNGroup(ReplayGroup):
         self._everyone = torch.ones(len(self.agents), dtype=torch.bool, device=self.device)
         self.priorities = GroupPriorities([a.per for a in self.agents]) if self.per else None
         self._drawn: tuple[np.ndarray, list[int]] | None = None  # the leaves prioritised replay drew last
+        self.compiled: str | None = None  # the torch.compile backend every step goes through (:meth:`compile_learn`)
+
+    @property
+    def plain_td(self) -> bool:
+        """Whether a step is the plain TD regression on a plain MLP (hand-written backward, no noise, C51 or
+        penalty): what :meth:`compile_learn` compiles."""
+        return (self.online.hand_backward and self.support is None and not self.noisy
+                and type(self).penalty is DQNGroup.penalty)
+
+    def compile_learn(self, backend: str = "inductor") -> bool:
+        """Take every later step through one graph compiled by torch.compile with `backend` (:func:`fused_td_step`),
+        when the step is :attr:`plain_td`; returns whether it is. The online network then reads the parameters as plain
+        views (no autograd leaves): the compiled graph steps the buffer they view in place."""
+        if not self.plain_td:
+            return False
+        self.online = StackedNetwork([a.networks["q"] for a in self.agents], self.q.flat, self.q.padded)
+        self.compiled = backend
+        return True
 
     def learn_step(self, buffer, slots: Sequence[int], active: Sequence[bool]) -> torch.Tensor:
         """With prioritised replay: every member's stratified draw from its own sum tree in one descent, from
@@ -174,6 +192,8 @@ class DQNGroup(ReplayGroup):
         """One gradient step of every active member on its own rows of `batch`; returns each member's loss [K]."""
         k = rows.k
         active = rows.who
+        if self.compiled is not None:
+            return self._learn_compiled(batch, rows)
         if self.noisy:  # independent noise for the online and target networks at every step
             noise = self.member_draws(SALT_NOISY)
             self.online.resample_noise(noise, rows.active)
@@ -197,13 +217,57 @@ class DQNGroup(ReplayGroup):
         for i, a in enumerate(self.agents):
             if active[i]:
                 a.learn_steps += 1
+        self._new_priorities(signal)
+        self.update_targets(self._target_weights(active))
+        return weighted.detach().sum(1)
+
+    def _learn_compiled(self, batch: Transition, rows: StackedRows) -> torch.Tensor:
+        """:meth:`learn` as one compiled graph: the same maths (tests compare them)."""
+        for a, on in zip(self.agents, rows.who, strict=True):
+            a.learn_steps += int(on)
+        weights = torch.tensor(self._target_weights(rows.who), dtype=torch.float32, device=self.device)
+        loss, signal = _compiled_step(self.compiled)(self, batch, rows.weight, rows.active, weights)
+        self._new_priorities(signal)
+        return loss
+
+    def _new_priorities(self, signal: torch.Tensor) -> None:
         if self.priorities is not None and self._drawn is not None:  # the drawn rows' new priorities, one read
             leaves, sizes = self._drawn
             self.priorities.update(leaves, signal.cpu().numpy(), sizes)
             self._drawn = None
+
+    def _target_weights(self, active: Sequence[bool]) -> list[float]:
+        """How far each member's target moves after this step (learn steps already counted): tau, or 1 on a
+        hard update's step, 0 for members that sat out."""
         if self.hard_every is None:
-            self.update_targets([tau * on for tau, on in zip(self.hp_list("tau"), active, strict=True)])
-        else:
-            self.update_targets([float(on and a.learn_steps % self.hard_every == 0)
-                                 for a, on in zip(self.agents, active, strict=True)])
-        return weighted.detach().sum(1)
+            return [tau * on for tau, on in zip(self.hp_list("tau"), active, strict=True)]
+        return [float(on and a.learn_steps % self.hard_every == 0) for a, on in zip(self.agents, active, strict=True)]
+
+
+@torch.no_grad()
+def fused_td_step(group: DQNGroup, batch: Transition, weight: torch.Tensor, active: torch.Tensor,
+                  target_weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One plain TD step of every `active` member ([K] bool) of a :attr:`DQNGroup.plain_td` group, as
+    :meth:`DQNGroup.learn` takes it: forward, the TD loss's gradient, the hand-written backward, clipping, Adam
+    and every target moved towards its online network by `target_weight` [K]. Written to compile as one graph
+    (:func:`_compiled_step`); returns (each member's loss [K], the priority signal [K, B])."""
+    out, saved = group.online.forward_saving(batch.obs)
+    per_sample, signal, grad_out = group.td_loss_and_grad(batch, group.k, out, weight)
+    group.online.backward(saved, grad_out, out=group.q.grad)
+    clipped_step(group.q, group.max_grad_norm, active)
+    for flat in group.targets.values():
+        flat.lerp_(group.q.flat, target_weight[group.q.owner])
+    return (per_sample * weight).sum(1), signal
+
+
+_COMPILED: dict[str, object] = {}
+
+
+def _compiled_step(backend: str):
+    """:func:`fused_td_step` compiled by torch.compile with `backend`, once per process and shape: Dynamo guards on
+    the group's shapes and options, and a new shape (another group size, mutated widths) compiles again, statically
+    (Inductor's dynamic-shape code for this graph failed to run in torch 2.13), up to Dynamo's recompile limit
+    (then eager)."""
+    if backend not in _COMPILED:
+        _COMPILED[backend] = torch.compile(fused_td_step, fullgraph=True, dynamic=False, backend=backend)
+    return _COMPILED[backend]
