@@ -6,7 +6,7 @@ The public API (imported on first use, so ``import agilerl_core`` stays cheap)::
 
     result = ac.evolve("deployments/configs/cartpole_dqn.yaml", env=MyEnv)   # or a dict, or a config
     result.elite.predict(obs)
-    policy = ac.load("runs/cartpole-dqn-seed0/elite")                       # local or s3://
+    policy = ac.load("runs/cartpole-dqn-latest/best")                      # local or s3://
 
 - :func:`evolve`, :class:`EvolveResult`, :class:`Callback`: run a population in this process.
 - :func:`load`, :class:`Policy`: any saved member, ready to ``predict`` (RL) or ``generate`` (LLM).

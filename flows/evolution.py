@@ -20,7 +20,6 @@ runner (threads, Dask or Ray: flows/runners.py) places each group's task.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import json
 import logging as std_logging
 import sys
@@ -36,12 +35,13 @@ from tqdm import tqdm
 
 from agilerl_core.api import CallbackHooks
 from agilerl_core.errors import CheckpointError, TrackingError
-from agilerl_core.experiment import build_evolution
+from agilerl_core.experiment import build_evolution, new_run_id
 from agilerl_core.hpo.champion import choose_champion, eval_rounds
 from agilerl_core.hpo.evolution import Evolution
 from agilerl_core.io.checkpoint import save_member
 from agilerl_core.io.run_store import LeaseKeeper, RunStore, check_run_id
 from agilerl_core.io.storage import storage_from_config
+from agilerl_core.progress import reporting as progress_reporting
 from flows.runners import check_deployment, check_runner, dask_cluster, placement, task_runner
 from tasks.artifacts import RunView, generation_rows, lineage_markdown
 from tasks.config import PipelineConfig, grouping
@@ -103,11 +103,6 @@ def _name_flow_run(run_id: str, logger) -> None:
             client.update_flow_run(flow_run.id, name=run_id)
     except Exception as err:
         logger.warning("run %s: could not rename the flow run after it: %s", run_id, err)
-
-
-def new_run_id(cfg: PipelineConfig) -> str:
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S-%f")
-    return f"{cfg.name}-s{cfg.seed}-{stamp}"
 
 
 def stored_config(cfg: PipelineConfig) -> dict[str, Any]:
@@ -324,21 +319,23 @@ def run_evolution(cfg: PipelineConfig, run_id: str | None, progress: bool) -> di
         with dask_cluster(cfg.runner) as address, task_runner(cfg, address) as runner:
             bar = tqdm(total=cfg.max_env_steps, initial=evo.global_steps, unit="step", file=sys.stderr,
                        disable=not progress, dynamic_ncols=True, desc=f"evolution {run_id}")
-            while not evo.finished():
-                prepared.lease.check()  # taken over by another writer (after a long stall): stop, commit nothing
-                g = evo.population.generation + (1 if evo.history else 0)
-                job = GenerationJob(run_id, cfg, store.storage.uri, g, evo.generation_steps(), mode)
-                stats = run_generation(job, evo, store, runner, tracking, hooks)
-                prepared.committed = stats["generation"]
-                placements = stats["placements"]
-                view.generation(stats, generation_rows(evo.population, stats, space_names))
-                bar.update(stats["global_steps"] - bar.n)
-                bar.set_postfix(gen=stats["generation"], best=f"{stats['best_fitness']:.1f}",
-                                mean=f"{stats['mean_fitness']:.1f}")
-                if hooks and hooks.generation(evo.history[-1], evo.population.members):
-                    logger.info("run %s: stopped after generation %d by callback %s", run_id, stats["generation"],
-                                hooks.stopped_by)
-                    break
+            # members training in this process (threads) move the bar as they step; worker processes do not
+            with progress_reporting(bar.update) if progress else contextlib.nullcontext():
+                while not evo.finished():
+                    prepared.lease.check()  # taken over by another writer (after a long stall): stop, commit nothing
+                    g = evo.population.generation + (1 if evo.history else 0)
+                    job = GenerationJob(run_id, cfg, store.storage.uri, g, evo.generation_steps(), mode)
+                    stats = run_generation(job, evo, store, runner, tracking, hooks)
+                    prepared.committed = stats["generation"]
+                    placements = stats["placements"]
+                    view.generation(stats, generation_rows(evo.population, stats, space_names))
+                    bar.n = min(stats["global_steps"], bar.total)  # exact at each generation's end
+                    bar.set_postfix(gen=stats["generation"] + (not evo.finished()), best=f"{evo.best_fitness():.2f}",
+                                    last=f"{stats['best_fitness']:.2f}", mean=f"{stats['mean_fitness']:.2f}")
+                    if hooks and hooks.generation(evo.history[-1], evo.population.members):
+                        logger.info("run %s: stopped after generation %d by callback %s", run_id, stats["generation"],
+                                    hooks.stopped_by)
+                        break
             bar.close()
         if tracking is not None:
             pending = tracking.close(cfg.tracking.flush_timeout)

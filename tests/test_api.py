@@ -87,7 +87,9 @@ def test_callbacks_see_each_member_and_generation_and_can_stop_the_run(tmp_path)
     assert generations[-1][1] == res.history[-1].fitnesses
     assert [s for s, _, _ in rec.trained] == [0, 1, 2, 0, 1, 2]
     assert sum(steps for _, _, steps in rec.trained) == res.run.global_steps
-    assert (tmp_path / "corridor-seed0" / "elite" / "member.json").is_file()  # saved as at a normal end
+    assert res.run_dir.parent == tmp_path and res.run_dir.name.startswith("corridor-s0-")  # named after the env
+    assert (res.run_dir / "elite" / "member.json").is_file()  # saved as at a normal end
+    assert (tmp_path / "corridor-latest").resolve() == res.run_dir.resolve()
     with pytest.raises(ConfigError, match=r"callbacks\[0\]"):
         ac.evolve(corridor_config(output_dir=str(tmp_path)), env=Corridor, callbacks=[42], progress=False)
 
@@ -109,12 +111,17 @@ def test_env_factories_are_refused_where_they_cannot_go_naming_the_field(tmp_pat
         check_env_id("<NotBoundHere>")  # a label written by another process (a stored config, a worker)
 
 
-def test_a_pipeline_configs_own_sections_are_named_not_used(tmp_path):
-    with pytest.warns(UserWarning, match=r"schedule section\(s\) configure the pipeline"):
-        res = ac.evolve(ROOT / "deployments" / "configs" / "cartpole_dqn.yaml", progress=False,
-                        overrides={"population_size": 2, "max_env_steps": 256, "evo_steps": 128, "num_envs": 2,
-                                   "eval_episodes": 1, "output_dir": str(tmp_path)})
+def test_a_pipeline_configs_own_sections_are_left_out_quietly_unless_they_ask_for_in_process_options(tmp_path):
+    import warnings
+
+    small = {"population_size": 2, "max_env_steps": 256, "evo_steps": 128, "num_envs": 2, "eval_episodes": 1,
+             "output_dir": str(tmp_path)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a shipped config (tracking, schedule sections) runs without a warning
+        res = ac.evolve(ROOT / "deployments" / "configs" / "cartpole_dqn.yaml", progress=False, overrides=small)
     assert res.config.env_id == "CartPole-v1" and res.run.global_steps >= 256
+    with pytest.warns(UserWarning, match=r"runner.batch_members are read by the pipeline .* pass batch_members= to"):
+        ac.evolve({**corridor_config(**small), "runner": {"batch_members": False}}, env=Corridor, progress=False)
 
 
 def _cue_team():

@@ -146,7 +146,7 @@ def test_default_run_is_the_flow_on_the_embedded_default(tmp_path):
     last = sorted((tmp_path / "out" / "emb" / "generations").iterdir())[-1] / "population" / "members"
     for slot in ("0", "1"):
         assert (last / slot / "weights.safetensors").read_bytes() == \
-            (tmp_path / "loc" / "experiment-seed0" / "population" / "members" / slot / "weights.safetensors").read_bytes()
+            (tmp_path / "loc" / "experiment-latest" / "population" / "members" / slot / "weights.safetensors").read_bytes()
 
 
 def test_a_killed_run_takes_its_local_prefect_server_down(tmp_path):
@@ -177,7 +177,10 @@ def test_cli_local_runs_and_prints_a_json_summary_last(tmp_path):
     for key in ("best_fitness", "global_steps", "wall_s", "env_steps_per_s", "generations", "elite_uri"):
         assert key in summary
     assert summary["global_steps"] == 800 and summary["generations"] == 2
-    assert (tmp_path / "experiment-seed3" / "elite" / "weights.safetensors").is_file()
+    run_dir = Path(summary["elite_uri"]).parent
+    assert run_dir.parent == tmp_path and run_dir.name.startswith("experiment-s3-")  # a directory of its own
+    assert (tmp_path / "experiment-latest").resolve() == run_dir.resolve()
+    assert (run_dir / "best" / "member.json").is_file() and summary["best_uri"] == str((run_dir / "best").resolve())
     assert "evolution" in p.stderr  # the progress bar
 
 

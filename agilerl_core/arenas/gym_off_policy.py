@@ -12,6 +12,7 @@ import time
 
 import torch
 
+from agilerl_core import progress
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.group import ReplayGroup
 from agilerl_core.arenas.base import GymArena, probe_action_mask
@@ -78,6 +79,7 @@ def train_group(group: ReplayGroup, slots: list[int], envs: GroupEnv, buffer: Re
             buffer.add_group(slots, data)
         for a in agents:
             a.env_steps += n
+        progress.advance(k * n)
         group.episodes_done(done)
         ended = done.view(k, n)
         running += step.reward.view(k, n)

@@ -8,6 +8,7 @@ import time
 
 import torch
 
+from agilerl_core import progress
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.arenas.base import GymArena
 from agilerl_core.arenas.experience import rollout_lengths
@@ -128,6 +129,7 @@ def train_group_on_policy(group, slots: list[int], envs: GroupEnv, evo_steps: in
             ep_count += done.sum(1)
             running.masked_fill_(done, 0.0)
             starts, obs, mask = done, step.obs, step.mask
+            progress.advance(k * n)
         if defer_cuts:
             final = group.values_all({key: _members_rows(v, steps).flatten(0, 1) for key, v in buf["final_obs"].items()})
             buf["rewards"][:steps] += gamma * final.view(k, steps, n).transpose(0, 1) * buf["cuts"][:steps]

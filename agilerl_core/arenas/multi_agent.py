@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from agilerl_core import progress
 from agilerl_core.algorithms.ippo import IPPOGroup
 from agilerl_core.algorithms.maddpg import MADDPGGroup
 from agilerl_core.arenas.base import checked_space, keep_freed_memory, torch_device
@@ -145,6 +146,7 @@ def train_team_group(group: MADDPGGroup, slots: list[int], envs: TeamGroupEnv, b
         buffer.add_group(slots, _transitions(spec, obs, masks, actions, step, group.device))
         for a in group.agents:
             a.env_steps += n
+        progress.advance(k * n)
         if step.env_done.any():  # the noise processes of ended episodes start again
             group.episodes_done(torch.as_tensor(step.env_done, device=group.device))
         returns.step(step.reward, step.env_done)
@@ -422,6 +424,7 @@ def train_team_group_on_policy(group: IPPOGroup, slots: list[int], envs: TeamGro
                 r.record(group, t, step)
             for team in teams:
                 team.env_steps += n
+            progress.advance(len(teams) * n)
             returns.step(step.reward, step.env_done)
             obs, masks, alive = step.obs, step.mask, step.alive
         for r in units:

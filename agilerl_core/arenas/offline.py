@@ -12,6 +12,7 @@ import time
 
 import torch
 
+from agilerl_core import progress
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.group import ReplayGroup
 from agilerl_core.arenas.base import GymArena
@@ -37,6 +38,7 @@ def train_group_offline(group: ReplayGroup, slots: list[int], dataset: ReplayBuf
         loss = group.learn_step(dataset, slots, everyone)
         bad_loss.see(loss, step)
         loss_sum += loss
+        progress.advance(group.k)
     bad_loss.check(slots, "the loss")
     group.write_back()
     wall = time.perf_counter() - t0

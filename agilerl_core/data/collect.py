@@ -48,7 +48,7 @@ def collect_episodes(env_id: str, policy: str, episodes: int, seed: int = 0, num
 
         if not Path(policy).is_dir():
             raise ConfigError(f"--policy {policy!r}: neither 'random' nor a saved member directory (the elite/ "
-                              f"directory a run writes, e.g. runs/NAME-seed0/elite)")
+                              f"directory a run writes, e.g. runs/NAME-latest/elite)")
         from agilerl_core.envs.spaces import ObsSpec
         from agilerl_core.io.checkpoint import member_spec, same_spec
 

@@ -7,12 +7,54 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from agilerl_core.envs.spaces import IMAGE_SCALES as INPUT_SCALES
 from agilerl_core.networks.transfer import ACTIVATION_FNS, copy_overlap, init_conv, init_linear
+
+ATARI_CHANNELS = (32, 64, 64)
+ATARI_KERNELS = (8, 4, 3)  # the Nature-DQN encoder (Mnih et al. 2015), for frames of ATARI_MIN_SIDE px or more
+ATARI_STRIDES = (4, 2, 1)
+ATARI_MIN_SIDE = 36  # the smallest square frame the Atari stack leaves a 1x1 output for
+
+
+def default_conv_layers(h: int, w: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(kernels, strides) of the default conv stack for frames of h x w pixels; None when no conv fits.
+
+    Chosen from the short side s, so that every layer fits without padding (which the stacked member-major
+    convolutions do not take) and small grids are not strided away:
+
+    - s >= 36 (Atari-like): kernels 8, 4, 3 with strides 4, 2, 1, the encoder every existing config and
+      checkpoint of such frames has;
+    - 20 <= s < 36: kernels 5, 4, 3 with strides 2, 2, 1;
+    - 12 <= s < 20: kernels 4, 3, 3 with strides 2, 1, 1;
+    - 5 <= s < 12 (grid views such as MiniGrid's 7x7): 3x3 kernels with stride 1, as many (up to 3) as keep
+      an output of at least 3x3 (7x7: two layers, 7 -> 5 -> 3; 10x10: three, 10 -> 8 -> 6 -> 4);
+    - 2 <= s < 5: 2x2 kernels with stride 1, one layer (two for s = 4);
+    - s < 2: None.
+    """
+    s = min(h, w)
+    if s >= ATARI_MIN_SIDE:
+        return ATARI_KERNELS, ATARI_STRIDES
+    if s >= 20:
+        return (5, 4, 3), (2, 2, 1)
+    if s >= 12:
+        return (4, 3, 3), (2, 1, 1)
+    if s >= 5:
+        n = min(3, (s - 3) // 2)
+        return (3,) * n, (1,) * n
+    if s >= 2:
+        n = 2 if s == 4 else 1
+        return (2,) * n, (1,) * n
+    return None
 
 
 @dataclass(frozen=True)
 class CNNSpec:
-    """Architecture of a conv encoder over images of shape in_chw (channels first)."""
+    """Architecture of a conv encoder over images of shape in_chw (channels first).
+
+    `input_scale` records how the encoder's images were scaled into network input (see
+    :func:`agilerl_core.envs.spaces.image_scale`); None is the scaling every checkpoint written before the
+    field existed was trained with (uint8 / 255, other dtypes as they are), and is left out of :meth:`to_dict`
+    so such specs read and write exactly as before."""
 
     in_chw: tuple[int, int, int]
     channels: tuple[int, ...]
@@ -20,6 +62,7 @@ class CNNSpec:
     strides: tuple[int, ...]
     latent_dim: int
     activation: str = "relu"
+    input_scale: str | None = None  # "pixels", "bounds", "none"; None: by the stored dtype, as before
 
     def conv_output(self) -> tuple[int, int, int]:
         """(C, H, W) after the convs; H or W <= 0 means the spec is invalid."""
@@ -29,6 +72,7 @@ class CNNSpec:
         return self.channels[-1], h, w
 
     def is_valid(self) -> bool:
+        """Whether every layer fits its input and leaves at least a 1x1 output."""
         _, h, w = self.in_chw
         for k, s in zip(self.kernels, self.strides, strict=True):
             if k > h or k > w:
@@ -37,14 +81,22 @@ class CNNSpec:
         return h >= 1 and w >= 1
 
     def to_dict(self) -> dict:
-        return {"in_chw": list(self.in_chw), "channels": list(self.channels), "kernels": list(self.kernels),
-                "strides": list(self.strides), "latent_dim": self.latent_dim, "activation": self.activation}
+        """The spec as JSON data (`input_scale` only where set)."""
+        d = {"in_chw": list(self.in_chw), "channels": list(self.channels), "kernels": list(self.kernels),
+             "strides": list(self.strides), "latent_dim": self.latent_dim, "activation": self.activation}
+        if self.input_scale is not None:
+            d["input_scale"] = self.input_scale
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> CNNSpec:
+        """Inverse of :meth:`to_dict`; a spec without `input_scale` (written before it existed) keeps None."""
+        scale = d.get("input_scale")
+        if scale is not None and scale not in INPUT_SCALES:
+            raise ValueError(f"cnn input_scale {str(scale)[:40]!r} is not one of {', '.join(INPUT_SCALES)}")
         return cls(tuple(int(x) for x in d["in_chw"]), tuple(int(x) for x in d["channels"]),
                    tuple(int(x) for x in d["kernels"]), tuple(int(x) for x in d["strides"]),
-                   int(d["latent_dim"]), str(d["activation"]))
+                   int(d["latent_dim"]), str(d["activation"]), scale)
 
 
 class EvolvableCNN(nn.Module):

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from agilerl_core.envs.spaces import Obs, ObsSpec
-from agilerl_core.networks.cnn import CNNSpec, EvolvableCNN
+from agilerl_core.networks.cnn import ATARI_CHANNELS, CNNSpec, EvolvableCNN, default_conv_layers
 from agilerl_core.networks.mlp import EvolvableMLP, MLPSpec
 from agilerl_core.networks.obs_norm import RunningObsNorm
 from agilerl_core.networks.recurrent import EvolvableRNN, RNNSpec
@@ -175,19 +175,56 @@ class ArchBounds:
                    tuple(net.activation_choices), net.rnn.max_layers if net.rnn is not None else 2)
 
 
+def _conv_stack(part, cnn) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(channels, kernels, strides) of image `part`'s encoder: the config's when it fixes them (kernel_sizes or
+    strides given), else :func:`default_conv_layers` for the frame size; a ConfigError naming network.cnn when
+    they leave no output or no conv fits the frame."""
+    from agilerl_core.errors import ConfigError
+
+    _, h, w = part.image_chw
+    if cnn.explicit:
+        channels, kernels, strides = tuple(cnn.channels), tuple(cnn.kernel_sizes), tuple(cnn.strides)
+    else:
+        stack = default_conv_layers(h, w)
+        if stack is None:
+            layout = "height, width, channels" if part.channels_last else "channels, height, width"
+            raise ConfigError(f"network.cnn: image {part.key!r} of shape {part.shape} (read as {layout}; "
+                              f"network.cnn.channels_last sets it) is {h}x{w} pixels, too small for any conv layer "
+                              f"(the smallest default kernel is 2x2); flatten it into a vector "
+                              f"(env_wrappers: [{{wrapper: gymnasium.wrappers.FlattenObservation}}]) or set "
+                              f"network.cnn.kernel_sizes and strides (e.g. [1] and [1])")
+        kernels, strides = stack
+        channels = tuple(cnn.channels) if cnn.channels is not None else ATARI_CHANNELS[:len(kernels)]
+        if len(channels) > len(kernels):
+            raise ConfigError(f"network.cnn.channels: {len(channels)} layers given, but the default conv stack for "
+                              f"{h}x{w} frames has {len(kernels)} (kernels {list(kernels)}, strides {list(strides)}); "
+                              f"give at most {len(kernels)} channels or set kernel_sizes and strides too")
+        kernels, strides = kernels[:len(channels)], strides[:len(channels)]
+        if not cnn.min_layers <= len(kernels) <= cnn.max_layers:
+            raise ConfigError(f"network.cnn: the default conv stack for {h}x{w} frames has {len(kernels)} layers, "
+                              f"outside [min_layers, max_layers] = [{cnn.min_layers}, {cnn.max_layers}]; set "
+                              f"kernel_sizes and strides, or change the bounds")
+    spec = CNNSpec(part.image_chw, channels, kernels, strides, 1)
+    if not spec.is_valid():
+        raise ConfigError(f"network.cnn: kernels {list(kernels)} with strides {list(strides)} leave no output for "
+                          f"image {part.key!r} of shape {part.shape}; use smaller kernels/strides or fewer layers "
+                          f"(or leave kernel_sizes and strides out: the default stack fits the frame)")
+    return channels, kernels, strides
+
+
 def initial_arch(obs_spec: ObsSpec, out_dim: int, net) -> ArchSpec:
-    """The starting architecture for an observation space from a NetworkConfig."""
+    """The starting architecture for an observation space from a NetworkConfig.
+
+    Each image gets a conv encoder of :func:`_conv_stack` whose `input_scale` is the config's
+    (``network.cnn.input_scale``) or, on auto, the one its space implies (:func:`~agilerl_core.envs.spaces.image_scale`);
+    a scale equal to what the stored dtype always meant is recorded as None, keeping such archs' JSON as before."""
     cnns = []
     for part in obs_spec.image_parts:
-        spec = CNNSpec(part.image_chw, tuple(net.cnn.channels), tuple(net.cnn.kernel_sizes),
-                       tuple(net.cnn.strides), net.cnn.latent_dim, net.activation)
-        if not spec.is_valid():
-            from agilerl_core.errors import ConfigError
-
-            raise ConfigError(f"network.cnn: kernels {net.cnn.kernel_sizes} with strides {net.cnn.strides} "
-                              f"leave no output for image {part.key!r} of shape {part.shape}; use smaller "
-                              f"kernels/strides or fewer layers")
-        cnns.append((part.key, spec))
+        channels, kernels, strides = _conv_stack(part, net.cnn)
+        mode = part.scale if net.cnn.input_scale == "auto" else net.cnn.input_scale
+        obs_spec.with_image_scale({part.key: mode})  # a ConfigError here when the space cannot take `mode`
+        cnns.append((part.key, CNNSpec(part.image_chw, channels, kernels, strides, net.cnn.latent_dim,
+                                       net.activation, None if mode == part.legacy_scale else mode)))
     encoders = []
     enc = net.vector_encoder
     if obs_spec.is_dict and enc.per_key:
@@ -203,6 +240,14 @@ def initial_arch(obs_spec: ObsSpec, out_dim: int, net) -> ArchSpec:
                     rnn)
 
 
+def _as_trained(obs_spec: ObsSpec, arch: ArchSpec) -> ObsSpec:
+    """`obs_spec` scaling each image as the arch's conv encoder records it was trained with (a checkpoint written
+    before archs recorded it: as the stored dtype always meant), whatever the env's space would pick today."""
+    if not arch.cnns:
+        return obs_spec
+    return obs_spec.with_image_scale({k: s.input_scale for k, s in arch.cnns})
+
+
 class EvolvableNetwork(nn.Module):
     """obs -> (vector, or an MLP encoder per vector key) ++ conv encoder per image key [-> recurrent core]
     -> MLP head -> outputs. A recurrent network acts through :meth:`step` (its state passed in and out)."""
@@ -210,7 +255,7 @@ class EvolvableNetwork(nn.Module):
     def __init__(self, obs_spec: ObsSpec, arch: ArchSpec, generator: torch.Generator | None = None,
                  noisy_std: float = 0.5) -> None:
         super().__init__()
-        self.obs_spec = obs_spec
+        self.obs_spec = _as_trained(obs_spec, arch)
         self.arch = arch
         self.cnns = nn.ModuleDict({key: EvolvableCNN(spec, generator) for key, spec in arch.cnns})
         self.encoders = nn.ModuleDict({key: EvolvableMLP(spec, generator) for key, spec in arch.encoders})
@@ -265,7 +310,7 @@ class EvolvableNetwork(nn.Module):
         """A new network with `arch` that keeps every weight that still exists."""
         new = EvolvableNetwork.__new__(EvolvableNetwork)
         nn.Module.__init__(new)
-        new.obs_spec = self.obs_spec
+        new.obs_spec = _as_trained(self.obs_spec, arch)
         new.arch = arch
         new.cnns = nn.ModuleDict({key: self.cnns[key].rebuilt(spec, generator) for key, spec in arch.cnns})
         new.encoders = nn.ModuleDict({key: self.encoders[key].rebuilt(spec, generator) for key, spec in arch.encoders})

@@ -1,0 +1,35 @@
+"""Progress within a generation: training loops report the budget units they spend (env steps; offline:
+gradient steps) as they go, to whatever the running loop listens with (its progress bar). Nothing listens by
+default, and then a report costs one call.
+
+    with progress.reporting(bar.update):
+        evo.run_generation()        # the arenas' loops call progress.advance(n) as they step
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+_lock = threading.Lock()
+_sink: Callable[[int], object] | None = None
+
+
+def advance(units: int) -> None:
+    """`units` more of the budget spent (every member's env steps of a group step, a gradient step...)."""
+    sink = _sink
+    if sink is not None:
+        with _lock:  # members may train in threads
+            sink(units)
+
+
+@contextmanager
+def reporting(sink: Callable[[int], object]) -> Iterator[None]:
+    """Send :func:`advance` reports to `sink` while the block runs (this process, every thread)."""
+    global _sink
+    previous, _sink = _sink, sink
+    try:
+        yield
+    finally:
+        _sink = previous
