@@ -14,12 +14,11 @@ import pytest
 
 import agilerl_core as ac
 from agilerl_core.errors import CheckpointError, ConfigError
+from examples.own_env import Corridor  # as the quickstart imports it: one class object, one label <Corridor>
 from tests.conftest import cli_env
 from tests.test_llm import TINY_MODEL
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples"))
-from own_env import Corridor  # noqa: E402  (examples/own_env.py: a user's own env class)
 
 
 def corridor_config(**extra) -> dict:

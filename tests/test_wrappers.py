@@ -90,10 +90,7 @@ def test_wrappers_are_code_a_flow_run_parameter_may_not_name_unless_allowed():
 
 
 def test_an_env_factory_takes_the_wrappers_too(tmp_path):
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-    from own_env import Corridor
+    from examples.own_env import Corridor
 
     res = ac.evolve({"population_size": 2, "num_envs": 2, "evo_steps": 100, "max_env_steps": 200, "eval_episodes": 1,
                      "output_dir": str(tmp_path), "env_wrappers": STACK}, env=Corridor, progress=False)
