@@ -29,6 +29,7 @@ from agilerl_core.hpo.population import Member
 from agilerl_core.io.checkpoint import save_member
 from agilerl_core.limits import applied
 from agilerl_core.progress import reporting as progress_reporting
+from agilerl_core.progress import show_generation
 
 log = logging.getLogger(__name__)
 
@@ -125,10 +126,8 @@ def train_local(cfg: ExperimentConfig, progress: bool = True, run_dir: str | Pat
                 best.keep(evo)
                 elapsed = time.perf_counter() - t0
                 sps = (evo.global_steps - steps0) / max(elapsed, 1e-9)
-                bar.n = min(stats.global_steps, bar.total)  # exact at each generation's end
-                # the generation now training, the run's best so far, the last generation's best and mean
-                bar.set_postfix(gen=stats.generation + (not evo.finished()), best=f"{evo.best_fitness():.2f}",
-                                last=f"{stats.best_fitness:.2f}", mean=f"{stats.mean_fitness:.2f}")
+                show_generation(bar, stats.global_steps, stats.generation, evo.finished(), evo.best_fitness(),
+                                stats.best_fitness, stats.mean_fitness)
                 if not progress:  # one line per generation instead of the bar
                     print(generation_line(stats, evo.best_fitness(), cfg.max_env_steps, sps), file=sys.stderr,
                           flush=True)

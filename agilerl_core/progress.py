@@ -33,3 +33,12 @@ def reporting(sink: Callable[[int], object]) -> Iterator[None]:
         yield
     finally:
         _sink = previous
+
+
+def show_generation(bar, global_steps: int, generation: int, finished: bool, run_best: float, last_best: float,
+                    last_mean: float) -> None:
+    """A tqdm bar after a generation: exact at its step count, showing the generation now training, the run's
+    best so far and the last generation's best and mean."""
+    bar.n = min(global_steps, bar.total)
+    bar.set_postfix(gen=generation + (not finished), best=f"{run_best:.2f}", last=f"{last_best:.2f}",
+                    mean=f"{last_mean:.2f}")

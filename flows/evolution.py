@@ -42,6 +42,7 @@ from agilerl_core.io.checkpoint import save_member
 from agilerl_core.io.run_store import LeaseKeeper, RunStore, check_run_id
 from agilerl_core.io.storage import storage_from_config
 from agilerl_core.progress import reporting as progress_reporting
+from agilerl_core.progress import show_generation
 from flows.runners import check_deployment, check_runner, dask_cluster, placement, task_runner
 from tasks.artifacts import RunView, generation_rows, lineage_markdown
 from tasks.config import PipelineConfig, grouping
@@ -329,9 +330,8 @@ def run_evolution(cfg: PipelineConfig, run_id: str | None, progress: bool) -> di
                     prepared.committed = stats["generation"]
                     placements = stats["placements"]
                     view.generation(stats, generation_rows(evo.population, stats, space_names))
-                    bar.n = min(stats["global_steps"], bar.total)  # exact at each generation's end
-                    bar.set_postfix(gen=stats["generation"] + (not evo.finished()), best=f"{evo.best_fitness():.2f}",
-                                    last=f"{stats['best_fitness']:.2f}", mean=f"{stats['mean_fitness']:.2f}")
+                    show_generation(bar, stats["global_steps"], stats["generation"], evo.finished(),
+                                    evo.best_fitness(), stats["best_fitness"], stats["mean_fitness"])
                     if hooks and hooks.generation(evo.history[-1], evo.population.members):
                         logger.info("run %s: stopped after generation %d by callback %s", run_id, stats["generation"],
                                     hooks.stopped_by)

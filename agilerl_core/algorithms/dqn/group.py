@@ -214,21 +214,22 @@ class DQNGroup(ReplayGroup):
             weighted = per_sample * rows.weight
             (self.q.grad,) = gradients(weighted.sum(), self.online.leaves)
         clipped_step(self.q, self.max_grad_norm, None if rows.all_active else rows.active)
-        for i, a in enumerate(self.agents):
-            if active[i]:
-                a.learn_steps += 1
+        self._count_steps(active)
         self._new_priorities(signal)
         self.update_targets(self._target_weights(active))
         return weighted.detach().sum(1)
 
     def _learn_compiled(self, batch: Transition, rows: StackedRows) -> torch.Tensor:
         """:meth:`learn` as one compiled graph: the same maths (tests compare them)."""
-        for a, on in zip(self.agents, rows.who, strict=True):
-            a.learn_steps += int(on)
+        self._count_steps(rows.who)
         weights = torch.tensor(self._target_weights(rows.who), dtype=torch.float32, device=self.device)
         loss, signal = _compiled_step(self.compiled)(self, batch, rows.weight, rows.active, weights)
         self._new_priorities(signal)
         return loss
+
+    def _count_steps(self, active: Sequence[bool]) -> None:
+        for a, on in zip(self.agents, active, strict=True):
+            a.learn_steps += int(on)
 
     def _new_priorities(self, signal: torch.Tensor) -> None:
         if self.priorities is not None and self._drawn is not None:  # the drawn rows' new priorities, one read
