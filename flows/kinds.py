@@ -10,6 +10,7 @@ FLOW_ENTRYPOINTS = {
     "offline": "flows/offline.py:offline_evolution",
     "multi_agent": "flows/multi_agent.py:multi_agent_evolution",
     "llm": "flows/llm.py:llm_evolution",
+    "language": "flows/language.py:language_evolution",
 }
 
 

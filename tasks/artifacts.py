@@ -33,6 +33,8 @@ def subject(cfg: PipelineConfig) -> str:
     if cfg.kind == "llm":
         m = cfg.model
         return m.gguf_file or m.path or f"a {m.config.get('model_type')} built from a config"
+    if cfg.kind == "language":
+        return f"{cfg.env.game} ({cfg.env.vocabulary or 'all'} words)"
     return cfg.env_id
 
 

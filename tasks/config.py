@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from agilerl_core.config import (
     ConfigKinds,
     GymExperimentConfig,
+    LanguageExperimentConfig,
     LLMExperimentConfig,
     MultiAgentExperimentConfig,
     OfflineExperimentConfig,
@@ -150,8 +151,13 @@ class LLMPipelineConfig(LLMExperimentConfig, _PipelineSections):
     """An LLM fine-tuning experiment as the pipeline runs it."""
 
 
+class LanguagePipelineConfig(LanguageExperimentConfig, _PipelineSections):
+    """A language-game experiment (Wordle agents learning from games) as the pipeline runs it."""
+
+
 PIPELINE_KINDS = ConfigKinds({"gym": GymPipelineConfig, "offline": OfflinePipelineConfig,
-                              "multi_agent": MultiAgentPipelineConfig, "llm": LLMPipelineConfig})
+                              "multi_agent": MultiAgentPipelineConfig, "llm": LLMPipelineConfig,
+                              "language": LanguagePipelineConfig})
 PipelineConfig = PIPELINE_KINDS.annotation
 """One evolution run as the pipeline reads it, discriminated by `kind` (default gym)."""
 

@@ -15,7 +15,8 @@ from agilerl_core.algorithms.registry import ALGORITHMS
 from tasks.config import PIPELINE_KINDS
 
 _TITLES = {"gym": "Gymnasium (`kind: gym`, the default)", "offline": "Offline (`kind: offline`)",
-           "multi_agent": "Multi-agent (`kind: multi_agent`)", "llm": "LLM fine-tuning (`kind: llm`)"}
+           "multi_agent": "Multi-agent (`kind: multi_agent`)", "llm": "LLM fine-tuning (`kind: llm`)",
+           "language": "Language games (`kind: language`)"}
 
 
 def _type_name(annotation: Any) -> str:

@@ -25,6 +25,8 @@ def member_rows(population, train_returns: list[float], space_names: list[str],
                      "agent_returns": dict(getattr(m.agent, "agent_returns", None) or {}),  # teams: per agent
                      "train_metrics": dict(train_metrics[slot]) if train_metrics else {},
                      "samples": list(getattr(m.agent, "samples", None) or []),  # LLM members: held-out completions
+                     # language agents: win rate and mean guesses of their evaluation games
+                     "eval_metrics": dict(getattr(m.agent, "eval_metrics", None) or {}),
                      "hyperparameters": {k: hp[k] for k in space_names if isinstance(hp.get(k), int | float)}})
     return rows
 

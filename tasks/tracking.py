@@ -91,7 +91,8 @@ def flat_params(cfg: PipelineConfig) -> dict[str, str]:
     return out
 
 
-CHAMPION_CODE = {"llm": "champion_llm.py"}  # the pyfunc's code per experiment kind (default champion_model.py)
+# the pyfunc's code per experiment kind (default champion_model.py)
+CHAMPION_CODE = {"llm": "champion_llm.py", "language": "champion_language.py"}
 
 
 def champion_requirements(kind: str, torch_version: str) -> list[str]:
@@ -111,6 +112,8 @@ def _subject_tags(cfg: PipelineConfig) -> dict[str, str]:
         name = m.path or m.gguf_file or f"config:{m.config.get('model_type')}"
         return {"agilerl.base_model": f"{name}{'/' + m.gguf_file if m.path and m.gguf_file else ''}",
                 "agilerl.dataset": cfg.dataset.label}
+    if cfg.kind == "language":
+        return {"agilerl.game": cfg.env.game, "agilerl.dataset": cfg.dataset.label}
     return {"agilerl.env_id": cfg.env_id}
 
 
@@ -263,12 +266,14 @@ class Tracker:
                         if _finite(v)]
             metrics += [Metric(f"train.{k}", float(v), now, g) for k, v in m.get("train_metrics", {}).items()
                         if _finite(v)]
+            metrics += [Metric(f"eval.{k}", float(v), now, g) for k, v in m.get("eval_metrics", {}).items()
+                        if _finite(v)]
             tags = [RunTag("agilerl.member_id", str(m["member_id"])), RunTag("agilerl.mutation", m["mutation"]),
                     RunTag("agilerl.architecture", m["architecture"][:5000])]
             self.client.log_batch(self.child_ids[slot], metrics=metrics, tags=tags, synchronous=True)
         samples = [{"generation": g, "slot": slot, "member_id": m["member_id"], **row}
                    for slot, m in enumerate(members) for row in m.get("samples", [])]
-        if samples:  # LLM members: what they answered on held-out prompts (a table per generation; rewritten whole)
+        if samples:  # LLM members' held-out answers, language agents' games (a table per generation; rewritten whole)
             self.client.log_table(self.parent_id, {k: [r.get(k) for r in samples] for k in samples[0]},
                                   f"samples/generation_{g:04d}.json")
         if only_missing and g in self.logged_generations():
@@ -394,6 +399,14 @@ def champion_io(arena) -> tuple[Any, Any]:
         import pandas as pd
 
         return signature, pd.DataFrame({"prompt": list(arena.eval_data.prompts[:2])})
+    if arena.kind == "language":
+        import pandas as pd
+        from mlflow.models import ModelSignature
+        from mlflow.types.schema import ColSpec, Schema
+
+        signature = ModelSignature(inputs=Schema([ColSpec("string", "transcript")]),
+                                   outputs=Schema([ColSpec("string", "guess")]))
+        return signature, pd.DataFrame({"transcript": ["", arena.games[0].transcript[:12]]})
     return champion_signature(arena.obs_space, arena.act_space), champion_example(arena.obs_space)
 
 

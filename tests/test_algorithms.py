@@ -68,6 +68,12 @@ def _tiny(name: str, **extra):
     cfg = load_config(CONFIGS / name)
     if cfg.kind == "llm":
         return _tiny_llm(cfg, name, **{k: v for k, v in extra.items() if k != "mutation.parameters"})
+    if cfg.kind == "language":  # a small game, a few played games and a tiny GPT: its algorithm and evolution stay
+        return load_config(CONFIGS / name, {
+            "population_size": 3, "evo_steps": 4, "max_env_steps": 36, "eval_games": 4, "target_fitness": None,
+            "env.vocabulary": 60, "dataset.games": 40, "dataset.sha256": None, "dataset.min_return": None,
+            "hyperparameters.batch_size": 8, "mutation.architecture": 1.0, "mutation.rl_hp": 1.0,
+            "model": {"n_layer": 1, "n_embd": 16, "n_head": 2, "head_dim": 8, "mlp_hidden": 32}, **extra})
     over = {"population_size": 3, "evo_steps": 160, "max_env_steps": 1440, "eval_episodes": 2,
             "target_fitness": None, "eval_max_steps": 100, "network.hidden_sizes": [32, 32],
             "network.min_nodes": 16, "mutation.architecture": 1.0, "mutation.rl_hp": 1.0}

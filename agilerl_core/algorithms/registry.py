@@ -15,6 +15,7 @@ from agilerl_core.algorithms.hyperparameters.bc import BCHyperparameters
 from agilerl_core.algorithms.hyperparameters.cql import CQLHyperparameters, CQNHyperparameters
 from agilerl_core.algorithms.hyperparameters.dqn import DQNHyperparameters, RainbowHyperparameters
 from agilerl_core.algorithms.hyperparameters.ippo import IPPOHyperparameters, MAPPOHyperparameters
+from agilerl_core.algorithms.hyperparameters.language import BCLMHyperparameters, ILQLHyperparameters
 from agilerl_core.algorithms.hyperparameters.llm import (
     DPOHyperparameters,
     GRPOHyperparameters,
@@ -74,6 +75,8 @@ ALGORITHMS: dict[str, AlgorithmInfo] = {a.name: a for a in (
     AlgorithmInfo("llm_ppo", LLMPPOHyperparameters, "agilerl_core.algorithms.llm_ppo:LLMPPO", {"llm": "llm"},
                   on_policy=True),
     AlgorithmInfo("dpo", DPOHyperparameters, "agilerl_core.algorithms.dpo:DPO", {"llm": "llm"}),
+    AlgorithmInfo("bc_lm", BCLMHyperparameters, "agilerl_core.algorithms.bc_lm:BCLM", {"language": "language"}),
+    AlgorithmInfo("ilql", ILQLHyperparameters, "agilerl_core.algorithms.ilql:ILQL", {"language": "language"}),
 )}
 
 

@@ -16,6 +16,7 @@ ARENAS = {
     "multi_agent_off_policy": "agilerl_core.arenas.multi_agent:MultiAgentOffPolicyArena",
     "multi_agent_on_policy": "agilerl_core.arenas.multi_agent:MultiAgentOnPolicyArena",
     "llm": "agilerl_core.arenas.llm:LLMArena",
+    "language": "agilerl_core.arenas.language:LanguageArena",
 }
 
 
