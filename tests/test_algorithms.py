@@ -48,12 +48,19 @@ def _tiny_llm(cfg, name: str, **extra):
     """An LLM config with its base swapped for a tiny config-built model (the shipped ones name SmolLM2, which
     CI does not install) and a small generated arithmetic set: its algorithm, rewards and evolution stay."""
     data = {"dataset.uri": _arithmetic_set(cfg.algorithm == "dpo")}
+    if cfg.dataset.source == "wordle":  # whole games of a small Wordle, read by a tokenizer of every letter
+        import string
+
+        data = {"dataset.options": {"vocabulary": 60, "max_guesses": 2}, "dataset.held_out": 0.2,
+                "model": {**TINY_LM, "config": {**TINY_LM["config"], "n_positions": 512},
+                          "tokenizer_chars": string.ascii_letters + string.digits + " -!>.,;:'\n"}}
+        extra = {"hyperparameters.max_new_tokens": 6, **extra}
     if cfg.dataset.source == "reasoning_gym":  # its own generated task, smaller, read by a tokenizer of every letter
         import string
 
         data = {"dataset.size": 60, "model": {**TINY_LM, "config": {**TINY_LM["config"], "n_positions": 128},
                                               "tokenizer_chars": string.digits + string.ascii_letters + " +-=:.?<>/"}}
-    over = {"model": TINY_LM, **data, "dataset.held_out": 10,
+    over = {"model": TINY_LM, "dataset.held_out": 10, **data,
             "population_size": 3, "evo_steps": 32, "max_env_steps": 288, "eval_prompts": 4,
             "target_fitness": None, "mutation.adapter_rank": 1.0, "mutation.rl_hp": 1.0, "torch_threads": 1,
             "hyperparameters.batch_size": 4, **extra}

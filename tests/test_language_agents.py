@@ -19,7 +19,7 @@ from agilerl_core.experiment import build_evolution
 from agilerl_core.hpo.evolvable import MutationSettings
 from agilerl_core.language.games import describe_games, write_games
 from agilerl_core.language.players import GameRecord, parse_mix, play_games
-from agilerl_core.language.tensors import LETTER_IDS, GameTensors, game_tensors, sequence_length
+from agilerl_core.language.tensors import GameTensors, game_tensors, sequence_length
 from agilerl_core.language.wordle import CHARS, word_list
 from agilerl_core.limits import applied
 from agilerl_core.networks.gpt import GPTBounds, GPTSpec

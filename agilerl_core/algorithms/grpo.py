@@ -64,6 +64,11 @@ class PromptData:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def rollout(self, model, members: list, batches: list[list[int]], rewards: Rewards,
+                generators: list[torch.Generator]) -> GroupRollout:
+        """One learn step's completions of the members' batches (see :class:`GroupRollout`)."""
+        return GroupRollout(model, members, batches, self, rewards, generators)
+
 
 def _pad_right(parts: list[tuple[torch.Tensor, torch.Tensor]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(c.shape[1] for c, _ in parts)
@@ -118,6 +123,20 @@ class GroupRollout:
         self.fmask = [c[1].float() for c in self.comps]
         self.ntok = [f.sum().clamp(min=1) for f in self.fmask]
         self.parts = LLMAlgorithm.group_parts(members, row_pieces([len(x) for x in rows], hps[0].micro_batch_size))
+
+    def place_rewards(self, i: int, token_rewards: torch.Tensor) -> torch.Tensor:
+        """Member i's completion rewards added on each completion's last token (LLM-PPO's token rewards)."""
+        last = (self.fmask[i].sum(1).long() - 1).clamp(min=0)
+        token_rewards[torch.arange(len(last)), last] += torch.as_tensor(self.rewards[i], dtype=torch.float32,
+                                                                        device=token_rewards.device)
+        return token_rewards
+
+    def gae(self, i: int, token_rewards: torch.Tensor, values: torch.Tensor, gamma: float, lam: float
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token-level GAE over each of member i's completions."""
+        from agilerl_core.algorithms.llm_ppo import token_gae
+
+        return token_gae(token_rewards, values * self.fmask[i], self.fmask[i], gamma, lam)
 
     def joined(self, segments: list[tuple[int, slice]]) -> tuple[torch.Tensor, torch.Tensor]:
         """The prompts (ids, mask) of (member, rows) segments, in order."""
@@ -211,7 +230,7 @@ class GRPO(LLMAlgorithm):
         base, k = first.base, len(members)
         hps = [m.hp for m in members]
         with base.bound_many([m.adapter for m in members]) as model:
-            roll = GroupRollout(model, members, batches, data, rewards, generators)
+            roll = data.rollout(model, members, batches, rewards, generators)
             r, fmask, ntok, parts, forward = roll.rewards, roll.fmask, roll.ntok, roll.parts, roll.forward
             adv = [m.advantages(torch.as_tensor(r[i], dtype=torch.float32), h.group_size).to(base.device)
                    for i, (m, h) in enumerate(zip(members, hps, strict=True))]
@@ -257,7 +276,9 @@ class GRPO(LLMAlgorithm):
     @torch.no_grad()
     def evaluate(self, data: PromptData, rewards: Rewards, n_samples: int = 0) -> float:
         """Mean reward of greedy completions of the held-out prompts; keeps the first `n_samples` as
-        :attr:`samples`."""
+        :attr:`samples`. Games (multi-turn data) are played whole: the mean return."""
+        if hasattr(data, "score_many"):
+            return data.score_many([self], rewards, n_samples)[0]
         hp, base = self.hp, self.base
         ids, mask = self.prompt_batch(data.ids)
         with base.bound(self.adapter) as model:
@@ -273,7 +294,9 @@ class GRPO(LLMAlgorithm):
         """:meth:`evaluate` of several members (one base, equal generation settings) in shared batches: each
         chunk of the held-out prompts is generated for every member at once, each row through its member's
         adapter, so the base runs once per chunk instead of once per member. The completions are each
-        member's own greedy ones (equal up to float rounding)."""
+        member's own greedy ones (equal up to float rounding). Games (multi-turn data) are played whole."""
+        if hasattr(data, "score_many"):
+            return data.score_many(members, rewards, n_samples)
         first = members[0]
         hp, base = first.hp, first.base
         if any(m.hp.max_new_tokens != hp.max_new_tokens or m.base is not base for m in members):

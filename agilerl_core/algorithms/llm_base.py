@@ -108,6 +108,7 @@ class LLMAlgorithm:
         self.samples_seen = 0
         self.train_metrics: dict[str, float] = {}  # the last training phase's means (tracked per member)
         self.samples: list[dict[str, Any]] = []  # the last evaluation's sample completions (tracked)
+        self.eval_metrics: dict[str, float] = {}  # the last evaluation's game statistics (games only)
         self.parallel = None  # a DataParallel share (agilerl_core.llm.data_parallel) while training across processes
 
     @classmethod
@@ -224,6 +225,7 @@ class LLMAlgorithm:
             new._load_adam(step, {k: (m.clone(), v.clone()) for k, (m, v) in moments.items()})
         new.learn_steps, new.samples_seen = self.learn_steps, self.samples_seen
         new.train_metrics, new.samples = dict(self.train_metrics), list(self.samples)
+        new.eval_metrics = dict(self.eval_metrics)
         return new
 
     # ---- as data --------------------------------------------------------------------------------------------
@@ -253,6 +255,7 @@ class LLMAlgorithm:
         meta = {"algorithm": self.algorithm_name, "hp": self.hp.model_dump(), "rank": self.adapter.rank,
                 "scale": self.adapter.scale, "adam_step": step, "learn_steps": self.learn_steps,
                 "samples_seen": self.samples_seen, "train_metrics": self.train_metrics, "samples": self.samples,
+                "eval_metrics": self.eval_metrics,
                 "base": self.base.describe()}
         return tensors, meta
 
@@ -282,6 +285,7 @@ class LLMAlgorithm:
         member.learn_steps, member.samples_seen = int(meta["learn_steps"]), int(meta["samples_seen"])
         member.train_metrics = dict(meta.get("train_metrics", {}))
         member.samples = list(meta.get("samples", []))
+        member.eval_metrics = dict(meta.get("eval_metrics", {}))
         return member
 
     # ---- learning helpers -------------------------------------------------------------------------------------
@@ -333,6 +337,7 @@ class LLMAlgorithm:
         self.adapter, self.optimizer, self.hp, self.head = other.adapter, other.optimizer, other.hp, other.head
         self.learn_steps, self.samples_seen = other.learn_steps, other.samples_seen
         self.train_metrics, self.samples = dict(other.train_metrics), list(other.samples)
+        self.eval_metrics = dict(other.eval_metrics)
 
     def _step(self) -> float:
         """Clip and apply the accumulated gradient (summed over data-parallel processes first); returns its

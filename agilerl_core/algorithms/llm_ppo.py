@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from agilerl_core.algorithms.grpo import GRPO, GroupRollout, PromptData, grpo_token_loss, k3_kl
+from agilerl_core.algorithms.grpo import GRPO, PromptData, grpo_token_loss, k3_kl
 from agilerl_core.algorithms.hyperparameters.llm import LLMPPOHyperparameters
 from agilerl_core.llm.base_model import SharedBase
 from agilerl_core.llm.rewards import Rewards
@@ -74,7 +74,7 @@ class LLMPPO(GRPO):
         base, k = first.base, len(members)
         hps = [m.hp for m in members]
         with base.bound_many([m.adapter for m in members]) as model:
-            roll = GroupRollout(model, members, batches, data, rewards, generators)
+            roll = data.rollout(model, members, batches, rewards, generators)
             parts, fmask, ntok = roll.parts, roll.fmask, roll.ntok
             shapes = [c[0].shape for c in roll.comps]
             old_lp = [torch.zeros(s, device=base.device) for s in shapes]
@@ -90,11 +90,8 @@ class LLMPPO(GRPO):
             adv, ret, kls = [], [], []
             for i, h in enumerate(hps):
                 kl = (old_lp[i] - ref_lp[i]) * fmask[i]
-                tok_r = -h.beta * kl
-                last = (fmask[i].sum(1).long() - 1).clamp(min=0)
-                tok_r[torch.arange(len(last)), last] += torch.as_tensor(roll.rewards[i], dtype=torch.float32,
-                                                                        device=base.device)
-                a, r_ = token_gae(tok_r, old_v[i] * fmask[i], fmask[i], h.gamma, h.gae_lambda)
+                tok_r = roll.place_rewards(i, -h.beta * kl)
+                a, r_ = roll.gae(i, tok_r, old_v[i], h.gamma, h.gae_lambda)
                 if h.norm_adv:
                     count = fmask[i].sum().clamp(min=1)
                     mean = (a * fmask[i]).sum() / count

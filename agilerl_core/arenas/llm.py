@@ -9,6 +9,7 @@ functions: every bad input fails here, before anything trains. Members share the
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -60,7 +61,7 @@ class LLMArena(OwnExperience):
     score (GRPO: mean reward of greedy completions; DPO: preference accuracy)."""
 
     kind = "llm"
-    evaluation_notes = ("samples",)  # the held-out completions the fitness was scored on (first few)
+    evaluation_notes = ("samples", "eval_metrics")  # held-out completions (first few); games' win rate, guesses
     batch_scope = "training and evaluation: a group's rows through one forward of the base, one adapter per row"
 
     def __init__(self, cfg, algo_cls: type[LLMAlgorithm]) -> None:
@@ -71,6 +72,9 @@ class LLMArena(OwnExperience):
         self.space = checked_space(cfg, algo_cls)
         lora = cfg.model.lora
         self.arch_bounds = RankBounds(lora.min_rank, lora.max_rank)
+        if cfg.dataset.source == "wordle":
+            self._init_games(cfg)
+            return
         self.dataset = self._load_records(cfg)
         self.rewards = Rewards(cfg.rewards, self.dataset.entries) if algo_cls.data_kind == "prompts" else None
         if self.rewards is not None and self.rewards.needs_answers and self.dataset.answers is None:
@@ -96,6 +100,50 @@ class LLMArena(OwnExperience):
 
             self.env_desc["dataset"].update(task=cfg.dataset.task, size=cfg.dataset.size, seed=cfg.dataset.seed,
                                             options=dict(cfg.dataset.options), reasoning_gym=version("reasoning_gym"))
+
+    def _init_games(self, cfg) -> None:
+        """Games of Wordle as the data: the training secrets to play (``group_size`` games each per learn step), the
+        held-out ones (the first ``eval_prompts``) to judge greedy play on; the words and prompt pinned by hash."""
+        import hashlib
+
+        from agilerl_core.algorithms.llm_games import INSTRUCTION, GameData
+        from agilerl_core.language.wordle import word_list
+
+        ds, opts = cfg.dataset, cfg.dataset.options
+        max_guesses = opts.get("max_guesses", 6)
+        if isinstance(max_guesses, bool) or not isinstance(max_guesses, int) or not 1 <= max_guesses <= 20:
+            raise ConfigError(f"dataset.options.max_guesses: {max_guesses!r} is not a whole number from 1 to 20")
+        try:
+            words = word_list(opts.get("vocabulary"), ds.held_out)
+        except ValueError as err:
+            raise ConfigError(f"dataset.options.{err}") from None
+        self.rewards = None  # a game scores itself
+        self.base = SharedBase.load(cfg.model, self.device)
+        template = cfg.model.chat_template
+        self.chat_template = template == "on" or (template == "auto" and bool(self.base.tokenizer.chat_template))
+        prompt = INSTRUCTION.format(n=max_guesses)
+        ids = self.base.encode([prompt], self.chat_template)[0]
+
+        def encode(text: str) -> list[int]:
+            return self.base.encode([text], False)[0]
+
+        held = words.held_out[: cfg.eval_prompts] if cfg.eval_prompts is not None else words.held_out
+        self.train_data = GameData([ids] * len(words.train), [prompt] * len(words.train), list(words.train), words,
+                                   max_guesses, encode)
+        self.eval_data = GameData([ids] * len(held), [prompt] * len(held), list(held), words, max_guesses, encode)
+        digest = hashlib.sha256(json_bytes({"words": words.words, "held_out": words.held_out, "prompt": prompt,
+                                            "max_guesses": max_guesses})).hexdigest()
+        check_pin(ds.label, digest, ds.sha256)
+        longest = self.train_data.longest_game(getattr(cfg.hyperparameters, "max_new_tokens", 0))
+        context = getattr(self.base.model.config, "max_position_embeddings", None)
+        if context is not None and longest > context:
+            raise DatasetError(f"dataset {ds.label}: a whole game can take {longest} tokens (the prompt, and "
+                               f"{max_guesses} turns of hyperparameters.max_new_tokens and the feedback), more than "
+                               f"the model's context of {context} positions; use fewer tokens or guesses")
+        self.env_desc = {"kind": "llm", "base": self.base.describe(), "chat_template": self.chat_template,
+                         "dataset": {"uri": ds.label, "sha256": digest, "game": "wordle", "words": words.source,
+                                     "vocabulary": opts.get("vocabulary"), "held_out": ds.held_out,
+                                     "max_guesses": max_guesses}}
 
     def _check_context(self, cfg) -> None:
         """A DatasetError when the longest prompt plus ``max_new_tokens`` outruns the model's context (an index
@@ -154,7 +202,7 @@ class LLMArena(OwnExperience):
         if self.cfg.model.data_parallel > 1 and any(m.parallel is None for m in members):
             return [self.train(m, s, seed, steps) for m, s, seed in zip(members, slots, seeds, strict=True)]
         t0 = time.perf_counter()
-        if self.rewards is not None:
+        if self.algo_cls.data_kind == "prompts":
             phases = self.algo_cls.train_group(members, self.train_data, self.rewards, steps, seeds, self.cfg.kl_metric)
         else:
             phases = self.algo_cls.train_group(members, self.train_data, steps, seeds)
@@ -171,12 +219,17 @@ class LLMArena(OwnExperience):
         """Every member's fitness, the group's forwards shared (``GRPO.evaluate_many``: generation;
         ``DPO.evaluate_many``: the pairs' log-probabilities)."""
         n = self.cfg.sample_completions
-        if self.rewards is not None:
+        if self.algo_cls.data_kind == "prompts":
             return self.algo_cls.evaluate_many(members, self.eval_data, self.rewards, n)
         return self.algo_cls.evaluate_many(members, self.eval_data, n)
 
     def evaluate(self, member: LLMAlgorithm, seed: int, slot: int | None = None) -> float:
         n = self.cfg.sample_completions
-        if self.rewards is not None:
+        if self.algo_cls.data_kind == "prompts":
             return member.evaluate(self.eval_data, self.rewards, n)
         return member.evaluate(self.eval_data, n)
+
+
+def json_bytes(value: Any) -> bytes:
+    """`value` as canonical JSON bytes (what a generated dataset's content hash is taken of)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()

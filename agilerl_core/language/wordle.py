@@ -5,7 +5,9 @@ Word list: the five-letter words (9,979) of ``web2`` (Webster's Second Internati
 public domain) as shipped by the ``english-words`` package (MIT licence), lower-case, letters only. The
 train / held-out split of the secrets is a fixed rule, independent of any seed: a word is held out when its
 SHA-256 (as an integer) modulo 1000 is below ``held_out * 1000``, so the split of a word never depends on the
-vocabulary size either.
+vocabulary size either. ``vocabulary: N`` makes a smaller game: its secrets (and the words the players pick
+from) are the first N words in SHA-256 order, while every word of the list stays a valid guess (as Wordle
+allows more guesses than it has answers).
 
 The observation is the transcript: one line per finished turn, ``guess + " " + feedback + "\\n"`` (e.g.
 ``"crane -G-Y-\\n"``), always twelve characters of :data:`CHARS`. A guess that is not a valid word is, by default
@@ -70,15 +72,16 @@ def _all_words() -> tuple[str, ...]:
 class WordList:
     """The valid guesses and the secrets of a game, split into train and held-out secrets."""
 
-    words: tuple[str, ...]  # valid guesses, sorted
+    words: tuple[str, ...]  # the game's words (its secrets, and the words the players pick from), sorted
     train: tuple[str, ...]  # secrets to collect data and train on
     held_out: tuple[str, ...]  # secrets to evaluate on, never trained on
     source: str  # where the words come from
+    allowed: tuple[str, ...] = ()  # every valid guess (the whole list, as Wordle allows more guesses than answers)
 
     @functools.cached_property
     def valid(self) -> frozenset[str]:
-        """The valid guesses as a set."""
-        return frozenset(self.words)
+        """The valid guesses as a set: every word of the list (the game's words when `allowed` is empty)."""
+        return frozenset(self.allowed or self.words)
 
     @functools.cached_property
     def letters(self) -> np.ndarray:
@@ -88,7 +91,8 @@ class WordList:
 
 @functools.cache
 def word_list(vocabulary: int | None = None, held_out: float = 0.2) -> WordList:
-    """The word list (the first `vocabulary` words in SHA-256 order; None: all) and its secrets' split."""
+    """The game's words (the first `vocabulary` words in SHA-256 order; None: all) and its secrets' split; every word
+    of the list stays a valid guess."""
     everything = _all_words()
     if vocabulary is not None and (isinstance(vocabulary, bool) or not isinstance(vocabulary, int)
                                    or not 2 <= vocabulary <= len(everything)):
@@ -103,7 +107,7 @@ def word_list(vocabulary: int | None = None, held_out: float = 0.2) -> WordList:
     if not out or not train:
         raise ValueError(f"held_out: {held_out} splits {len(kept)} words into {len(train)} train and {len(out)} "
                          f"held-out secrets; both need at least one (change held_out or vocabulary)")
-    return WordList(tuple(sorted(kept)), tuple(sorted(train)), tuple(sorted(out)), SOURCE)
+    return WordList(tuple(sorted(kept)), tuple(sorted(train)), tuple(sorted(out)), SOURCE, tuple(sorted(everything)))
 
 
 def feedback(guess: str, secret: str) -> str:
