@@ -55,13 +55,14 @@ class Policy:
 
     @property
     def kind(self) -> str:
-        """``"llm"`` for an LLM member, ``"rl"`` otherwise."""
-        return "llm" if self.env.get("kind") == "llm" else "rl"
+        """``"llm"`` for an LLM member, ``"language"`` for a language-game agent (Wordle), ``"rl"`` otherwise."""
+        kind = self.env.get("kind")
+        return kind if kind in ("llm", "language") else "rl"
 
     @property
     def algorithm(self) -> str:
-        """The algorithm's name in the registry (``dqn``, ``ppo``, ``grpo``...)."""
-        return str(self.agent.name)
+        """The algorithm's name in the registry (``dqn``, ``ppo``, ``grpo``, ``ilql``...)."""
+        return str(getattr(self.agent, "name", None) or self.agent.algorithm_name)
 
     @property
     def member_id(self) -> int:
@@ -80,8 +81,8 @@ class Policy:
 
     @property
     def observation_space(self) -> Any:
-        """The observation space :meth:`predict` takes (a Dict keyed by agent id for a team); None for LLMs."""
-        spec = None if self.kind == "llm" else getattr(self.agent, "env_spec", None)  # an ippo team has no obs_spec
+        """The observation space :meth:`predict` takes (a Dict keyed by agent id for a team); None for LLM and language members."""
+        spec = None if self.kind != "rl" else getattr(self.agent, "env_spec", None)  # an ippo team has no obs_spec
         return None if spec is None else spec.space
 
     def __repr__(self) -> str:
@@ -103,6 +104,9 @@ class Policy:
         - ``bc``: greedy (it has no exploration policy);
         - a member still in its warm-up (``random_steps`` not yet collected): uniform random actions.
 
+        A language-game member (``kind: language``) takes a Wordle transcript (whole turns ``guess marks\n``, or
+        ``""`` for a new game), or a list of them, and returns its greedy next guess (or a list).
+
         The draws come from this Policy's own copy of the member's generators, taken at its first such call: they
         are reproducible (the same member, or its checkpoint loaded, draws the same sequence) and leave the
         member's own stream, which its training reads, untouched. Unlike Stable-Baselines3, where
@@ -121,6 +125,12 @@ class Policy:
         episode ended."""
         if self.kind == "llm":
             raise TypeError("predict: an LLM member writes text; call generate(prompts)")
+        if self.kind == "language":  # a transcript (whole turns "guess marks\n") in, the next guess out
+            from agilerl_core.arenas.language import next_guesses
+
+            one = isinstance(obs, str)
+            guesses = next_guesses(self.agent, [obs] if one else list(obs))
+            return guesses[0] if one else guesses
         spec = self.agent.env_spec  # the spaces it acts in: an ObsSpec, a team's MultiAgentSpec
         wrappers = [w.get("wrapper") for w in self.env.get("env_wrappers") or [] if isinstance(w, dict)]
         batched, obs = _as_batch(obs, spec, f" (the env inside {', '.join(map(str, wrappers))})" if wrappers else "")
@@ -146,7 +156,7 @@ class Policy:
     def reset(self, done: Any = None) -> None:
         """A recurrent member forgets every env's episode (`done` None) or those where `done` is set; a
         no-op for feed-forward members."""
-        if self.kind != "llm":
+        if self.kind == "rl":
             self.agent.reset_memory(None if done is None else np.atleast_1d(np.asarray(done, dtype=bool)))
 
     def generate(self, prompts: str | Sequence[str], max_new_tokens: int | None = None, temperature: float = 0.0,
@@ -510,5 +520,11 @@ def _load_dir(path: Path, where: str, device: str) -> Policy:
         record = _member_record(meta, str(path / "member.json"))  # every field checked
         member = Member(record["member_id"], agent, *record["rest"])
         return Policy(member, env)
+    if env.get("kind") == "language":
+        from agilerl_core.arenas.language import load_language_member
+
+        agent, env = load_language_member(str(path))
+        record = _member_record(meta, str(path / "member.json"))
+        return Policy(Member(record["member_id"], agent, *record["rest"]), env)
     member, env = load_member(path, device=device)
     return Policy(member, env)

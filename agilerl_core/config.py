@@ -864,7 +864,7 @@ class LLMExperimentConfig(_ExperimentBase):
             if self.algorithm == "dpo":
                 raise ValueError("dataset.source: wordle plays games, which dpo cannot learn from (it needs "
                                  "preference pairs); use grpo, reinforce or llm_ppo")
-            if "rewards" in self.model_fields_set:
+            if [r.model_dump() for r in self.rewards] != [RewardConfig(kind="exact_answer").model_dump()]:
                 raise ValueError("rewards: a wordle game scores itself (its return: -1 per wrong guess); remove rewards")
             if self.model.data_parallel > 1:
                 raise ValueError("model.data_parallel: games are played in one process; set data_parallel: 1")
@@ -919,6 +919,18 @@ class GameDatasetConfig(_Strict):
                                description="Expected content hash of the file (or of the games played); other data "
                                            "is refused. The pipeline pins it.")
 
+    @model_validator(mode="after")
+    def _file_or_players(self) -> GameDatasetConfig:
+        if self.uri is not None:  # by value, so a dumped config validates again
+            played = [n for n in ("players", "games", "seed")
+                      if getattr(self, n) != type(self).model_fields[n].default]
+            if played:
+                raise ValueError(f"{', '.join(played)}: only for games played here, but uri reads a file; remove "
+                                 f"{'them' if len(played) > 1 else 'it'} or the uri")
+        elif self.cache_dir is not None:
+            raise ValueError("cache_dir: only for an s3:// uri; remove it")
+        return self
+
     @property
     def label(self) -> str:
         """What the data is called in messages: its uri, or players:MIX."""
@@ -969,8 +981,9 @@ class LanguageExperimentConfig(_ExperimentBase):
     dataset: GameDatasetConfig = Field(default_factory=GameDatasetConfig, description="The games learnt from.")
     evo_steps: int = Field(200, ge=1, description="Gradient steps per member per generation.")
     max_env_steps: int = Field(4000, ge=1, description="Global budget of gradient steps (whole population).")
-    eval_games: int = Field(200, ge=1, description="Held-out secrets each member plays greedily per evaluation "
-                                                   "(the same ones for every member; at most all held out).")
+    eval_games: int | None = Field(None, ge=1, description="Held-out secrets each member plays greedily per "
+                                                           "evaluation (the same first ones for every member); "
+                                                           "null: all of them.")
     sample_games: int = Field(3, ge=0, description="Evaluation games per member kept each generation (MLflow's "
                                                    "sample table).")
 
@@ -978,6 +991,9 @@ class LanguageExperimentConfig(_ExperimentBase):
     def _language_mutations(self) -> LanguageExperimentConfig:
         if self.mutation.activation:
             raise ValueError("mutation.activation: a GPT member's activation (GELU) does not mutate; set it to 0")
+        if self.device != "cpu":
+            raise ValueError(f"device: {self.device}: language agents train and play on the CPU (small models, "
+                             f"short games); set device: cpu")
         return self
 
     def check_env(self) -> None:

@@ -137,6 +137,51 @@ def test_from_state_refuses_tampered_data():
         ILQL.from_state(tensors, huge)
 
 
+def test_a_trained_member_mutated_then_saved_reloads_with_fresh_state_for_grown_tensors():
+    a = BCLM.create(SPEC, BCLMHyperparameters(batch_size=8), seed=0)
+    data = game_tensors(_games(), SPEC.block_size)
+    train_group([a], data, 2, [0])
+    bounds = GPTBounds(1, 3, 1, 4, 32, 128, 32)
+    child = a.clone()
+    what = ""
+    for seed in range(10):
+        what = child.mutate("architecture", np.random.default_rng(seed), MutationSettings(0.2, 0.1, bounds))
+        if "grow_mlp" in what or "add_head" in what:
+            break
+    again = child.clone()  # what a process runner ships: state() -> from_state()
+    ta, tb = child.state()[0], again.state()[0]
+    assert ta.keys() == tb.keys() and all(torch.equal(ta[k], tb[k]) for k in ta), what
+    assert any(k.startswith("adam.step.") for k in ta) and len([k for k in ta if k.startswith("adam.step.")]) < \
+        len([k for k in ta if k.startswith("net.")])  # the grown tensors start fresh
+    train_group([again], data, 1, [1])
+
+
+def test_ilql_with_one_q_head_trains_and_acts():
+    m = ILQL.create(SPEC, ILQLHyperparameters(two_q=False, batch_size=8), seed=0)
+    assert set(m.net.heads) == {"q1", "v"} and set(m.targets) == {"q1"}
+    train_group([m], game_tensors(_games(), SPEC.block_size), 2, [0])
+    from agilerl_core.arenas.language import next_guesses
+
+    assert all(len(g) == 5 for g in next_guesses(m, ["", "crane -G-Y-\n"]))
+    with pytest.raises(ValueError, match="not whole turns"):
+        next_guesses(m, ["crane"])
+
+
+def test_from_state_refuses_bad_optimiser_state_and_counts_the_heads():
+    m = ILQL.create(SPEC, ILQLHyperparameters(batch_size=8), seed=0)
+    train_group([m], game_tensors(_games(), SPEC.block_size), 1, [0])
+    tensors, meta = m.state()
+    name = next(k for k in tensors if k.startswith("adam.exp_avg_sq."))
+    with pytest.raises(CheckpointError, match="negative second moments"):
+        ILQL.from_state({**tensors, name: -tensors[name] - 1.0}, meta)
+    step = name.replace("exp_avg_sq", "step")
+    with pytest.raises(CheckpointError, match="not a whole number of steps"):
+        ILQL.from_state({**tensors, step: torch.tensor(0.5)}, meta)
+    gpt_only = SPEC.param_count()
+    with applied({"network_params": gpt_only + 10}), pytest.raises(CheckpointError, match="its 3 heads"):
+        ILQL.from_state(tensors, meta)  # the GPT fits the limit, its heads do not
+
+
 def test_growth_keeps_the_policy_and_adam_moments_of_unchanged_tensors():
     a = ILQL.create(SPEC, ILQLHyperparameters(), seed=1)
     data = game_tensors(_games(), SPEC.block_size)
@@ -165,7 +210,7 @@ def test_a_member_learns_the_same_alone_or_in_a_group():
     train_group(grouped, data, 4, [5, 6])
     for a, b in zip(alone, grouped, strict=True):
         for (n, p), q in zip(a.net.named_parameters(), b.net.parameters(), strict=True):
-            assert torch.allclose(p, q, atol=1e-6), n
+            assert torch.equal(p, q), n  # exactly: each member's forward is its own
 
 
 def test_bc_learns_the_data():
@@ -183,6 +228,8 @@ def _cfg(**over):
             "evo_steps": 3, "max_env_steps": 12, "eval_games": 4, "dataset": {"games": 30},
             "model": {"n_layer": 1, "n_embd": 16, "n_head": 2, "head_dim": 8, "mlp_hidden": 32, "max_mlp_hidden": 64},
             "hyperparameters": {"batch_size": 8}}
+    if "dataset.uri" in over:
+        del data["dataset"]["games"]  # a file's games, not played here
     for key, value in over.items():
         section, _, field = key.partition(".")
         if field:
@@ -242,10 +289,26 @@ def test_min_return_keeps_the_better_games_and_names_an_empty_choice():
     ({"model.n_layer": 9}, r"n_layer: 9 lies outside \[min_layers, max_layers\]"),
     ({"env.max_guesses": 30}, r"env.max_guesses: .*less than or equal to 20"),
     ({"algorithm": "dqn"}, r"algorithm: dqn does not train in language experiments"),
+    ({"dataset.uri": "g.jsonl", "dataset.seed": 10}, r"seed: only for games played here, but uri reads a file"),
+    ({"dataset.cache_dir": "/tmp/c"}, r"cache_dir: only for an s3:// uri"),
+    ({"device": "cuda"}, r"device: cuda: language agents train and play on the CPU"),
 ])
 def test_config_refusals_name_the_field(over, pattern):
     with pytest.raises(ConfigError, match=pattern):
         _cfg(**over)
+
+
+def test_eval_games_beyond_the_held_out_secrets_is_refused():
+    with pytest.raises(ConfigError, match=r"eval_games: 500, but this game holds out \d+ secrets"):
+        build_evolution(_cfg(eval_games=500))
+
+
+def test_a_games_file_with_an_overlong_line_is_refused(tmp_path):
+    uri = _file(tmp_path, _games(3))
+    with open(uri, "a") as f:
+        f.write('{"secret": "' + "a" * 70_000 + '"}\n')
+    with pytest.raises(DatasetError, match="line 5 is longer than 65,536 bytes"):
+        build_evolution(_cfg(**{"dataset.uri": uri}))
 
 
 def test_bad_players_are_named():
@@ -296,3 +359,15 @@ def test_a_language_run_resumes_after_kill_9_and_tracks_its_games(tmp_path):
     champion = mlflow.pyfunc.load_model(straight["champion_uri"])
     out = champion.predict(pd.DataFrame({"transcript": ["", "crane -G-Y-\n"]}))
     assert len(out["guess"]) == 2 and all(len(g) == 5 and g.isalpha() for g in out["guess"])
+
+
+def test_evolve_returns_a_policy_that_answers_transcripts_and_round_trips(tmp_path):
+    import agilerl_core as ac
+
+    res = ac.evolve(_cfg().model_dump(), overrides={"output_dir": str(tmp_path)}, progress=False)
+    best = res.best
+    assert best.kind == "language" and best.algorithm == "ilql" and best.observation_space is None
+    guess = best.predict("")
+    assert len(guess) == 5 and guess.isalpha() and best.predict(["", "crane -G-Y-\n"])[0] == guess
+    again = ac.load(best.save(tmp_path / "saved"))
+    assert again.predict(["", "crane -G-Y-\n"]) == best.predict(["", "crane -G-Y-\n"])

@@ -109,13 +109,18 @@ def test_a_member_plays_the_same_games_alone_or_in_a_group():
 
 @pytest.mark.parametrize("over, pattern", [
     ({"algorithm": "dpo", "hyperparameters": {"beta": 0.1}}, "dpo cannot learn from"),
-    ({"rewards": [{"kind": "exact_answer"}]}, "rewards: a wordle game scores itself"),
+    ({"rewards": [{"kind": "regex", "pattern": "a"}]}, "rewards: a wordle game scores itself"),
     ({"dataset": {"source": "wordle", "options": {"colours": 3}}}, r"options: \['colours'\] are not Wordle options"),
     ({"dataset": {"source": "wordle", "held_out": 5}}, "held_out: a wordle source holds out a share"),
 ])
 def test_wordle_llm_config_refusals_name_the_field(over, pattern):
     with pytest.raises(ConfigError, match=pattern):
         _cfg(**over)
+
+
+def test_a_dumped_wordle_config_validates_again():
+    cfg = _cfg()
+    assert validate_config(cfg.model_dump(mode="json")).dataset.source == "wordle"
 
 
 def test_a_game_longer_than_the_context_is_refused_before_training():

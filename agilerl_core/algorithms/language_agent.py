@@ -52,7 +52,7 @@ class LanguageNet(nn.Module):
         return out
 
 
-def stacked_call(nets: Sequence[nn.Module], idx: torch.Tensor) -> dict[str, torch.Tensor]:
+def group_outputs(nets: Sequence[nn.Module], idx: torch.Tensor) -> dict[str, torch.Tensor]:
     """Every member's outputs for its own rows `idx` [K, B, T], stacked as [K, B, T, ...]. One forward per member:
     on CPU this measured faster than one vmapped forward of the stacked parameters (4 members, 64 games of 73
     characters: 420 against 489 ms per training step; torch has no batching rule for CPU attention), and as fast
@@ -173,47 +173,65 @@ class LanguageAgent:
 
     # ---- as data --------------------------------------------------------------------------------------------
     def state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Weights, target heads and AdamW's per-tensor state (moments and step; a tensor grown or rebuilt by a
+        mutation and not stepped since has none) as tensors; the rest as JSON."""
         tensors = {f"net.{n}": p.detach().clone() for n, p in self.net.named_parameters()}
         tensors.update({f"target.{n}": p.detach().clone() for n, p in self.targets.named_parameters()})
-        step = 0
         for n, p in self.net.named_parameters():
             st = self.optimizer.state.get(p)
             if st:
-                step = int(st["step"])
                 tensors[f"adam.exp_avg.{n}"] = st["exp_avg"].clone()
                 tensors[f"adam.exp_avg_sq.{n}"] = st["exp_avg_sq"].clone()
+                tensors[f"adam.step.{n}"] = torch.as_tensor(st["step"], dtype=torch.float32).clone().reshape(())
         meta = {"algorithm": self.algorithm_name, "hp": self.hp.model_dump(), "arch": self.spec.to_dict(),
-                "adam_step": step, "learn_steps": self.learn_steps, "games_seen": self.games_seen,
+                "learn_steps": self.learn_steps, "games_seen": self.games_seen,
                 "train_metrics": self.train_metrics, "samples": self.samples, "eval_metrics": self.eval_metrics}
         return tensors, meta
 
     @classmethod
     def from_state(cls, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> LanguageAgent:
-        """A member from its checkpoint's data: the architecture is checked (sizes within the limits) before
-        anything is built, then every tensor must fit it exactly."""
+        """A member from its checkpoint's data: the architecture and heads are counted against the limits before
+        anything is built, then every tensor must fit exactly, be finite, and AdamW's state be a valid one."""
+        from agilerl_core.limits import check
+
         spec = GPTSpec.from_dict(meta.get("arch"), "member.json: agent.arch", CheckpointError)
-        hp = cls.hp_model(**meta["hp"])
-        agent = cls(LanguageNet(EvolvableGPT(spec), {n: head(spec.n_embd, o, None)
-                                                       for n, o in cls.heads_of(hp).items()}), hp)
+        try:
+            hp = cls.hp_model(**meta["hp"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise CheckpointError(f"member.json: field agent.hp does not hold {cls.algorithm_name}'s "
+                                  f"hyperparameters ({str(err)[:200]})") from None
+        heads = cls.heads_of(hp)
+        e = spec.n_embd
+        per_head = {n: e * 2 * e + 2 * e + 2 * e * o + o for n, o in heads.items()}
+        total = spec.param_count() + sum(per_head.values()) + sum(per_head[n] for n in cls.target_heads if n in heads)
+        check("network_params", total, f"member.json: field agent (the GPT and its {len(heads)} heads)",
+              CheckpointError)
+        agent = cls(LanguageNet(EvolvableGPT(spec), {n: head(e, o, None) for n, o in heads.items()}), hp)
         want = {f"net.{n}": p for n, p in agent.net.named_parameters()}
         want.update({f"target.{n}": p for n, p in agent.targets.named_parameters()})
-        step = int(meta.get("adam_step", 0))
-        moments = {f"adam.{k}.{n}": p for n, p in agent.net.named_parameters() for k in ("exp_avg", "exp_avg_sq")}
-        expected = set(want) | (set(moments) if step else set())
-        if set(tensors) != expected:
-            extra, missing = sorted(set(tensors) - expected)[:3], sorted(expected - set(tensors))[:3]
+        stepped = {k.removeprefix("adam.step.") for k in tensors if k.startswith("adam.step.")}
+        params = dict(agent.net.named_parameters())
+        adam = {f"adam.{k}.{n}" for n in stepped for k in ("exp_avg", "exp_avg_sq", "step")}
+        if set(tensors) != set(want) | adam or not stepped <= set(params):
+            extra = sorted(set(tensors) - set(want) - adam)[:3] + sorted(stepped - set(params))[:3]
+            missing = sorted((set(want) | adam) - set(tensors))[:3]
             raise CheckpointError(f"{cls.algorithm_name} member tensors do not fit its recorded architecture "
                                   f"{spec.describe()} (unexpected {extra}, missing {missing})")
         with torch.no_grad():
             for name, p in want.items():
                 _fill(p, tensors[name], name)
-        if step:
-            for n, p in agent.net.named_parameters():
-                m, v = tensors[f"adam.exp_avg.{n}"], tensors[f"adam.exp_avg_sq.{n}"]
-                _fill(torch.empty_like(p), m, f"adam.exp_avg.{n}")
-                _fill(torch.empty_like(p), v, f"adam.exp_avg_sq.{n}")
-                agent.optimizer.state[p] = {"step": torch.tensor(float(step)), "exp_avg": m.clone().float(),
-                                            "exp_avg_sq": v.clone().float()}
+        for n in sorted(stepped):
+            p = params[n]
+            m, v, t = (tensors[f"adam.{k}.{n}"] for k in ("exp_avg", "exp_avg_sq", "step"))
+            _fill(torch.empty_like(p), m, f"adam.exp_avg.{n}")
+            _fill(torch.empty_like(p), v, f"adam.exp_avg_sq.{n}")
+            _fill(torch.empty(()), t, f"adam.step.{n}")
+            if bool((v < 0).any()):
+                raise CheckpointError(f"member tensor adam.exp_avg_sq.{n}: holds negative second moments")
+            if not (float(t) >= 1 and float(t) == int(t)):
+                raise CheckpointError(f"member tensor adam.step.{n}: {float(t)} is not a whole number of steps >= 1")
+            agent.optimizer.state[p] = {"step": t.clone().float(), "exp_avg": m.clone().float(),
+                                        "exp_avg_sq": v.clone().float()}
         agent.learn_steps, agent.games_seen = int(meta.get("learn_steps", 0)), int(meta.get("games_seen", 0))
         agent.train_metrics = dict(meta.get("train_metrics", {}))
         agent.samples = list(meta.get("samples", []))
@@ -264,29 +282,33 @@ def target_call(members: Sequence[LanguageAgent], hidden: torch.Tensor) -> dict[
     """Every member's target heads on its own hidden states [K, B, T, E] (no gradient): {name: [K, B, T, out]}."""
     with torch.no_grad():
         return {name: torch.stack([m.targets[name](h) for m, h in zip(members, hidden, strict=True)])
-                for name in members[0].target_heads}
+                for name in members[0].targets}
 
 
 def train_group(members: Sequence[LanguageAgent], data: GameTensors, steps: int, seeds: Sequence[int],
                 on_step: Callable[[], None] | None = None) -> list[dict[str, float]]:
     """`steps` gradient steps of every member of a group (one architecture and batch size) on minibatches of
-    the games `data`, each member's drawn by its own generator seeded from `seeds`: one backward of the summed
-    losses per step, then each member's clipped AdamW step and target update. Returns each member's means of its
-    loss and metrics over the phase."""
+    the games `data`, each member's drawn by its own generator seeded from `seeds` and cut to its own longest game
+    (so its result does not depend on its group): one backward of the summed losses per step, then each member's
+    clipped AdamW step and target update. Returns each member's means of its loss and metrics over the phase."""
     cls, k, n = type(members[0]), len(members), data.ids.shape[0]
     gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
     batch_size = members[0].hp.batch_size
     hps = [m.hp for m in members]
-    nets = [m.net for m in members]
     sums: dict[str, torch.Tensor] = {}
     for _ in range(steps):
-        index = torch.stack([torch.randint(n, (batch_size,), generator=g) for g in gens])  # [K, B]
-        batch = data.rows(index)
-        t = int((batch.ids != PAD).sum(-1).max())  # the longest game drawn: the rest is padding
-        batch = GameTensors(*(x[..., :t] for x in batch))
-        out = stacked_call(nets, batch.ids)
-        target = target_call(members, out["hidden"].detach())
-        loss, metrics = cls.losses(out, target, batch, hps)
+        losses, metrics = [], []
+        for m, gen, hp in zip(members, gens, hps, strict=True):
+            rows = data.rows(torch.randint(n, (batch_size,), generator=gen))
+            t = int((rows.ids != PAD).sum(-1).max())  # its longest game drawn: the rest is padding
+            batch = GameTensors(*(x[None, :, :t] for x in rows))  # a member axis of one
+            out = {name: v.unsqueeze(0) for name, v in m.net(batch.ids[0]).items()}
+            target = target_call([m], out["hidden"].detach())
+            loss, values = cls.losses(out, target, batch, [hp])
+            losses.append(loss)
+            metrics.append(values)
+        loss = torch.cat(losses)
+        metrics = {name: torch.cat([v[name] for v in metrics]) for name in metrics[0]}
         for m in members:
             m.optimizer.zero_grad(set_to_none=True)
         loss.sum().backward()
@@ -311,7 +333,7 @@ def train_group(members: Sequence[LanguageAgent], data: GameTensors, steps: int,
 @torch.no_grad()
 def act_greedy(members: Sequence[LanguageAgent], ids: torch.Tensor) -> torch.Tensor:
     """Each member's greedy letter (index into LETTER_IDS) for each of its sequences `ids` [K, G, T]: [K, G]."""
-    out = stacked_call([m.net for m in members], ids)
+    out = group_outputs([m.net for m in members], ids)
     last = {name: v[:, :, -1:] for name, v in out.items()}
     target = target_call(members, last["hidden"])
     logits = type(members[0]).policy_logits(last, target, [m.hp for m in members])

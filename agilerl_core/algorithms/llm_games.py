@@ -28,12 +28,12 @@ INSTRUCTION = ("Let us play Wordle. Guess the secret five-letter English word in
                "turn with one lowercase five-letter word. After each guess you are told, letter by letter: G for the "
                "right letter in the right place, Y for a letter of the word in another place, - for a letter not in "
                "the word; !!!!! means the guess is not a word of the list.")
-_GUESS = re.compile(r"[a-z]{5}")
+_GUESS = re.compile(r"\b[a-z]{5}\b")
 
 
 def parse_guess(text: str) -> str:
-    """The guess in a completion: its first run of five lowercase letters (the stripped text when there is none,
-    which the game then penalises as invalid)."""
+    """The guess in a completion: its first five-letter word (the stripped text when there is none, which the
+    game then penalises as invalid)."""
     m = _GUESS.search(text.lower())
     return m.group(0) if m else text.strip()[:20]
 
@@ -75,7 +75,7 @@ class GameData:
 
     def longest_game(self, max_new_tokens: int) -> int:
         """Tokens a whole game can take: the prompt, and every turn's completion and answer."""
-        answer = max(len(self.env_ids(f)) for f in ("GGGGG", "!!!!!", "-----", "YYYYY"))
+        answer = max(len(env_text("G-Y!-")), *(len(self.env_ids(f)) for f in ("GGGGG", "!!!!!", "-----", "G-Y-G")))
         return max(len(x) for x in self.ids) + self.max_guesses * (max_new_tokens + answer + 2)
 
 

@@ -27,7 +27,7 @@ from agilerl_core.io.storage import s3_options
 from agilerl_core.language.games import describe_games, load_games
 from agilerl_core.language.players import GameRecord, parse_mix, play_games
 from agilerl_core.language.tensors import LETTER_IDS, TURN_CHARS, game_tensors, sequence_length
-from agilerl_core.language.wordle import BOS, CHARS, LENGTH, WordleGame, WordList, encode, word_list
+from agilerl_core.language.wordle import BOS, CHARS, LENGTH, MAX_GUESSES, WordleGame, WordList, encode, word_list
 from agilerl_core.networks.gpt import GPTBounds, GPTSpec
 
 
@@ -74,10 +74,15 @@ class LanguageArena(OwnExperience):
                                f"{cfg.dataset.min_return} (the best is {max(g.total_return for g in games)}); lower it")
         self.games = kept
         self.data = game_tensors(kept, self.spec.block_size)
-        self.eval_secrets = self.words.held_out[: cfg.eval_games]
+        held = self.words.held_out
+        if cfg.eval_games is not None and cfg.eval_games > len(held):
+            raise ConfigError(f"eval_games: {cfg.eval_games}, but this game holds out {len(held)} secrets; set "
+                              f"eval_games: {len(held)} or fewer (null: all), or raise env.vocabulary or env.held_out")
+        self.eval_secrets = held if cfg.eval_games is None else held[: cfg.eval_games]
         self.env_desc: dict[str, Any] = {
             "kind": "language", "game": env.game, "vocabulary": env.vocabulary, "held_out": env.held_out,
             "max_guesses": env.max_guesses, "words": self.words.source, "chars": "".join(CHARS[3:]),
+            "eval_secrets": len(self.eval_secrets),
             "dataset": {"uri": cfg.dataset.label, "sha256": sha, "games": len(games), "learnt_from": len(kept)}}
 
     def _games(self, cfg) -> tuple[list[GameRecord], str, dict[str, Any]]:
@@ -170,7 +175,13 @@ def load_language_member(path: str) -> tuple[LanguageAgent, dict[str, Any]]:
         return get_algorithm(name).from_state(tensors, meta)
 
     member, env = load_member(path, rebuild=rebuild)
-    return member.agent, env
+    agent, guesses = member.agent, env.get("max_guesses")
+    if agent.spec.vocab_size != len(CHARS) or isinstance(guesses, bool) or not isinstance(guesses, int) or \
+            not 1 <= guesses <= MAX_GUESSES or agent.spec.block_size != sequence_length(guesses):
+        raise CheckpointError(f"{path}/member.json: the member reads {agent.spec.vocab_size} characters over "
+                              f"{agent.spec.block_size} positions, which is not a Wordle game of this version "
+                              f"({len(CHARS)} characters; field env.max_guesses {guesses!r})")
+    return agent, env
 
 
 def next_guesses(member: LanguageAgent, transcripts: list[str]) -> list[str]:

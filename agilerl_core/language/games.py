@@ -32,6 +32,7 @@ from agilerl_core.limits import Limits
 
 FORMAT = 1  # the header's "wordle_games" version
 MAX_GAMES = 2_000_000  # games one file may hold (about 2 GB of records in memory)
+MAX_LINE_BYTES = 64 * 2**10  # a game of 20 guesses is under 1 KB, a header a few KB
 _GAME_FIELDS = ("secret", "guesses", "feedbacks", "rewards", "player")
 _MAX_NAME = 100  # characters of a player's name
 
@@ -181,7 +182,10 @@ def read_games(path: Path, uri: str) -> tuple[dict[str, Any], list[GameRecord]]:
     description: dict[str, Any] | None = None
     games: list[GameRecord] = []
     with open(path, "rb") as f:
-        for n, line in enumerate(f, 1):
+        for n, line in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
+            if len(line) > MAX_LINE_BYTES:
+                raise DatasetError(f"dataset {uri}: line {n} is longer than {MAX_LINE_BYTES:,} bytes (a game or "
+                                   f"header line is far shorter; agilerl_core.language.games.MAX_LINE_BYTES)")
             if not line.strip():
                 continue
             try:

@@ -19,6 +19,7 @@ import torch
 from agilerl_core.language.wordle import BOS, CHARS, LENGTH, PAD, encode
 
 TURN_CHARS = LENGTH + 1 + LENGTH + 1  # "guess feedback\n"
+TENSOR_BYTES = 8 + 1 + 8 + 4 + 8 + 1  # per position: ids, act, action, reward, next_state, done
 LETTER_IDS = tuple(CHARS.index(c) for c in "abcdefghijklmnopqrstuvwxyz")  # the actions, in order
 
 
@@ -46,6 +47,11 @@ def game_tensors(games: Sequence, length: int) -> GameTensors:
     """The tensors of `games` (records with ``guesses`` and ``rewards``, e.g. :class:`GameRecord`), every
     sequence padded to `length` positions (ValueError naming the game when one does not fit)."""
     n = len(games)
+    from agilerl_core.errors import DatasetError
+    from agilerl_core.limits import check
+
+    check("dataset_bytes", n * length * TENSOR_BYTES, f"the tensors of {n:,} games of {length} positions",
+          DatasetError)
     ids = torch.full((n, length), PAD, dtype=torch.long)
     act = torch.zeros((n, length), dtype=torch.bool)
     action = torch.zeros((n, length), dtype=torch.long)
