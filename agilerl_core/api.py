@@ -81,7 +81,8 @@ class Policy:
 
     @property
     def observation_space(self) -> Any:
-        """The observation space :meth:`predict` takes (a Dict keyed by agent id for a team); None for LLM and language members."""
+        """The observation space :meth:`predict` takes (a Dict keyed by agent id for a team); None for LLM and
+        language members."""
         spec = None if self.kind != "rl" else getattr(self.agent, "env_spec", None)  # an ippo team has no obs_spec
         return None if spec is None else spec.space
 
