@@ -56,7 +56,7 @@ def language_run(config: str, seed: int, steps: int, vocabulary: int | None) -> 
         t0 = time.perf_counter()
         res = train_local(cfg, progress=False)
         wall = time.perf_counter() - t0
-    elite = res.best_member if res.best_member is not None else None
+    elite = res.best_member.agent if res.best_member is not None else None  # the champion rule's choice
     metrics = dict(getattr(elite, "eval_metrics", {}) or {})
     return {"seed": seed, "best_fitness": res.best_fitness, "elite_fitness": res.elite_fitness,
             "champion": (res.champion or {}).get("fitness"), **metrics, "generations": res.generations,
@@ -84,7 +84,7 @@ def llm_run(games: int, seed: int) -> dict:
         res = train_local(cfg, progress=False)
         wall = time.perf_counter() - t0
     return {"base": base, "grpo": {"best_fitness": res.best_fitness, "elite_fitness": res.elite_fitness,
-                                   **dict(getattr(res.best_member, "eval_metrics", {}) or {}),
+                                   **dict(getattr(getattr(res.best_member, "agent", None), "eval_metrics", {}) or {}),
                                    "training_games_per_s": round(res.global_steps / wall, 2), "wall_s": round(wall, 1)}}
 
 
