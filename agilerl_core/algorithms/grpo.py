@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from agilerl_core.algorithms.hyperparameters.llm import GRPOHyperparameters
-from agilerl_core.algorithms.llm_base import LLMAlgorithm, PhaseMetrics, chunks, row_pieces
+from agilerl_core.algorithms.llm_base import LLMAlgorithm, PhaseMetrics, chunks, row_pieces, token_gae
 from agilerl_core.llm.base_model import SharedBase
 from agilerl_core.llm.rewards import Rewards
 from agilerl_core.llm.sampling import RowBlock, completion_logprobs, pad_prompts, sample
@@ -134,8 +134,6 @@ class GroupRollout:
     def gae(self, i: int, token_rewards: torch.Tensor, values: torch.Tensor, gamma: float, lam: float
             ) -> tuple[torch.Tensor, torch.Tensor]:
         """Token-level GAE over each of member i's completions."""
-        from agilerl_core.algorithms.llm_ppo import token_gae
-
         return token_gae(token_rewards, values * self.fmask[i], self.fmask[i], gamma, lam)
 
     def joined(self, segments: list[tuple[int, slice]]) -> tuple[torch.Tensor, torch.Tensor]:

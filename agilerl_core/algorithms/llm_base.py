@@ -89,6 +89,22 @@ def batch_ids(seqs: list[list[int]], pad_id: int, device: str) -> tuple[torch.Te
     return ids.to(device), mask.to(device)
 
 
+def token_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(advantages, returns), each [n, T], of completions whose token rewards and values are [n, T] (`mask`: 1 on
+    real tokens; a completion ends after its last real token, where the value of what follows is 0)."""
+    n, steps = rewards.shape
+    adv = torch.zeros_like(rewards)
+    running = torch.zeros(n, dtype=rewards.dtype, device=rewards.device)
+    for t in range(steps - 1, -1, -1):
+        alive = mask[:, t + 1] if t + 1 < steps else torch.zeros_like(running)
+        next_value = values[:, t + 1] * alive if t + 1 < steps else torch.zeros_like(running)
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        running = (delta + gamma * lam * alive * running) * mask[:, t]
+        adv[:, t] = running
+    return adv, (adv + values) * mask
+
+
 class LLMAlgorithm:
     """A population member: one LoRA adapter trained on the shared base model."""
 

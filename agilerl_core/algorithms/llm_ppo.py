@@ -21,24 +21,9 @@ import torch
 
 from agilerl_core.algorithms.grpo import GRPO, PromptData, grpo_token_loss, k3_kl
 from agilerl_core.algorithms.hyperparameters.llm import LLMPPOHyperparameters
+from agilerl_core.algorithms.llm_base import token_gae  # noqa: F401 (LLM-PPO's GAE, written beside the rollouts)
 from agilerl_core.llm.base_model import SharedBase
 from agilerl_core.llm.rewards import Rewards
-
-
-def token_gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float
-              ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(advantages, returns), each [n, T], of completions whose token rewards and values are [n, T] (`mask`: 1 on
-    real tokens; a completion ends after its last real token, where the value of what follows is 0)."""
-    n, steps = rewards.shape
-    adv = torch.zeros_like(rewards)
-    running = torch.zeros(n, dtype=rewards.dtype, device=rewards.device)
-    for t in range(steps - 1, -1, -1):
-        alive = mask[:, t + 1] if t + 1 < steps else torch.zeros_like(running)
-        next_value = values[:, t + 1] * alive if t + 1 < steps else torch.zeros_like(running)
-        delta = rewards[:, t] + gamma * next_value - values[:, t]
-        running = (delta + gamma * lam * alive * running) * mask[:, t]
-        adv[:, t] = running
-    return adv, (adv + values) * mask
 
 
 def clipped_value_loss(values: torch.Tensor, old: torch.Tensor, returns: torch.Tensor, clip: float | None) -> torch.Tensor:
