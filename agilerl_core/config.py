@@ -263,6 +263,7 @@ GymHyperparameters = _hyperparameter_union("gym")
 OfflineHyperparameters = _hyperparameter_union("offline")
 MultiAgentHyperparameters = _hyperparameter_union("multi_agent")
 LLM_ALGORITHMS = algorithms_for_kind("llm")
+OFFLINE_GAME_ALGORITHMS = frozenset({"llm_bc", "llm_ilql"})  # LLM algorithms that learn from recorded games
 LLMHyperparameterModels = _hyperparameter_union("llm")
 LANGUAGE_ALGORITHMS = algorithms_for_kind("language")
 LanguageHyperparameterModels = _hyperparameter_union("language")
@@ -741,11 +742,17 @@ class PromptDatasetConfig(_Strict):
                                                     "else ~/.cache/agilerl/datasets.")
     sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$",
                                description="Expected content hash; other data is refused. The pipeline pins it.")
+    games: GameDatasetConfig | None = Field(None, description="source: wordle, algorithm llm_bc or llm_ilql: the "
+                                                              "recorded games they learn from (a games file, or "
+                                                              "games played here by seeded players); null: the "
+                                                              "default players' games.")
 
     @model_validator(mode="after")
     def _source(self) -> PromptDatasetConfig:
         if self.source == "file" and not self.uri:
             raise ValueError("uri: a file dataset needs a uri (or set source: reasoning_gym with a task)")
+        if self.games is not None and self.source != "wordle":
+            raise ValueError("games: recorded games are Wordle's; set source: wordle or remove games")
         if self.source == "wordle":
             if self.uri or self.task:
                 raise ValueError("source: wordle plays games; remove uri and task")
@@ -836,8 +843,9 @@ class LLMExperimentConfig(_ExperimentBase):
 
     kind: Literal["llm"] = Field(description="Kind of experiment: llm (LoRA adapters on a causal language model).")
     algorithm: Literal[LLM_ALGORITHMS] = Field("grpo", description="grpo, reinforce (RLOO) or llm_ppo (a value head, "
-                                                                   "token-level GAE) on verifiable rewards, or dpo "
-                                                                   "(preferences).")
+                                                                   "token-level GAE) on verifiable rewards or games, "
+                                                                   "dpo (preferences), or llm_bc / llm_ilql (offline, "
+                                                                   "on recorded games).")
     hyperparameters: LLMHyperparameterModels = Field(default_factory=GRPOHyperparameters,
                                                      description="Initial hyperparameters of every member.")
     model: LLMModelConfig = Field(description="The shared base model and the members' adapters.")
@@ -860,6 +868,13 @@ class LLMExperimentConfig(_ExperimentBase):
         if self.algorithm == "llm_ppo" and self.model.data_parallel > 1:
             raise ValueError("model.data_parallel: llm_ppo whitens advantages and fits its value head over a member's "
                              "whole batch in one process; set data_parallel: 1 (or use grpo/reinforce)")
+        offline = self.algorithm in OFFLINE_GAME_ALGORITHMS
+        if offline and self.dataset.source != "wordle":
+            raise ValueError(f"algorithm: {self.algorithm} learns from recorded games; set dataset.source: wordle "
+                             f"(and dataset.games: a games file or players)")
+        if self.dataset.games is not None and not offline:
+            raise ValueError(f"dataset.games: {self.algorithm} plays its own games; recorded games are for "
+                             f"{' and '.join(sorted(OFFLINE_GAME_ALGORITHMS))}; remove dataset.games")
         if self.dataset.source == "wordle":
             if self.algorithm == "dpo":
                 raise ValueError("dataset.source: wordle plays games, which dpo cannot learn from (it needs "

@@ -435,7 +435,7 @@ def _dataset(args: argparse.Namespace) -> dict:
 
 def _collect_wordle(args: argparse.Namespace) -> dict:
     """`dataset collect --env wordle`: games of a mix of players on the train secrets, as JSON Lines."""
-    from agilerl_core.language.games import describe_games, load_games, save_games
+    from agilerl_core.language.games import describe_games, load_games, s3_target, save_games
     from agilerl_core.language.players import DEFAULT_MIX, parse_mix, play_games
     from agilerl_core.language.wordle import word_list
 
@@ -443,6 +443,8 @@ def _collect_wordle(args: argparse.Namespace) -> dict:
         raise ConfigError("--env wordle: --config and --epsilon do not apply; give the players' mix as --policy")
     if not args.out.endswith(".jsonl") or args.episodes < 1:
         raise ConfigError(f"--env wordle: --out {args.out!r} must be a .jsonl file and --episodes at least 1")
+    if args.out.startswith("s3://"):
+        s3_target(args.out)  # a bad s3:// out is refused before any game is played
     policy, held_out, max_guesses = args.policy or DEFAULT_MIX, 0.2 if args.held_out is None else args.held_out, 6
     try:
         words = word_list(args.vocabulary, held_out)

@@ -64,7 +64,10 @@ def _tiny_llm(cfg, name: str, **extra):
             "population_size": 3, "evo_steps": 32, "max_env_steps": 288, "eval_prompts": 4,
             "target_fitness": None, "mutation.adapter_rank": 1.0, "mutation.rl_hp": 1.0, "torch_threads": 1,
             "hyperparameters.batch_size": 4, **extra}
-    if cfg.algorithm != "dpo":
+    if cfg.algorithm in ("llm_bc", "llm_ilql"):  # offline: a few recorded games, a whole guess (5 letters, EOS)
+        over.update({"dataset.games": {"games": 40}, "evo_steps": 8, "max_env_steps": 72,
+                     "hyperparameters.max_new_tokens": 6})
+    elif cfg.algorithm != "dpo":
         over.update({"hyperparameters.group_size": 4, "hyperparameters.max_new_tokens": 4})
     return load_config(CONFIGS / name, over)
 

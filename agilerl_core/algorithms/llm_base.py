@@ -23,7 +23,7 @@ from agilerl_core.errors import CheckpointError
 from agilerl_core.hpo.evolvable import MutationSettings
 from agilerl_core.llm.adapter import LoraAdapter
 from agilerl_core.llm.base_model import SharedBase
-from agilerl_core.llm.sampling import pad_prompts, sample
+from agilerl_core.llm.sampling import RowBlock, pad_prompts, sample
 
 LLM_MUTATIONS = frozenset({"none", "rl_hp", "adapter_rank", "adapter_crossover"})
 
@@ -370,6 +370,11 @@ class LLMAlgorithm:
         self.learn_steps += 1
         return norm
 
+    def logit_adjust(self) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None:
+        """How the member's acting policy changes the model's next-token logits, given them [B, V] and the last
+        hidden states [B, H] (:attr:`~agilerl_core.llm.sampling.RowBlock.adjust`); None: it samples the model."""
+        return None
+
     def prompt_batch(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         return pad_prompts(prompts, self.base.pad_id, self.device)
 
@@ -381,5 +386,6 @@ class LLMAlgorithm:
         gen = torch.Generator().manual_seed(seed)
         with self.base.bound(self.adapter) as model:
             comp, cmask = sample(model, ids, mask, max_new_tokens or getattr(self.hp, "max_new_tokens", 32),
-                                 temperature, self.base.eos_id, self.base.pad_id, gen)
+                                 temperature, self.base.eos_id, self.base.pad_id,
+                                 blocks=[RowBlock(slice(0, ids.shape[0]), temperature, gen, self.logit_adjust())])
         return self.base.decode(comp, cmask)

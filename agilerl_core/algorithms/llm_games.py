@@ -90,9 +90,10 @@ class PlayedGames:
 
 
 def play(model, base, prompts: list[list[int]], secrets: list[str], data: GameData, max_new_tokens: int,
-         member_rows: list[tuple[int, float, torch.Generator | None]], batch_size: int) -> PlayedGames:
+         member_rows: list[tuple], batch_size: int) -> PlayedGames:
     """Play one game per row: `member_rows` gives, per member in order, (its number of rows, temperature,
-    generator); the rows are consecutive per member. Every turn, each member's live rows are sampled in chunks of
+    generator) or (..., its logit adjustment: :attr:`~agilerl_core.llm.sampling.RowBlock.adjust`); the rows are
+    consecutive per member. Every turn, each member's live rows are sampled in chunks of
     `batch_size`, the j-th chunk of every member in one batch (each row through its member's adapter, each
     member drawing from its own generator as if it played alone)."""
     n = len(prompts)
@@ -100,7 +101,7 @@ def play(model, base, prompts: list[list[int]], secrets: list[str], data: GameDa
     tokens: list[list[int]] = [[] for _ in range(n)]
     own: list[list[bool]] = [[] for _ in range(n)]
     ends: list[list[tuple[int, float]]] = [[] for _ in range(n)]
-    starts = np.cumsum([0] + [c for c, _, _ in member_rows])
+    starts = np.cumsum([0] + [row[0] for row in member_rows])
     for _ in range(data.max_guesses):
         live = [[r for r in range(starts[m], starts[m + 1]) if not games[r].done] for m in range(len(member_rows))]
         if not any(live):
@@ -113,7 +114,7 @@ def play(model, base, prompts: list[list[int]], secrets: list[str], data: GameDa
             blocks, start = [], 0
             for m in who:
                 count = len(cuts[m][j])
-                blocks.append(RowBlock(slice(start, start + count), member_rows[m][1], member_rows[m][2]))
+                blocks.append(RowBlock(slice(start, start + count), *member_rows[m][1:]))
                 start += count
             comp, cmask = sample(model, ids, mask, max_new_tokens, 0.0, base.eos_id, base.pad_id,
                                  rows=[(m, len(cuts[m][j])) for m in who], blocks=blocks)
@@ -207,7 +208,8 @@ def evaluate_games(members: Sequence, data: GameData, n_samples: int = 0) -> lis
     n = len(data)
     with base.bound_many([m.adapter for m in members]) as model:
         played = play(model, base, [data.ids[p] for _ in members for p in range(n)], list(data.answers) * len(members),
-                      data, hp.max_new_tokens, [(n, 0.0, None) for _ in members], hp.generation_batch_size)
+                      data, hp.max_new_tokens, [(n, 0.0, None, m.logit_adjust()) for m in members],
+                      hp.generation_batch_size)
     out = []
     for i, m in enumerate(members):
         games = played.games[i * n:(i + 1) * n]

@@ -19,6 +19,8 @@ from agilerl_core.algorithms.hyperparameters.language import BCLMHyperparameters
 from agilerl_core.algorithms.hyperparameters.llm import (
     DPOHyperparameters,
     GRPOHyperparameters,
+    LLMBCHyperparameters,
+    LLMILQLHyperparameters,
     LLMPPOHyperparameters,
     REINFORCEHyperparameters,
 )
@@ -75,6 +77,8 @@ ALGORITHMS: dict[str, AlgorithmInfo] = {a.name: a for a in (
     AlgorithmInfo("llm_ppo", LLMPPOHyperparameters, "agilerl_core.algorithms.llm_ppo:LLMPPO", {"llm": "llm"},
                   on_policy=True),
     AlgorithmInfo("dpo", DPOHyperparameters, "agilerl_core.algorithms.dpo:DPO", {"llm": "llm"}),
+    AlgorithmInfo("llm_bc", LLMBCHyperparameters, "agilerl_core.algorithms.llm_ilql:LLMBC", {"llm": "llm"}),
+    AlgorithmInfo("llm_ilql", LLMILQLHyperparameters, "agilerl_core.algorithms.llm_ilql:LLMILQL", {"llm": "llm"}),
     AlgorithmInfo("bc_lm", BCLMHyperparameters, "agilerl_core.algorithms.bc_lm:BCLM", {"language": "language"}),
     AlgorithmInfo("ilql", ILQLHyperparameters, "agilerl_core.algorithms.ilql:ILQL", {"language": "language"}),
 )}

@@ -9,8 +9,6 @@ before anything trains. Budgets count gradient steps; members share no experienc
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from typing import Any
 
@@ -24,20 +22,11 @@ from agilerl_core.data.fetch import check_pin
 from agilerl_core.errors import ConfigError, DatasetError
 from agilerl_core.hpo.evolution import TrainResult
 from agilerl_core.io.storage import s3_options
-from agilerl_core.language.games import describe_games, load_games
-from agilerl_core.language.players import GameRecord, parse_mix, play_games
+from agilerl_core.language.games import games_for
+from agilerl_core.language.players import GameRecord
 from agilerl_core.language.tensors import LETTER_IDS, TURN_CHARS, game_tensors, sequence_length
 from agilerl_core.language.wordle import BOS, CHARS, LENGTH, MAX_GUESSES, WordleGame, WordList, encode, word_list
 from agilerl_core.networks.gpt import GPTBounds, GPTSpec
-
-
-def games_digest(records: list[GameRecord]) -> str:
-    """The content hash of games played here (what ``dataset.sha256`` pins when no file is read)."""
-    h = hashlib.sha256()
-    for r in records:
-        h.update(json.dumps([r.secret, list(r.guesses), list(r.feedbacks), list(r.rewards), r.player]).encode())
-        h.update(b"\n")
-    return h.hexdigest()
 
 
 class LanguageArena(OwnExperience):
@@ -87,31 +76,9 @@ class LanguageArena(OwnExperience):
 
     def _games(self, cfg) -> tuple[list[GameRecord], str, dict[str, Any]]:
         """The games (read or played), their content hash and their description."""
-        ds, env = cfg.dataset, cfg.env
-        if ds.uri is None:
-            try:
-                mix = parse_mix(ds.players, self.words)
-            except ValueError as err:
-                raise ConfigError(f"dataset.players: {err}") from None
-            records = play_games(mix, self.words.train, self.words, ds.games, ds.seed, env.max_guesses)
-            return records, games_digest(records), describe_games(self.words, env.vocabulary, env.held_out,
-                                                                  env.max_guesses, ds.seed, ds.players, records)
-        got = load_games(ds.uri, s3_options(cfg), ds.cache_dir, getattr(cfg, "limits", None))
-        d = got.description
-        for field in ("vocabulary", "held_out", "max_guesses"):
-            if d.get(field) != getattr(env, field):
-                raise DatasetError(f"dataset {ds.uri}: its games were played with {field} {d.get(field)!r}, this "
-                                   f"config's env.{field} is {getattr(env, field)!r}; set env.{field}: "
-                                   f"{d.get(field)!r} or collect games for this game")
-        held = set(self.words.held_out)
-        leaked = next((g.secret for g in got.games if g.secret in held), None)
-        if leaked is not None:
-            raise DatasetError(f"dataset {ds.uri}: a game's secret {leaked!r} is a held-out secret (evaluation would "
-                               f"score memorised games); collect games on the train secrets only")
-        unknown = next((w for g in got.games for w in (g.secret, *g.guesses) if w not in self.words.valid), None)
-        if unknown is not None:
-            raise DatasetError(f"dataset {ds.uri}: the word {unknown!r} is not in this game's word list")
-        return got.games, got.sha256, d
+        env = cfg.env
+        return games_for(cfg.dataset, self.words, env.vocabulary, env.held_out, env.max_guesses, s3_options(cfg),
+                         getattr(cfg, "limits", None))
 
     # ---- members ---------------------------------------------------------------------------------------------
     def build_members(self, seeds: list[int]) -> list[LanguageAgent]:

@@ -131,10 +131,16 @@ class LLMArena(OwnExperience):
         self.train_data = GameData([ids] * len(words.train), [prompt] * len(words.train), list(words.train), words,
                                    max_guesses, encode)
         self.eval_data = GameData([ids] * len(held), [prompt] * len(held), list(held), words, max_guesses, encode)
-        digest = hashlib.sha256(json_bytes({"words": words.words, "held_out": words.held_out, "prompt": prompt,
-                                            "max_guesses": max_guesses})).hexdigest()
+        pinned = {"words": words.words, "held_out": words.held_out, "prompt": prompt, "max_guesses": max_guesses}
+        recorded = None
+        if self.algo_cls.data_kind == "games":  # offline: the recorded games are the training data
+            recorded = self._recorded_games(cfg, words, max_guesses, ids)
+            pinned["games"] = recorded["sha256"]
+        digest = hashlib.sha256(json_bytes(pinned)).hexdigest()
         check_pin(ds.label, digest, ds.sha256)
-        longest = self.train_data.longest_game(getattr(cfg.hyperparameters, "max_new_tokens", 0))
+        longest = self.eval_data.longest_game(getattr(cfg.hyperparameters, "max_new_tokens", 0))
+        if recorded is not None:
+            longest = max(longest, self.train_data.longest())
         context = getattr(self.base.model.config, "max_position_embeddings", None)
         if context is not None and longest > context:
             raise DatasetError(f"dataset {ds.label}: a whole game can take {longest} tokens (the prompt, and "
@@ -144,6 +150,33 @@ class LLMArena(OwnExperience):
                          "dataset": {"uri": ds.label, "sha256": digest, "game": "wordle", "words": words.source,
                                      "vocabulary": opts.get("vocabulary"), "held_out": ds.held_out,
                                      "max_guesses": max_guesses}}
+        if recorded is not None:
+            self.env_desc["dataset"]["games"] = recorded
+
+    def _recorded_games(self, cfg, words, max_guesses: int, prompt_ids: list[int]) -> dict[str, Any]:
+        """Offline algorithms: the recorded games (read or played by the seeded players, checked against this
+        game; only those with at least ``dataset.games.min_return`` kept) as token sequences, which replace the
+        training secrets as :attr:`train_data`; returns their description."""
+        from agilerl_core.algorithms.llm_ilql import GameTranscripts
+        from agilerl_core.config import GameDatasetConfig
+        from agilerl_core.language.games import games_for
+
+        ds = cfg.dataset
+        games_cfg = ds.games or GameDatasetConfig()
+        records, sha, _ = games_for(games_cfg, words, ds.options.get("vocabulary"), ds.held_out, max_guesses,
+                                    s3_options(cfg), getattr(cfg, "limits", None), "dataset.options.", "dataset.games.")
+        check_pin(f"dataset.games {games_cfg.label}", sha, games_cfg.sha256)
+        floor = games_cfg.min_return
+        kept = records if floor is None else [g for g in records if g.total_return >= floor]
+        if not kept:
+            raise DatasetError(f"dataset.games {games_cfg.label}: no game has a return of at least "
+                               f"dataset.games.min_return {floor} (the best is "
+                               f"{max(g.total_return for g in records)}); lower it")
+        tok, eos = self.base.tokenizer, self.base.eos_id
+        self.train_data = GameTranscripts.of_games(kept, prompt_ids, self.train_data,
+                                                   lambda w: [*tok.encode(w, add_special_tokens=False), eos],
+                                                   self.base.pad_id)
+        return {"uri": games_cfg.label, "sha256": sha, "games": len(records), "learnt_from": len(kept)}
 
     def _check_context(self, cfg) -> None:
         """A DatasetError when the longest prompt plus ``max_new_tokens`` outruns the model's context (an index

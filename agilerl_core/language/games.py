@@ -14,6 +14,7 @@ refusal is a DatasetError naming the uri, the line and the field.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tempfile
 from collections.abc import Sequence
@@ -26,7 +27,7 @@ from agilerl_core.data.fetch import resolve_dataset
 from agilerl_core.errors import ConfigError, DatasetError
 from agilerl_core.io.records import read_record
 from agilerl_core.io.storage import S3Options
-from agilerl_core.language.players import GameRecord, mix_report
+from agilerl_core.language.players import GameRecord, mix_report, parse_mix, play_games
 from agilerl_core.language.wordle import MAX_GUESSES, SOLVED, WordList, feedback, is_word
 from agilerl_core.limits import Limits
 
@@ -84,6 +85,15 @@ def write_games(path: str | Path, records: Sequence[GameRecord], description: di
     return path
 
 
+def s3_target(out: str) -> tuple[str, str]:
+    """(bucket, key) of an ``s3://BUCKET/KEY`` out; a ConfigError when either is missing."""
+    bucket, _, key = out[len("s3://"):].partition("/")
+    key = key.strip("/")
+    if not bucket or not key:
+        raise ConfigError(f"--out {out!r}: expected s3://BUCKET/KEY")
+    return bucket, key
+
+
 def save_games(out: str, records: Sequence[GameRecord], description: dict[str, Any],
                s3: S3Options | None = None) -> str:
     """Write games to `out`: a local path, or s3://BUCKET/KEY (written locally, then uploaded); returns `out`."""
@@ -91,10 +101,7 @@ def save_games(out: str, records: Sequence[GameRecord], description: dict[str, A
         return str(write_games(out, records, description).resolve())
     from agilerl_core.io.storage import S3Storage
 
-    bucket, _, key = out[len("s3://"):].partition("/")
-    key = key.strip("/")
-    if not bucket or not key:
-        raise ConfigError(f"--out {out!r}: expected s3://BUCKET/KEY")
+    bucket, key = s3_target(out)
     with tempfile.TemporaryDirectory(prefix="agilerl-wordle-") as tmp:
         local = write_games(Path(tmp) / "games.jsonl", records, description)
         S3Storage(f"s3://{bucket}", s3).put_bytes(key, local.read_bytes())
@@ -226,3 +233,46 @@ def load_games(uri: str, s3: S3Options | None = None, cache_dir: str | None = No
     with _limits.applied(limits):
         description, games = read_games(local.path, uri)
     return GameSet(uri, local.sha256, description, games)
+
+
+def games_digest(records: Sequence[GameRecord]) -> str:
+    """The content hash of games played here (what a ``sha256`` pin names when no file is read)."""
+    h = hashlib.sha256()
+    for r in records:
+        h.update(json.dumps([r.secret, list(r.guesses), list(r.feedbacks), list(r.rewards), r.player]).encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def games_for(ds: Any, words: WordList, vocabulary: int | None, held_out: float, max_guesses: int,
+              s3: S3Options | None = None, limits: Any = None, game_field: str = "env.",
+              data_field: str = "dataset.") -> tuple[list[GameRecord], str, dict[str, Any]]:
+    """The games a config's games section `ds` (uri, or players/games/seed) names, their content hash and their
+    description, for the game of `words` (`vocabulary`, `held_out`, `max_guesses`): read from the file (checked
+    line by line; played with this game's settings, on its words, never on a held-out secret) or played here by
+    the seeded players on the training secrets. Errors name the config's fields: `game_field` prefixes the game's
+    settings, `data_field` the games section's."""
+    if ds.uri is None:
+        try:
+            mix = parse_mix(ds.players, words)
+        except ValueError as err:
+            raise ConfigError(f"{data_field}players: {err}") from None
+        records = play_games(mix, words.train, words, ds.games, ds.seed, max_guesses)
+        return records, games_digest(records), describe_games(words, vocabulary, held_out, max_guesses, ds.seed,
+                                                              ds.players, records)
+    got = load_games(ds.uri, s3, ds.cache_dir, limits)
+    d = got.description
+    for field, want in (("vocabulary", vocabulary), ("held_out", held_out), ("max_guesses", max_guesses)):
+        if d.get(field) != want:
+            raise DatasetError(f"dataset {ds.uri}: its games were played with {field} {d.get(field)!r}, this "
+                               f"config's {game_field}{field} is {want!r}; set {game_field}{field}: "
+                               f"{d.get(field)!r} or collect games for this game")
+    held = set(words.held_out)
+    leaked = next((g.secret for g in got.games if g.secret in held), None)
+    if leaked is not None:
+        raise DatasetError(f"dataset {ds.uri}: a game's secret {leaked!r} is a held-out secret (evaluation would "
+                           f"score memorised games); collect games on the train secrets only")
+    unknown = next((w for g in got.games for w in (g.secret, *g.guesses) if w not in words.valid), None)
+    if unknown is not None:
+        raise DatasetError(f"dataset {ds.uri}: the word {unknown!r} is not in this game's word list")
+    return got.games, got.sha256, d

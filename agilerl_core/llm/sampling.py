@@ -8,7 +8,7 @@ completions whatever else runs in the process.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -35,11 +35,14 @@ def positions(mask: torch.Tensor) -> torch.Tensor:
 @dataclass(frozen=True)
 class RowBlock:
     """Consecutive rows of a batch that one population member samples: at its own temperature, from its own
-    generator (drawn exactly as when the member samples these rows alone)."""
+    generator (drawn exactly as when the member samples these rows alone). `adjust`, when given, maps the rows'
+    next-token logits [n, V] and the last layer's hidden states [n, H] to the logits drawn from (ILQL's
+    ``logits + beta * (Q - V)``)."""
 
     rows: slice
     temperature: float
     generator: torch.Generator | None = None
+    adjust: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
 
 
 def _draw(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
@@ -68,20 +71,27 @@ def sample(model, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int, te
     batch = ids.shape[0]
     blocks = [RowBlock(slice(0, batch), temperature, generator)] if blocks is None else list(blocks)
     extra = {} if rows is None else {"rows": rows}
+    if any(b.adjust is not None for b in blocks):
+        extra["output_hidden_states"] = True
+
+    def adjusted(out, b: RowBlock) -> torch.Tensor:
+        logits = out.logits[b.rows, -1]
+        return logits if b.adjust is None else b.adjust(logits, out.hidden_states[-1][b.rows, -1].float())
+
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True, logits_to_keep=1,
                 **extra)
-    past, logits = out.past_key_values, out.logits[:, -1]
+    past = out.past_key_values
     next_pos = positions(mask)[:, -1] + 1
     done = torch.zeros(batch, dtype=torch.bool, device=ids.device)
     tokens, live = [], []
     for t in range(max_new_tokens):
         if len(blocks) == 1:
-            tok = _draw(logits, blocks[0].temperature, blocks[0].generator)
+            tok = _draw(adjusted(out, blocks[0]), blocks[0].temperature, blocks[0].generator)
         else:
             tok = torch.full((batch,), pad_id, dtype=torch.long, device=ids.device)
             for b in blocks:
                 if not bool(done[b.rows].all()):
-                    tok[b.rows] = _draw(logits[b.rows], b.temperature, b.generator)
+                    tok[b.rows] = _draw(adjusted(out, b), b.temperature, b.generator)
         tok = torch.where(done, torch.full_like(tok, pad_id), tok)
         tokens.append(tok)
         live.append(~done)
@@ -91,7 +101,7 @@ def sample(model, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int, te
         mask = torch.cat([mask, torch.ones((batch, 1), dtype=mask.dtype, device=mask.device)], dim=1)
         out = model(input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos[:, None], past_key_values=past,
                     use_cache=True, **extra)
-        past, logits = out.past_key_values, out.logits[:, -1]
+        past = out.past_key_values
         next_pos = next_pos + 1
     return torch.stack(tokens, dim=1), torch.stack(live, dim=1).long()
 

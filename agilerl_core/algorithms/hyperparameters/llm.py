@@ -97,3 +97,43 @@ class DPOHyperparameters(LLMHyperparameters):
 
     beta: float = Field(0.1, gt=0, description="Preference temperature of the sigmoid loss.")
     nll_weight: float = Field(0.0, ge=0, description="Weight of an NLL term on the chosen completion (0: off).")
+
+
+class LLMBCHyperparameters(LLMHyperparameters):
+    """Behaviour cloning of recorded games (SFT on the players' guesses): the adapter's cross-entropy on the
+    guess tokens only, the prompt and the env's feedback read as context."""
+
+    algorithm_name: ClassVar[str] = "llm_bc"
+    default_space: ClassVar[HyperparameterSpace] = {"lr": LLM_LEARNING_RATE}
+
+    batch_size: int = Field(8, ge=1, description="Recorded games per learn step.")
+    beta: float = Field(0.0, ge=0, description="Unused by llm_bc (llm_ilql: the weight of Q - V when acting).")
+    max_new_tokens: int = Field(8, ge=1, description="Longest guess (tokens) when the member plays; generation stops "
+                                                     "at EOS.")
+    generation_batch_size: int = Field(64, ge=1, description="Games played together in evaluation (one KV cache).")
+
+
+class LLMILQLHyperparameters(LLMBCHyperparameters):
+    """Implicit Language Q-Learning (Snell et al., 2022) for a LoRA member: Q heads (two, and their soft targets)
+    and a V head on the adapted model's last hidden states, over the base's whole token vocabulary; V by expectile
+    regression on the target Q, Q by TD to the next guess token's V (the env's tokens skipped), a conservative term
+    and the BC cross-entropy; acting takes the model's logits plus ``beta * (Q' - V)``."""
+
+    algorithm_name: ClassVar[str] = "llm_ilql"
+    fixed_fields: ClassVar[frozenset[str]] = LLMHyperparameters.fixed_fields | {"two_q"}
+    default_space: ClassVar[HyperparameterSpace] = {
+        "lr": LLM_LEARNING_RATE,
+        "expectile": HyperparameterSpec(min=0.5, max=0.95, kind="float", grow=1.05, shrink=0.95),
+        "beta": HyperparameterSpec(min=0.0, max=16.0, kind="float", grow=1.5, shrink=1 / 1.5),
+        "cql_weight": HyperparameterSpec(min=0.0, max=1.0, kind="float", grow=1.5, shrink=1 / 1.5),
+        "tau": HyperparameterSpec(min=1e-3, max=0.5, kind="log", grow=1.5, shrink=1 / 1.5),
+    }
+
+    beta: float = Field(1.0, ge=0, description="Acting: the model's logits plus beta * (Q' - V) (0: the BC policy).")
+    gamma: float = Field(0.99, ge=0, le=1, description="Discount per guess token.")
+    expectile: float = Field(0.7, gt=0, lt=1, description="V's expectile of the target Q (0.5: the mean).")
+    cql_weight: float = Field(0.1, ge=0, description="Weight of the conservative term (logsumexp of Q over the "
+                                                     "vocabulary minus Q of the data's token).")
+    bc_weight: float = Field(1.0, ge=0, description="Weight of the cross-entropy on the guess tokens.")
+    tau: float = Field(0.05, gt=0, le=1, description="Soft update rate of the target Q heads per learn step.")
+    two_q: bool = Field(True, description="Two Q heads; targets and acting use their minimum (clipped double Q).")
