@@ -924,7 +924,8 @@ class GameDatasetConfig(_Strict):
     players: str = Field("random:0.2,solver:0.3,noisy_solver_0.5:0.5",
                          description="Without a uri: the players' mix, NAME:WEIGHT pairs (random, solver, "
                                      "noisy_solver_EPS).")
-    games: int = Field(5000, ge=1, description="Without a uri: games played.")
+    games: int = Field(5000, ge=1, le=2_000_000, description="Without a uri: games played (at most "
+                                                              "agilerl_core.language.games.MAX_GAMES, as a file).")
     seed: int = Field(0, ge=0, description="Without a uri: the players' seed.")
     min_return: float | None = Field(None, description="Learn only from games whose return is at least this "
                                                        "(filtered behaviour cloning); null: every game.")

@@ -179,3 +179,38 @@ def test_a_games_file_of_another_game_or_tampered_is_refused(tmp_path):
         build_evolution(_cfg(games={"uri": str(tmp_path / "bad.jsonl")}))
     with pytest.raises(DatasetError, match="sha256|content hash|expected"):
         build_evolution(_cfg(games={"uri": str(good), "sha256": "0" * 64}))
+
+
+def test_one_q_head_members_clone_reload_and_change_rank():
+    arena = build_evolution(_cfg(hyperparameters={"lr": 0.01, "batch_size": 4, "max_new_tokens": 6,
+                                                  "two_q": False})).arena
+    member = arena.build_members([3])[0]
+    assert not any(n.startswith("head.q2") for n in member.trainable_names())  # kept for the checkpoint's shape
+    arena.train_group([member], [0], [4], 4)
+    twin = member.clone()
+    tensors, meta = member.state()
+    back = type(member).from_state(arena.base, tensors, json.loads(json.dumps(meta)))
+    assert all(torch.equal(a, b) for a, b in zip(back.trainable(), member.trainable(), strict=True))
+    twin.set_rank(8, 0)
+    assert twin.adapter.rank == 8
+    arena.train_group([twin], [0], [5], 4)
+
+
+def test_damaged_head_tensors_are_refused():
+    from agilerl_core.errors import CheckpointError
+
+    arena = build_evolution(_cfg()).arena
+    member = arena.build_members([3])[0]
+    tensors, meta = member.state()
+    for bad in (torch.full_like(tensors["head.v.bias"], float("nan")), tensors["head.v.bias"].long()):
+        with pytest.raises(CheckpointError, match="head.v.bias"):
+            type(member).from_state(arena.base, {**tensors, "head.v.bias": bad}, meta)
+
+
+def test_a_games_file_with_another_split_names_dataset_held_out(tmp_path):
+    words = word_list(60, 0.3)
+    records = play_games(parse_mix("solver:1", words), words.train, words, 4, 0, 3)
+    path = tmp_path / "split.jsonl"
+    write_games(path, records, describe_games(words, 60, 0.3, 3, 0, "solver:1", records))
+    with pytest.raises(DatasetError, match=r"this config's dataset.held_out is 0.2; set dataset.held_out: 0.3"):
+        build_evolution(_cfg(games={"uri": str(path)}))

@@ -293,6 +293,11 @@ class LLMAlgorithm:
         if set(head) != set(fresh) or any(head[k].shape != fresh[k].shape for k in fresh):
             raise CheckpointError(f"this {meta.get('algorithm')} member's head tensors {sorted(head)} do not fit the "
                                   f"base (expected {sorted(fresh)})")
+        bad = next((k for k, t in head.items() if not t.is_floating_point() or not bool(torch.isfinite(t).all())), None)
+        if bad is not None:
+            raise CheckpointError(f"this {meta.get('algorithm')} member's head tensor head.{bad} is not finite floats "
+                                  f"({head[bad].dtype}); the checkpoint is damaged")
+        head = {k: t.float() for k, t in head.items()}
         member = cls(base, adapter, cls.hp_model(**meta["hp"]), head)
         step = int(meta["adam_step"])
         if step:

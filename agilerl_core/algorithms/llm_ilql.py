@@ -235,12 +235,17 @@ class LLMILQL(LLMBC):
     def _q_names(self) -> tuple[str, ...]:
         return self.Q_HEADS if self.hp.two_q else self.Q_HEADS[:1]
 
+    def _learnt(self, name: str) -> bool:
+        """Whether Adam steps head tensor `name`: the Q heads in use and V (the targets follow by soft updates; a
+        second Q head kept with ``two_q: false`` only so every checkpoint has one shape)."""
+        return name.split(".")[0] in {*self._q_names(), "v"}
+
     def trainable(self) -> list[torch.nn.Parameter]:
-        """The adapter's tensors, then the Q and V heads' (the targets follow by soft updates)."""
-        return [*self.adapter.parameters(), *(t for n, t in self.head.items() if not n.startswith("target."))]
+        """The adapter's tensors, then the Q heads' in use and V's."""
+        return [*self.adapter.parameters(), *(t for n, t in self.head.items() if self._learnt(n))]
 
     def trainable_names(self) -> list[str]:
-        return [*self.adapter.param_names(), *(f"head.{n}" for n in self.head if not n.startswith("target."))]
+        return [*self.adapter.param_names(), *(f"head.{n}" for n in self.head if self._learnt(n))]
 
     def q_values(self, hidden: torch.Tensor, name: str) -> torch.Tensor:
         """Q(s, .) over the vocabulary [..., V] of hidden states [..., H] by head `name` (e.g. q1, target.q1)."""

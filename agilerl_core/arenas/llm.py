@@ -135,7 +135,7 @@ class LLMArena(OwnExperience):
         recorded = None
         if self.algo_cls.data_kind == "games":  # offline: the recorded games are the training data
             recorded = self._recorded_games(cfg, words, max_guesses, ids)
-            pinned["games"] = recorded["sha256"]
+            pinned["games"] = {"sha256": recorded["sha256"], "min_return": recorded["min_return"]}
         digest = hashlib.sha256(json_bytes(pinned)).hexdigest()
         check_pin(ds.label, digest, ds.sha256)
         longest = self.eval_data.longest_game(getattr(cfg.hyperparameters, "max_new_tokens", 0))
@@ -164,7 +164,9 @@ class LLMArena(OwnExperience):
         ds = cfg.dataset
         games_cfg = ds.games or GameDatasetConfig()
         records, sha, _ = games_for(games_cfg, words, ds.options.get("vocabulary"), ds.held_out, max_guesses,
-                                    s3_options(cfg), getattr(cfg, "limits", None), "dataset.options.", "dataset.games.")
+                                    s3_options(cfg), getattr(cfg, "limits", None),
+                                    {"vocabulary": "dataset.options.vocabulary", "held_out": "dataset.held_out",
+                                     "max_guesses": "dataset.options.max_guesses"}, "dataset.games.")
         check_pin(f"dataset.games {games_cfg.label}", sha, games_cfg.sha256)
         floor = games_cfg.min_return
         kept = records if floor is None else [g for g in records if g.total_return >= floor]
@@ -176,7 +178,8 @@ class LLMArena(OwnExperience):
         self.train_data = GameTranscripts.of_games(kept, prompt_ids, self.train_data,
                                                    lambda w: [*tok.encode(w, add_special_tokens=False), eos],
                                                    self.base.pad_id)
-        return {"uri": games_cfg.label, "sha256": sha, "games": len(records), "learnt_from": len(kept)}
+        return {"uri": games_cfg.label, "sha256": sha, "games": len(records), "min_return": floor,
+                "learnt_from": len(kept)}
 
     def _check_context(self, cfg) -> None:
         """A DatasetError when the longest prompt plus ``max_new_tokens`` outruns the model's context (an index

@@ -245,7 +245,7 @@ def games_digest(records: Sequence[GameRecord]) -> str:
 
 
 def games_for(ds: Any, words: WordList, vocabulary: int | None, held_out: float, max_guesses: int,
-              s3: S3Options | None = None, limits: Any = None, game_field: str = "env.",
+              s3: S3Options | None = None, limits: Any = None, game_fields: dict[str, str] | None = None,
               data_field: str = "dataset.") -> tuple[list[GameRecord], str, dict[str, Any]]:
     """The games a config's games section `ds` (uri, or players/games/seed) names, their content hash and their
     description, for the game of `words` (`vocabulary`, `held_out`, `max_guesses`): read from the file (checked
@@ -263,10 +263,11 @@ def games_for(ds: Any, words: WordList, vocabulary: int | None, held_out: float,
     got = load_games(ds.uri, s3, ds.cache_dir, limits)
     d = got.description
     for field, want in (("vocabulary", vocabulary), ("held_out", held_out), ("max_guesses", max_guesses)):
+        where = (game_fields or {}).get(field, f"env.{field}")
         if d.get(field) != want:
             raise DatasetError(f"dataset {ds.uri}: its games were played with {field} {d.get(field)!r}, this "
-                               f"config's {game_field}{field} is {want!r}; set {game_field}{field}: "
-                               f"{d.get(field)!r} or collect games for this game")
+                               f"config's {where} is {want!r}; set {where}: {d.get(field)!r} or collect games for "
+                               f"this game")
     held = set(words.held_out)
     leaked = next((g.secret for g in got.games if g.secret in held), None)
     if leaked is not None:
