@@ -17,8 +17,9 @@ from tests.conftest import cli_env, cli_summary, committed_state, flow_cli, wait
 
 pytestmark = pytest.mark.integration
 
+STEPS = 8000  # 16 generations: room for a fault after the first commit and three more generations during it
 CONFIG = ("name: faults\nenv_id: CartPole-v1\nnum_envs: 4\npopulation_size: 2\nevo_steps: 250\n"
-          "max_env_steps: 12000\neval_episodes: 2\nhyperparameters: {batch_size: 32, learning_delay: 64}\n")
+          f"max_env_steps: {STEPS}\neval_episodes: 2\nhyperparameters: {{batch_size: 32, learning_delay: 64}}\n")
 
 
 @pytest.fixture(scope="module")
@@ -214,7 +215,7 @@ def test_a_store_that_restarts_loses_nothing_and_one_that_stays_down_ends_in_the
     command = last.split("continue it with: ")[1].split()  # exactly what the operator is told to run
     assert command[:2] == ["agilerl-flow", "resume"]
     resumed = cli_summary(flow_cli(*command[1:], "--no-progress", cwd=tmp_path, env=env))
-    assert resumed["resumed_after_generation"] >= 1 and resumed["global_steps"] == 12000
+    assert resumed["resumed_after_generation"] >= 1 and resumed["global_steps"] == STEPS
 
     _, straight = _straight(tmp_path, str(tmp_path / "runs"))
     assert committed_state(storage, "blip") == straight
