@@ -58,7 +58,7 @@ def test_ilql_token_terms_on_hand_numbers():
 
 def test_own_first_keeps_the_members_tokens_in_order():
     own = torch.tensor([[1, 1, 0, 0, 1, 0], [0, 1, 0, 0, 0, 0]], dtype=torch.float32)
-    order, mask = own_first(own)
+    order, mask = own_first(own, 3)
     assert order[0].tolist() == [0, 1, 4] and mask.tolist() == [[1, 1, 1], [1, 0, 0]] and order[1, 0] == 1
 
 

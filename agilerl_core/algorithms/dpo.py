@@ -121,12 +121,7 @@ class DPO(LLMAlgorithm):
     def train_group(members: list[DPO], data: PreferenceData, budget: int, seeds: list[int]) -> list[PhaseMetrics]:
         """Every member's training phase, their learn steps taken together (:meth:`learn_group`); member i's
         batches come from seeds[i] alone."""
-
-        def step(who: list[int], batches: list[list[int]]) -> list[tuple[int, dict[str, float]]]:
-            values = DPO.learn_group([members[i] for i in who], data, batches)
-            return [(len(b), v) for b, v in zip(batches, values, strict=True)]
-
-        return LLMAlgorithm.run_group_phase(members, len(data), budget, seeds, step)
+        return DPO.train_on_records(members, data, budget, seeds)
 
     @staticmethod
     def learn_group(members: list[DPO], data: PreferenceData, batches: list[list[int]]) -> list[dict[str, float]]:

@@ -330,6 +330,18 @@ class LLMAlgorithm:
             member.train_metrics = m.means()
         return metrics
 
+    @classmethod
+    def train_on_records(cls, members: list[LLMAlgorithm], data: Any, budget: int, seeds: list[int]) -> list[PhaseMetrics]:
+        """An offline algorithm's training phases (DPO's pairs, recorded games): learn steps of the members still
+        short of `budget` records taken together by ``cls.learn_group(members, data, batches)``, member i's
+        batches from seeds[i] alone."""
+
+        def step(who: list[int], batches: list[list[int]]) -> list[tuple[int, dict[str, float]]]:
+            values = cls.learn_group([members[i] for i in who], data, batches)
+            return [(len(b), v) for b, v in zip(batches, values, strict=True)]
+
+        return LLMAlgorithm.run_group_phase(members, len(data), budget, seeds, step)
+
     # ---- population batching --------------------------------------------------------------------------------
     def batch_key(self) -> tuple | None:
         """Members with equal keys train and evaluate as one group (their rows through one forward of the

@@ -84,6 +84,10 @@ class GameTranscripts:
     def own_tokens(self, idx: Sequence[int]) -> int:
         return sum(sum(self.own[i]) for i in idx)
 
+    def most_own(self, idx: Sequence[int]) -> int:
+        """The most member's tokens of any of the games `idx` (at least 1)."""
+        return max(1, *(sum(self.own[i]) for i in idx))
+
     def batch(self, idx: Sequence[int], device: str
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Games `idx` as (prompt ids, prompt mask) left-padded, (continuation ids, attention mask, member's-token
@@ -104,13 +108,11 @@ class GameTranscripts:
         return ids, mask, comp.to(device), cmask.to(device), own.to(device), reward.to(device)
 
 
-def own_first(own: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(order, mask) [n, L]: each row's member's tokens' positions in order, then padding (mask 0); L is the most
-    member's tokens of any row."""
-    order = torch.sort((~own.bool()).long(), dim=1, stable=True).indices
-    mask = own.gather(1, order)
-    width = max(int(mask.sum(1).max()), 1)
-    return order[:, :width], mask[:, :width]
+def own_first(own: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(order, mask) [n, width]: each row's member's tokens' positions in order, then padding (mask 0); `width`
+    is at least the most member's tokens of any row (known on the host from the games: no device read)."""
+    order = torch.sort((~own.bool()).long(), dim=1, stable=True).indices[:, :width]
+    return order, own.gather(1, order)
 
 
 def ilql_token_terms(qs: Sequence[torch.Tensor], v: torch.Tensor, target_qs: Sequence[torch.Tensor],
@@ -143,10 +145,11 @@ class LLMBC(LLMAlgorithm):
         return (self.algorithm_name, self.hp.max_new_tokens)  # one play loop for the group's evaluation
 
     def game_loss(self, logp: torch.Tensor, hidden: torch.Tensor, comp: torch.Tensor, own: torch.Tensor,
-                  reward: torch.Tensor, ntok: int) -> tuple[torch.Tensor, dict[str, float]]:
-        """The member's loss on its games' rows (a share of its step's `ntok` member tokens) and its parts."""
+                  reward: torch.Tensor, ntok: int, width: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The member's loss on its games' rows (a share of its step's `ntok` member tokens; `width`: the most
+        member's tokens of a row) and its parts, detached (read on the host once per learn step)."""
         bc = -(logp * own).sum() / ntok
-        return bc, {"bc": float(bc.detach())}
+        return bc, {"bc": bc.detach()}
 
     def after_step(self) -> None:
         """What follows the member's Adam step (ILQL: the targets' soft update)."""
@@ -161,12 +164,7 @@ class LLMBC(LLMAlgorithm):
                     ) -> list[PhaseMetrics]:
         """Every member's training phase, their learn steps taken together (:meth:`learn_group`); member i's
         batches of games come from seeds[i] alone."""
-
-        def step(who: list[int], batches: list[list[int]]) -> list[tuple[int, dict[str, float]]]:
-            values = cls.learn_group([members[i] for i in who], data, batches)
-            return [(len(b), v) for b, v in zip(batches, values, strict=True)]
-
-        return LLMAlgorithm.run_group_phase(members, len(data), budget, seeds, step)
+        return cls.train_on_records(members, data, budget, seeds)
 
     @staticmethod
     def learn_group(members: list[LLMBC], data: GameTranscripts, batches: list[list[int]]) -> list[dict[str, float]]:
@@ -175,7 +173,7 @@ class LLMBC(LLMAlgorithm):
         member's loss normalised by its own batch's member tokens, then each member's Adam step."""
         base = members[0].base
         ntok = [max(data.own_tokens(b), 1) for b in batches]
-        sums: list[dict[str, float]] = [{} for _ in members]
+        sums: list[dict[str, torch.Tensor]] = [{} for _ in members]  # on the device until the step's one read
         size = members[0].hp.micro_batch_size
         with base.bound_many([m.adapter for m in members]) as model:
             for piece in LLMAlgorithm.group_parts(members, row_pieces([len(b) for b in batches], size)):
@@ -184,21 +182,22 @@ class LLMBC(LLMAlgorithm):
                 logp, hidden = completion_logprobs(model, ids, mask, comp, cmask, 1.0,
                                                    [(i, s.stop - s.start) for i, s in piece], hidden=True)
                 losses, start = [], 0
-                for i, s in piece:
+                for i, s in piece:  # each member's loss is its own (its heads and hyperparameters)
                     rows = slice(start, start + s.stop - s.start)
                     start = rows.stop
                     loss, parts = members[i].game_loss(logp[rows], hidden[rows], comp[rows], own[rows], reward[rows],
-                                                       ntok[i])
+                                                       ntok[i], data.most_own(batches[i][s]))
                     losses.append(loss)
-                    for k, v in {"loss": float(loss.detach()), **parts}.items():
-                        sums[i][k] = sums[i].get(k, 0.0) + v
+                    for k, v in {"loss": loss.detach(), **parts}.items():
+                        sums[i][k] = sums[i][k] + v if k in sums[i] else v
                 (losses[0] if len(losses) == 1 else torch.stack(losses).sum()).backward()
             norms = [m._step() for m in members]
+        names = sorted(sums[0])
+        read = torch.stack([torch.stack([total[k] for k in names]) for total in sums]).tolist()  # one host read
         out = []
-        for m, total, norm in zip(members, sums, norms, strict=True):
+        for m, values, norm in zip(members, read, norms, strict=True):
             m.after_step()
-            names = sorted(total)
-            out.append({**dict(zip(names, m.summed(*(total[k] for k in names)), strict=True)), "grad_norm": norm})
+            out.append({**dict(zip(names, values, strict=True)), "grad_norm": norm})
         return out
 
     # ---- fitness ----------------------------------------------------------------------------------------------
@@ -258,10 +257,10 @@ class LLMILQL(LLMBC):
         return hidden @ self.head["v.weight"] / hidden.shape[-1] ** 0.5 + self.head["v.bias"]
 
     def game_loss(self, logp: torch.Tensor, hidden: torch.Tensor, comp: torch.Tensor, own: torch.Tensor,
-                  reward: torch.Tensor, ntok: int) -> tuple[torch.Tensor, dict[str, float]]:
+                  reward: torch.Tensor, ntok: int, width: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         hp = self.hp
         bc = -(logp * own).sum() / ntok
-        order, mask = own_first(own)
+        order, mask = own_first(own, width)
         h = hidden.gather(1, order[..., None].expand(-1, -1, hidden.shape[-1]))
         names = self._q_names()
         qs = [self.q_values(h, n) for n in names]
@@ -271,8 +270,7 @@ class LLMILQL(LLMBC):
                                  mask, hp.gamma, hp.expectile)
         q, v, cql = (terms[k] / ntok for k in ("q", "v", "cql"))
         loss = q + v + hp.cql_weight * cql + hp.bc_weight * bc
-        return loss, {"bc": float(bc.detach()), "q": float(q.detach()), "v": float(v.detach()),
-                      "cql": float(cql.detach())}
+        return loss, {"bc": bc.detach(), "q": q.detach(), "v": v.detach(), "cql": cql.detach()}
 
     @torch.no_grad()
     def after_step(self) -> None:

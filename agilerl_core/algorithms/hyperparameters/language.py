@@ -10,6 +10,13 @@ from pydantic import Field
 from agilerl_core.algorithms.hyperparameters.base import BaseHyperparameters
 from agilerl_core.hpo.space import LEARNING_RATE, HyperparameterSpace, HyperparameterSpec
 
+# what ILQL evolves besides the learning rate and beta (whose ranges depend on the model), from scratch or on LoRA
+ILQL_SPACE: HyperparameterSpace = {
+    "expectile": HyperparameterSpec(min=0.5, max=0.95, kind="float", grow=1.05, shrink=0.95),
+    "cql_weight": HyperparameterSpec(min=0.0, max=1.0, kind="float", grow=1.5, shrink=1 / 1.5),
+    "tau": HyperparameterSpec(min=1e-3, max=0.5, kind="log", grow=1.5, shrink=1 / 1.5),
+}
+
 
 class LanguageHyperparameters(BaseHyperparameters):
     """What both language algorithms share: the optimiser and the minibatches of games."""
@@ -35,11 +42,8 @@ class ILQLHyperparameters(LanguageHyperparameters):
 
     algorithm_name: ClassVar[str] = "ilql"
     default_space: ClassVar[HyperparameterSpace] = {
-        "lr": LEARNING_RATE,
-        "expectile": HyperparameterSpec(min=0.5, max=0.95, kind="float", grow=1.05, shrink=0.95),
+        "lr": LEARNING_RATE, **ILQL_SPACE,
         "beta": HyperparameterSpec(min=0.0, max=64.0, kind="float", grow=1.5, shrink=1 / 1.5),
-        "cql_weight": HyperparameterSpec(min=0.0, max=1.0, kind="float", grow=1.5, shrink=1 / 1.5),
-        "tau": HyperparameterSpec(min=1e-3, max=0.5, kind="log", grow=1.5, shrink=1 / 1.5),
     }
 
     gamma: float = Field(0.99, ge=0, le=1, description="Discount per generated character.")

@@ -10,6 +10,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from agilerl_core.algorithms.hyperparameters.base import BaseHyperparameters
+from agilerl_core.algorithms.hyperparameters.language import ILQL_SPACE
 from agilerl_core.hpo.space import HyperparameterSpace, HyperparameterSpec
 
 LLM_LEARNING_RATE = HyperparameterSpec(min=1e-6, max=1e-1, kind="log", grow=1.5, shrink=1 / 1.5)
@@ -122,11 +123,8 @@ class LLMILQLHyperparameters(LLMBCHyperparameters):
     algorithm_name: ClassVar[str] = "llm_ilql"
     fixed_fields: ClassVar[frozenset[str]] = LLMHyperparameters.fixed_fields | {"two_q"}
     default_space: ClassVar[HyperparameterSpace] = {
-        "lr": LLM_LEARNING_RATE,
-        "expectile": HyperparameterSpec(min=0.5, max=0.95, kind="float", grow=1.05, shrink=0.95),
+        "lr": LLM_LEARNING_RATE, **ILQL_SPACE,
         "beta": HyperparameterSpec(min=0.0, max=16.0, kind="float", grow=1.5, shrink=1 / 1.5),
-        "cql_weight": HyperparameterSpec(min=0.0, max=1.0, kind="float", grow=1.5, shrink=1 / 1.5),
-        "tau": HyperparameterSpec(min=1e-3, max=0.5, kind="log", grow=1.5, shrink=1 / 1.5),
     }
 
     beta: float = Field(1.0, ge=0, description="Acting: the model's logits plus beta * (Q' - V) (0: the BC policy).")
