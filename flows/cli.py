@@ -18,7 +18,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ import urllib.request
 from pathlib import Path
 
 from agilerl_core.errors import AgileRLError, CheckpointError, ConfigError, StorageError, TrackingError
+from agilerl_core.net import free_port
 
 DEFAULT_STORAGE = "runs"
 
@@ -245,9 +245,7 @@ class _LocalPrefect:
             return None
         import prefect
 
-        with socket.socket() as probe:  # a free port on loopback
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+        port = free_port()
         env = {**os.environ, **get_current_settings().to_environment_variables(exclude_unset=True),
                "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
         process = subprocess.Popen(

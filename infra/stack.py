@@ -27,7 +27,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agilerl_core.errors import AgileRLError
+from agilerl_core.net import free_port
 
 WORK_POOL = "agilerl-process"
 GPU_WORK_POOL = "agilerl-gpu"
@@ -47,12 +47,6 @@ DEFAULT_PORTS = {"s3": 8333, "mlflow": 5000, "prefect": 4200}
 
 class StackError(AgileRLError):
     """A stack service failed to start or to pass its health check."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _http_ok(url: str, timeout: float = 2.0, headers: dict[str, str] | None = None) -> bool:

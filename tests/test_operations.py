@@ -120,3 +120,32 @@ def test_the_champion_alias_moves_only_by_the_stated_policy(servers, tmp_path):
     assert always["promoted"] is True and always["champion_uri"] == f"models:/{name}@champion"
     assert client.get_model_version_by_alias(name, "champion").version == always["version"]
     assert len(client.search_model_versions(f"name='{name}'")) == 5
+
+
+def test_free_ports_come_from_below_the_ephemeral_range_once_each_and_are_bindable(monkeypatch):
+    """A server port drawn from the ephemeral range can be taken by any outgoing connection before the
+    server binds it (CI saw MLflow fail with EADDRINUSE); ports come from below it, each once."""
+    import random
+    import socket
+
+    from agilerl_core.net import _ephemeral_range, free_port
+
+    low, _ = _ephemeral_range()
+    random.seed(0)
+    ports = [free_port() for _ in range(64)]
+    assert len(set(ports)) == 64
+    if low > 21000:
+        assert all(1024 <= p < low for p in ports), ports
+    for p in ports[:8]:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", p))
+    import agilerl_core.net as net
+
+    with socket.socket() as taken:  # a port in use (or handed out before) is skipped
+        taken.bind(("127.0.0.1", ports[8]))
+        taken.listen()
+        floor = 20000 if low > 21000 else 1024
+        draws = iter([ports[8] - floor, ports[9] - floor, ports[10] - floor, 7])
+        monkeypatch.setattr(net.secrets, "randbelow", lambda n: next(draws))
+        net._HANDED_OUT.discard(ports[10])
+        assert free_port() == ports[10]

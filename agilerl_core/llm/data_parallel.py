@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from agilerl_core.errors import AgileRLError
+from agilerl_core.net import free_port
 
 
 class DataParallel:
@@ -64,12 +64,6 @@ def _load(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     return load_file(str(path / "member.safetensors")), json.loads((path / "member.json").read_text())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def train_data_parallel(arena, member, slot: int, seed: int, steps: int, processes: int):
     """Train `member` for one phase in `processes` processes; the member takes the trained state in place.
     Returns the phase's TrainResult (as rank 0 measured it)."""
@@ -86,7 +80,7 @@ def train_data_parallel(arena, member, slot: int, seed: int, steps: int, process
         (tmp_path / "config.json").write_text(json.dumps(cfg))
         cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-               "--main_process_port", str(_free_port()), "-m", "agilerl_core.llm.data_parallel",
+               "--main_process_port", str(free_port()), "-m", "agilerl_core.llm.data_parallel",
                "--dir", str(tmp_path), "--slot", str(slot), "--seed", str(seed), "--steps", str(steps)]
         env = {**os.environ, "OMP_NUM_THREADS": str(arena.cfg.torch_threads)}
         p = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
