@@ -6,6 +6,7 @@ populations trained offline on recorded games by llm_bc and llm_ilql (smollm2_wo
 
     python benchmarks/wordle.py [--steps 8000] [--seeds 0 1] [--vocabulary 500] [--llm --llm-games 256]
     python benchmarks/wordle.py --skip-scratch --seeds 0 --llm-offline 256 --llm-eval 16
+    python benchmarks/wordle.py --skip-scratch --seeds 0 --llm --llm-games 128 --llm-eval 16
 
 Every agent is judged on the same held-out secrets (the game's fixed split; never played in the data nor in
 training), greedily; the players are judged on them too. Speeds: gradient steps per second (whole population,
@@ -66,12 +67,14 @@ def language_run(config: str, seed: int, steps: int, vocabulary: int | None) -> 
             "architecture": elite.describe() if elite is not None else None}
 
 
-def llm_run(games: int, seed: int) -> dict:
-    """SmolLM2's base and its multi-turn GRPO elite on Wordle (smollm2_wordle_grpo.yaml, `games` games)."""
+def llm_run(games: int, seed: int, eval_games: int) -> dict:
+    """SmolLM2's base and its multi-turn GRPO elite on Wordle (smollm2_wordle_grpo.yaml, `games` training games in
+    all, population 2), both judged on `eval_games` held-out secrets."""
     from agilerl_core.experiment import build_evolution
 
-    cfg = load_config(CONFIGS / "smollm2_wordle_grpo.yaml", {"seed": seed, "max_env_steps": games,
-                                                              "population_size": 2, "evo_steps": games // 4})
+    over = {"seed": seed, "max_env_steps": games, "population_size": 2, "evo_steps": games // 4,
+            "eval_prompts": eval_games}
+    cfg = load_config(CONFIGS / "smollm2_wordle_grpo.yaml", over)
     evo = build_evolution(cfg)
     t0 = time.perf_counter()
     base_fit = evo.evaluate_group((0,))[0]
@@ -79,13 +82,13 @@ def llm_run(games: int, seed: int) -> dict:
     base = {"mean_return": base_fit, **evo.population.members[0].agent.eval_metrics,
             "games_per_s": round(len(evo.arena.eval_data) / base_wall, 2)}
     with tempfile.TemporaryDirectory() as out:
-        cfg = load_config(CONFIGS / "smollm2_wordle_grpo.yaml", {"seed": seed, "max_env_steps": games,
-                                                                  "population_size": 2, "evo_steps": games // 4,
-                                                                  "output_dir": out})
+        cfg = load_config(CONFIGS / "smollm2_wordle_grpo.yaml", {**over, "output_dir": out})
         t0 = time.perf_counter()
         res = train_local(cfg, progress=False)
         wall = time.perf_counter() - t0
     return {"base": base, "grpo": {"best_fitness": res.best_fitness, "elite_fitness": res.elite_fitness,
+                                   "champion": (res.champion or {}).get("fitness"),
+                                   "history": [round(h.best_fitness, 3) for h in res.history],
                                    **dict(getattr(getattr(res.best_member, "agent", None), "eval_metrics", {}) or {}),
                                    "training_games_per_s": round(res.global_steps / wall, 2), "wall_s": round(wall, 1)}}
 
@@ -118,7 +121,7 @@ def main() -> None:
     p.add_argument("--llm-games", type=int, default=256, help="training games of the GRPO run")
     p.add_argument("--llm-offline", type=int, default=0, metavar="GAMES",
                    help="also SmolLM2 LoRA populations trained offline (llm_bc, llm_ilql) on GAMES recorded games")
-    p.add_argument("--llm-eval", type=int, default=32, help="held-out secrets judging the offline LoRA runs")
+    p.add_argument("--llm-eval", type=int, default=32, help="held-out secrets judging the SmolLM2 runs (base, GRPO, offline)")
     p.add_argument("--skip-scratch", action="store_true", help="skip the players and the from-scratch GPT runs")
     args = p.parse_args()
     bc_cfg = load_config(CONFIGS / "wordle_bc.yaml")
@@ -138,7 +141,7 @@ def main() -> None:
                      "mean_champion": float(np.mean([r["champion"] for r in runs]))}
     if args.llm:
         print("llm...", file=sys.stderr)
-        out["smollm2"] = llm_run(args.llm_games, args.seeds[0])
+        out["smollm2"] = llm_run(args.llm_games, args.seeds[0], args.llm_eval)
     if args.llm_offline:
         for algorithm in ("llm_bc", "llm_ilql"):
             print(f"{algorithm}...", file=sys.stderr)
