@@ -126,9 +126,14 @@ def main() -> None:
     args = p.parse_args()
     bc_cfg = load_config(CONFIGS / "wordle_bc.yaml")
     vocabulary = args.vocabulary if args.vocabulary is not None else bc_cfg.env.vocabulary
-    out: dict = {"budget": {"global_gradient_steps": args.steps, "population": bc_cfg.population_size,
-                            "seeds": args.seeds, "vocabulary": vocabulary,
-                            "data": f"{bc_cfg.dataset.games} games of {bc_cfg.dataset.players}"}}
+    out: dict = {"budget": {"seeds": args.seeds}}
+    if not args.skip_scratch:
+        out["budget"].update({"global_gradient_steps": args.steps, "population": bc_cfg.population_size,
+                              "vocabulary": vocabulary, "data": f"{bc_cfg.dataset.games} games of {bc_cfg.dataset.players}"})
+    if args.llm or args.llm_offline:  # the SmolLM2 runs: population 2, their own game of 500 words
+        out["budget"]["smollm2"] = {"population": 2, "held_out_games": args.llm_eval,
+                                    **({"grpo_training_games": args.llm_games} if args.llm else {}),
+                                    **({"offline_recorded_games": args.llm_offline} if args.llm_offline else {})}
     if not args.skip_scratch:
         print("players...", file=sys.stderr)
         out["players"] = players(vocabulary, bc_cfg.env.held_out, bc_cfg.dataset.players, 2000)
