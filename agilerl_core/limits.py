@@ -47,6 +47,10 @@ class Limits(BaseModel):
     dataset_bytes: int = Field(64 * 2**30, ge=1, description="Bytes one dataset array expands to when read.")
     dataset_expansion: int = Field(1_000, ge=1, description="How many times larger than its stored bytes an "
                                                            "HDF5 array may expand (compression, fill values).")
+    dataset_records: int = Field(10_000_000, ge=1, description="Records of one prompt, preference or game set "
+                                                              "(rows of a Parquet file, lines of a JSONL file).")
+    record_bytes: int = Field(4 * 2**20, ge=1, description="Bytes of one record of a prompt, preference or game set "
+                                                          "(one JSONL line, one Parquet row's text).")
     llm_params: int = Field(2_000_000_000, ge=1, description="Parameters of an LLM base read from files, "
                                                              "counted from its config before any tensor is built.")
     llm_config_params: int = Field(200_000_000, ge=1, description="Parameters of an LLM base built from a "
