@@ -502,7 +502,7 @@ def _load(uri: str | Path, device: str) -> Policy:
 
 
 def _load_dir(path: Path, where: str, device: str) -> Policy:
-    if not (path / "member.json").is_file():
+    if not (path / "member.json").exists() and not (path / "member.json").is_symlink():  # other kinds: named below
         hint = ""
         if (path / "elite" / "member.json").is_file():
             hint = f"; the run's elite is {where.rstrip('/')}/elite"
@@ -512,7 +512,7 @@ def _load_dir(path: Path, where: str, device: str) -> Policy:
     from agilerl_core.io.run_store import verify_committed
 
     verify_committed(path)  # a member of a committed generation: its files checked against the manifest
-    meta = _read_json(path / "member.json", MEMBER_FORMAT)
+    meta = _read_json(path / "member.json", MEMBER_FORMAT, path)
     env = meta.get("env") if isinstance(meta.get("env"), dict) else {}
     if env.get("kind") == "llm":
         from agilerl_core.arenas.llm import load_llm_member

@@ -41,6 +41,7 @@ from agilerl_core.algorithms.registry import ALGORITHMS, algorithms_for_kind
 from agilerl_core.code_refs import env_id_problem, ref_problem, split_env_id, split_ref, split_wrapper, wrapper_problem
 from agilerl_core.errors import ConfigError
 from agilerl_core.hpo.space import HyperparameterSpec
+from agilerl_core.io.files import quote
 from agilerl_core.limits import Limits
 
 ACTIVATIONS = ("relu", "leaky_relu", "elu", "tanh")
@@ -376,7 +377,7 @@ class _ExperimentBase(_Strict):
     @classmethod
     def _device(cls, value: str) -> str:
         if not re.fullmatch(r"cpu|auto|cuda(:\d+)?", value):
-            raise ValueError(f"{value!r} is not a device: use cpu, cuda, cuda:N (a GPU index) or auto")
+            raise ValueError(f"{quote(value)} is not a device: use cpu, cuda, cuda:N (a GPU index) or auto")
         return value
 
     @model_validator(mode="before")
@@ -1283,7 +1284,7 @@ def _format_validation_error(err: ValidationError, source: str, kind_model: type
                     hint = f" (did you mean {close[0]!r}?)" if close else ""
                 msg = f"unknown field{hint}; allowed fields: {', '.join(names)}"
         elif "input" in e and e["type"] not in ("missing",):
-            msg = f"{msg} (got {e['input']!r})"
+            msg = f"{msg} (got {quote(e['input'])})"  # bounded: an aliased YAML value never expands here
             if raw == ("algorithm",) and isinstance(e["input"], str):
                 msg += _algorithm_hint(e["input"], kind_model)
         lines.append(f"  - {loc}: {msg}")

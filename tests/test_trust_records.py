@@ -61,7 +61,7 @@ def _rehash(root: Path, rel: str) -> None:
     """Put the checksum of `rel` (edited) into generation 0's manifest, so the field checks are what is tested."""
     man = root / GEN0 / "MANIFEST.json"
     data = json.loads(man.read_text())
-    data["files"][rel] = _sha(root / rel)
+    data["files"][rel.split("/", 1)[1]] = _sha(root / rel)  # keys are relative to the run
     man.write_text(json.dumps(data))
 
 
@@ -352,8 +352,9 @@ def test_the_cli_names_file_and_field_instead_of_unexpected(committed, tmp_path,
     assert "checkpoint error:" in err and "population.json: field lineage.0.slot is inf, expected a whole number" in err
 
 
-@pytest.mark.parametrize("key", ["x", "other-run/generations/000000/shards/0.safetensors",
-                                 "r/generations/000000/shards/../../../../etc/passwd", "r/run.json"])
+@pytest.mark.parametrize("key", ["x", "generations/000000/shards/../../../../etc/passwd",
+                                 "r/generations/000000/shards/../../../../etc/passwd", "r/run.json", "run.json",
+                                 "/generations/000000/shards/0.safetensors"])
 def test_a_manifest_shard_key_names_only_this_runs_own_shard_files(committed, key):
     """Found by the property test: a shard key edited to any other key of the store was followed (a StorageError
     about that key, or another run's experience read as this run's). Now the manifest field is named."""
@@ -367,6 +368,20 @@ def test_a_manifest_shard_key_names_only_this_runs_own_shard_files(committed, ke
         with pytest.raises(CheckpointError, match=r"MANIFEST\.json: field shards\.0\.key .* is not one of this run's "
                                                   r"shard files"):
             store.manifest(0)
+
+
+def test_a_manifest_key_naming_another_runs_folder_reads_this_runs_own_file(committed):
+    """Keys are relative to the run (so a copied or renamed run verifies); an older manifest's key names a run
+    folder first, and whatever folder it names, the key is read as this run's own: never another run's shard."""
+    root, store = committed
+    man = root / GEN0 / "MANIFEST.json"
+    data = json.loads(man.read_text())
+    assert all(k.startswith("generations/") for k in data["files"]), "keys are written relative to the run"
+    assert all(s["key"].startswith("generations/") for s in data["shards"])
+    data["shards"][0]["key"] = "other-run/" + data["shards"][0]["key"]
+    with _restored(man):
+        man.write_text(json.dumps(data))
+        assert store.manifest(0)["shards"][0]["key"] == store.key("generations/000000/shards/0.safetensors")
 
 
 def test_a_run_rebuilds_its_members_under_its_own_configs_limits(tmp_path):

@@ -91,9 +91,9 @@ def resolve_dataset(uri: str, s3: S3Options | None = None, cache_dir: str | None
 
 
 def _local_digest(path: Path) -> str:
-    if path.is_file():
-        return sha256_file(path)
-    files = {p.relative_to(path).as_posix(): sha256_file(p) for p in sorted(path.rglob("*"))
+    if not path.is_dir():  # a file, or something that is refused naming its kind (a FIFO would block)
+        return sha256_file(path, DatasetError)
+    files = {p.relative_to(path).as_posix(): sha256_file(p, DatasetError) for p in sorted(path.rglob("*"))
              if p.is_file() and not p.name.startswith(".")}
     if not files:
         raise DatasetError(f"dataset {path}: the directory is empty")

@@ -40,6 +40,7 @@ from agilerl_core.envs.spaces import MultiAgentSpec, ObsSpec, obs_spec_from_dict
 from agilerl_core.errors import CheckpointError
 from agilerl_core.hpo.population import LineageEvent, Member, Population
 from agilerl_core.io.digest import sha256_file
+from agilerl_core.io.files import quote
 from agilerl_core.io.records import check_type, field, guarded, read_format, sized
 from agilerl_core.io.storage import fsync_path
 
@@ -53,12 +54,13 @@ def _write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data, indent=1, sort_keys=True, allow_nan=True))
 
 
-def _read_json(path: Path, fmt: str) -> dict:
+def _read_json(path: Path, fmt: str, root: Path | None = None) -> dict:
     """A checkpoint's JSON record through the one safe parser (size, depth, digits, duplicate keys; NaN allowed:
-    fitness histories may hold it), checked for its format tag and version."""
-    if not path.is_file():
+    fitness histories may hold it), checked for its format tag and version; a regular file inside `root` (the
+    member or population folder) only."""
+    if not path.exists() and not path.is_symlink():
         raise CheckpointError(f"{path}: file not found; is this a {fmt} checkpoint directory?")
-    return read_format(path, fmt, VERSION, str(path), allow_nan=True)
+    return read_format(path, fmt, VERSION, str(path), allow_nan=True, root=root)
 
 
 def _save_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> str:
@@ -66,17 +68,26 @@ def _save_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> str:
     return sha256_file(path)
 
 
-def _load_tensors(path: Path, expected_sha: str | None) -> dict[str, torch.Tensor]:
-    if not path.is_file():
+def _load_tensors(path: Path, expected_sha: str | None, root: Path | None = None) -> dict[str, torch.Tensor]:
+    """The tensors of safetensors file `path` (a regular file inside `root`), after its checksum matched, each
+    floating tensor checked finite: a NaN or inf weight, moment or buffer row is refused naming the tensor."""
+    if not path.exists() and not path.is_symlink():
         raise CheckpointError(f"{path}: file not found")
     if expected_sha is None:
         raise CheckpointError(f"{path}: no checksum recorded for this file; refusing to load it")
-    if sha256_file(path) != expected_sha:
+    if sha256_file(path, CheckpointError, root) != expected_sha:
         raise CheckpointError(f"{path}: checksum mismatch; the file was truncated or modified after saving")
     try:
-        return load_file(str(path))
+        tensors = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as err:
-        raise CheckpointError(f"{path}: not a readable safetensors file ({err})") from None
+        raise CheckpointError(f"{path}: not a readable safetensors file ({quote(str(err))})") from None
+    for name, t in tensors.items():
+        if (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise CheckpointError(f"{path}: tensor {quote(name)} holds {bad:,} non-finite value(s) (NaN or inf); a "
+                                  f"member with non-finite weights is never saved by a run, so the file was damaged "
+                                  f"or forged: load an earlier generation or the run's elite/")
+    return tensors
 
 
 def _atomic_dir(target: Path):
@@ -128,21 +139,23 @@ def save_member(path: str | Path, member: Member, env: dict[str, Any]) -> Path:
 
 
 def load_member(path: str | Path, obs_spec: ObsSpec | MultiAgentSpec | None = None, device: str = "cpu",
-                rebuild: Rebuild | None = None) -> tuple[Member, dict]:
+                rebuild: Rebuild | None = None, root: str | Path | None = None) -> tuple[Member, dict]:
     """Load a member directory; returns (member, env description: a label, never used to build anything).
 
     `rebuild` (an arena's ``member_from_state``) turns the stored state into a member; without it, an RL
     agent of the algorithm the checkpoint names is built on `obs_spec`, or else on the spaces the checkpoint
-    records as data. Nothing the checkpoint names is imported, registered or called."""
+    records as data. Nothing the checkpoint names is imported, registered or called. Every file read is a
+    regular file inside `root` (default: the member folder), symbolic links resolved."""
     path = Path(path)
-    meta = _read_json(path / "member.json", MEMBER_FORMAT)
+    root = Path(root) if root is not None else path
+    meta = _read_json(path / "member.json", MEMBER_FORMAT, root)
     file = str(path / "member.json")
     env, agent_meta = field(meta, "env", dict, file), field(meta, "agent", dict, file)
     files = field(meta, "files", dict, file)
     member_record = _member_record(meta, file)  # every field checked before anything is built
     check_agent_sizes(agent_meta, file)
     weights = _weights_name(path, files)
-    tensors = _load_tensors(path / weights, files.get(weights))
+    tensors = _load_tensors(path / weights, files.get(weights), root)
     if rebuild is None and obs_spec is None:
         obs_spec = recorded_spec(path, meta)
     try:
@@ -235,7 +248,7 @@ def recorded_spec(path: Path, meta: dict[str, Any]) -> ObsSpec | MultiAgentSpec:
 def member_spec(path: str | Path) -> ObsSpec | MultiAgentSpec | None:
     """The spaces a member directory records (None for one written before spaces were recorded)."""
     path = Path(path)
-    meta = _read_json(path / "member.json", MEMBER_FORMAT)
+    meta = _read_json(path / "member.json", MEMBER_FORMAT, path)
     return recorded_spec(path, meta) if "spec" in meta else None
 
 
@@ -273,12 +286,12 @@ def load_population(path: str | Path, obs_spec: ObsSpec | None = None, buffer: R
                     device: str = "cpu", rebuild: Rebuild | None = None) -> tuple[Population, dict]:
     """Load a population directory (and the buffer contents into `buffer`, when given)."""
     path = Path(path)
-    meta = _read_json(path / "population.json", POPULATION_FORMAT)
+    meta = _read_json(path / "population.json", POPULATION_FORMAT, path)
     file = str(path / "population.json")
     names = population_fields(meta, file)
     members = []
     for name in names:
-        member, _ = load_member(path / "members" / name, obs_spec, device, rebuild)
+        member, _ = load_member(path / "members" / name, obs_spec, device, rebuild, root=path)
         if obs_spec is None and rebuild is None:
             obs_spec = member.agent.env_spec
         members.append(member)
@@ -288,7 +301,7 @@ def load_population(path: str | Path, obs_spec: ObsSpec | None = None, buffer: R
     lineage = lineage_events(field(meta, "lineage", list, file), file)
     pop = Population(members, rng, meta["generation"], meta["next_id"], lineage)
     if buffer is not None:
-        data = _load_tensors(path / "buffer.safetensors", meta.get("files", {}).get("buffer.safetensors"))
+        data = _load_tensors(path / "buffer.safetensors", meta.get("files", {}).get("buffer.safetensors"), path)
         try:
             buffer.load_committed(data, meta.get("extra", {}).get("buffer_pos"))
         except (ValueError, RuntimeError) as err:

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
+
+from agilerl_core.errors import AgileRLError, CheckpointError
+from agilerl_core.io.files import open_regular
 
 CHUNK = 8 << 20  # bytes read at a time
 
 
-def sha256_file(path: str | Path) -> str:
-    """Hex SHA-256 of a file's bytes, read in chunks."""
+def sha256_file(path: str | Path, error: type[AgileRLError] = CheckpointError,
+                root: str | os.PathLike | None = None) -> str:
+    """Hex SHA-256 of a regular file's bytes (inside `root` when given), read in chunks; anything else (a FIFO,
+    a device, a folder, a link out of `root`) is refused with `error` naming the file."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path, str(path), error, root) as f:
         while chunk := f.read(CHUNK):
             h.update(chunk)
     return h.hexdigest()

@@ -23,6 +23,7 @@ import numpy as np
 
 from agilerl_core import limits as _limits
 from agilerl_core.errors import AgileRLError, CheckpointError
+from agilerl_core.io.files import quote, read_bytes
 from agilerl_core.limits import Limits
 
 _MISSING = object()
@@ -47,12 +48,14 @@ def _depth(raw: bytes) -> int:
 
 
 def read_record(source: str | os.PathLike | bytes, label: str | None = None, limits: Limits | None = None,
-                error: type[AgileRLError] = CheckpointError, allow_nan: bool = False) -> Any:
+                error: type[AgileRLError] = CheckpointError, allow_nan: bool = False,
+                root: str | os.PathLike | None = None) -> Any:
     """Parse one stored JSON record (a path, or its bytes with `label` naming where they came from).
 
     Refused with `error` naming the file: more than ``limits.json_bytes`` (checked before reading), nesting
     deeper than ``limits.json_depth``, a number of more than ``limits.json_digits`` digits, ``NaN``/``Infinity``
-    (unless `allow_nan`), duplicate keys, bytes that are not UTF-8 JSON."""
+    (unless `allow_nan`), duplicate keys, bytes that are not UTF-8 JSON. A path must be a regular file (inside
+    `root`, symbolic links resolved, when given)."""
     lim = limits or _limits.current()
     if isinstance(source, (bytes, bytearray, memoryview)):
         raw = bytes(source)
@@ -63,21 +66,7 @@ def read_record(source: str | os.PathLike | bytes, label: str | None = None, lim
     else:
         path = Path(source)
         name = label or str(path)
-        if not path.is_file():
-            raise error(f"{name}: file not found")
-        try:
-            size = path.stat().st_size
-            if size > lim.json_bytes:
-                raise error(f"{name}: {size:,} bytes is over the limit limits.json_bytes = {lim.json_bytes:,}; raise "
-                            f"limits.json_bytes in your own config if this record is meant")
-            with path.open("rb") as fh:
-                raw = fh.read(size + 1)  # (not json_bytes + 1: read(n) allocates n bytes up front)
-                if len(raw) > size:  # the file grew since stat: read on, still bounded
-                    raw += fh.read(lim.json_bytes + 1 - len(raw)) if len(raw) <= lim.json_bytes else b""
-        except OSError as err:
-            raise error(f"{name}: cannot be read ({err.strerror or err})") from None
-        if len(raw) > lim.json_bytes:
-            raise error(f"{name}: over the limit limits.json_bytes = {lim.json_bytes:,} bytes")
+        raw = read_bytes(path, lim.json_bytes, "json_bytes", name, error, root)  # a regular file in `root` only
     depth = _depth(raw) if raw.count(b"[") + raw.count(b"{") > lim.json_depth else 0
     if depth > lim.json_depth:
         raise error(f"{name}: nested {depth} deep, over the limit limits.json_depth = {lim.json_depth}; the file "
@@ -123,10 +112,10 @@ def read_record(source: str | os.PathLike | bytes, label: str | None = None, lim
 
 def read_format(source: str | os.PathLike | bytes, fmt: str, version: int, label: str | None = None,
                 limits: Limits | None = None, error: type[AgileRLError] = CheckpointError,
-                allow_nan: bool = False) -> dict[str, Any]:
+                allow_nan: bool = False, root: str | os.PathLike | None = None) -> dict[str, Any]:
     """:func:`read_record`, then the record must be an object with ``format`` `fmt` and ``version`` `version`."""
     name = label or (str(source) if not isinstance(source, (bytes, bytearray, memoryview)) else "<record>")
-    data = read_record(source, name, limits, error, allow_nan)
+    data = read_record(source, name, limits, error, allow_nan, root)
     if not isinstance(data, dict) or data.get("format") != fmt:
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise error(f"{name}: not a {fmt} file (format {_short(found)})")
@@ -136,8 +125,7 @@ def read_format(source: str | os.PathLike | bytes, fmt: str, version: int, label
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return quote(value, 80)  # never the whole of a huge value: an error costs no more than a few lines
 
 
 def _type_name(kind: Any) -> str:

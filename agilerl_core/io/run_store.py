@@ -53,6 +53,8 @@ from agilerl_core.io.checkpoint import (
     save_member,
     save_population,
 )
+from agilerl_core.io.digest import sha256_file
+from agilerl_core.io.files import quote
 from agilerl_core.io.records import check_type, field, read_format, sized
 from agilerl_core.io.storage import Storage, contained, safe_relpath
 
@@ -285,7 +287,7 @@ class RunStore:
         manifest = {"format": MANIFEST_FORMAT, "version": VERSION, "generation": g, "committed": time.time(),
                     "files": files, "shards": [asdict(s) for s in shards], "buffer": dict(buffer_state),
                     "elite_slot": int(elite_slot), "pruned": False}
-        self._put_json(f"{gdir}/MANIFEST.json", manifest)
+        self._put_manifest(g, manifest)
         self.storage.delete_prefix(self.key(gdir, "dispatch"))  # members handed to workers: committed now
 
     def committed_generations(self) -> list[int]:
@@ -301,11 +303,23 @@ class RunStore:
         return gens[-1] if gens else None
 
     def manifest(self, generation: int) -> dict[str, Any]:
-        """Generation `generation`'s manifest, every field checked (a CheckpointError naming the file and field)."""
+        """Generation `generation`'s manifest, every field checked (a CheckpointError naming the file and field),
+        its keys as this run's storage keys. The file stores them relative to the run (``generations/...``), so
+        a run moved, copied or synced under another name or prefix still verifies; a manifest written before
+        that names its run's folder first (``RUN/generations/...``), which is read as this run's, whatever it
+        was called then."""
         rel = f"{self.gen_dir(generation)}/MANIFEST.json"
         data = self._get_json(rel, MANIFEST_FORMAT)
-        check_manifest(data, self.storage.url(self.key(rel)), self.run_id)
-        return data
+        check_manifest(data, self.storage.url(self.key(rel)))
+        return {**data, "files": {self.key(run_relative(k)): v for k, v in data["files"].items()},
+                "shards": [{**sh, "key": self.key(run_relative(sh["key"]))} for sh in data["shards"]]}
+
+    def _put_manifest(self, generation: int, manifest: dict[str, Any]) -> None:
+        """Write a manifest with its keys relative to the run (see :meth:`manifest`)."""
+        own = self.run_id + "/"
+        rel = {**manifest, "files": {k.removeprefix(own): v for k, v in manifest["files"].items()},
+               "shards": [{**sh, "key": sh["key"].removeprefix(own)} for sh in manifest["shards"]]}
+        self._put_json(f"{self.gen_dir(generation)}/MANIFEST.json", rel)
 
     def population_record(self, generation: int) -> dict[str, Any]:
         """Committed generation `generation`'s population.json, verified against its manifest's checksum (the one
@@ -464,7 +478,7 @@ class RunStore:
             drop_shards = [] if shards_needed else [s["key"] for s in manifest["shards"]]
             new = {**manifest, "files": kept, "pruned": True,
                    "shards": manifest["shards"] if shards_needed else []}
-            self._put_json(f"{self.gen_dir(g)}/MANIFEST.json", new)  # the manifest first: it never lists a
+            self._put_manifest(g, new)  # the manifest first: it never lists a
             self.storage.delete(drop + drop_shards)                  # file that is gone
             if not new["shards"]:
                 self._settled.add(g)
@@ -506,63 +520,77 @@ class RunStore:
 
 
 _GEN_DIR = re.compile(r"^\d{6}$")
+# an older manifest's key names its run's folder first; dropped on reading, whatever the folder was called then
+_RUN_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}/(?=generations/)")
+_OWN_FILE = re.compile(r"generations/\d{6}/population/[^\0\\]+")
+_OWN_SHARD = re.compile(r"generations/\d{6}/shards/\d{1,9}\.safetensors")
+
+
+def run_relative(key: str) -> str:
+    """A manifest key relative to its run (``generations/...``), from either form a manifest stores."""
+    return _RUN_PREFIX.sub("", key, count=1)
 
 
 def verify_committed(path: str | Path) -> bool:
     """When local directory `path` lies inside a committed generation of a run's storage
     (``<root>/<run>/generations/<NNNNNN>/population/...``), verify every file under it against that generation's
     manifest (the check ``resume`` and ``lineage`` make), a CheckpointError naming a mismatch; True when it did,
-    False when `path` is not inside a generation folder (a member saved elsewhere: its member.json checksums hold)."""
-    path = Path(path).resolve()
+    False when `path` is not inside a generation folder (a member saved elsewhere: its member.json checksums hold).
+
+    The generation is found on the path as given, before any symbolic link is resolved, so a link cannot skip the
+    manifest; and every file must resolve inside the run's folder, so a link to a forged copy elsewhere (a
+    member, a generation, one file) is refused. The manifest's keys are relative to the run: a run moved or copied
+    under another name verifies."""
+    path = Path(os.path.abspath(path))  # '..' folded, links kept: the path as the caller named it
     parts = path.parts
     for i in range(len(parts) - 3, 0, -1):
         if parts[i] == "generations" and _GEN_DIR.match(parts[i + 1]) and parts[i + 2] == "population":
             break
     else:
         return False
-    gen_dir = Path(*parts[:i + 2])
-    if not (gen_dir / "MANIFEST.json").is_file():
+    run_dir, gen_dir = Path(*parts[:i]), Path(*parts[:i + 2])
+    man = gen_dir / "MANIFEST.json"
+    if not man.exists() and not man.is_symlink():
         raise CheckpointError(f"{path}: generation folder {gen_dir} has no MANIFEST.json: the generation was never "
                               f"committed (a crash left it); load a committed generation or the run's elite/")
-    from agilerl_core.io.storage import LocalStorage
-
-    root, run_id = Path(*parts[:i - 1]), parts[i - 1]
-    if not _RUN_ID.match(run_id):
-        return False
-    store = RunStore(LocalStorage(root), run_id)
-    manifest = store.manifest(int(parts[i + 1]))
-    prefix = store.key(*parts[i:])
-    listed = {k: v for k, v in manifest["files"].items() if k == prefix or k.startswith(prefix + "/")}
-    on_disk = {store.key(*p.relative_to(root / run_id).parts): p for p in ([path] if path.is_file() else path.rglob("*"))
-               if p.is_file()}
+    data = read_format(man, MANIFEST_FORMAT, VERSION, str(man), root=run_dir)
+    check_manifest(data, str(man))
+    prefix = Path(*parts[i:]).as_posix()  # generations/NNNNNN/population/...
+    listed = {run_relative(k): v for k, v in data["files"].items()}
+    listed = {k: v for k, v in listed.items() if k == prefix or k.startswith(prefix + "/")}
+    files = [path] if not path.is_dir() else [p for p in path.rglob("*") if not p.is_dir()]
+    on_disk = {p.relative_to(run_dir).as_posix(): p for p in files}
     for key in sorted(set(listed) | set(on_disk)):
         if key not in listed:
-            raise CheckpointError(f"{on_disk[key]}: not listed in the generation manifest {gen_dir / 'MANIFEST.json'}; "
-                                  f"a file was added after the commit")
+            raise CheckpointError(f"{on_disk[key]}: not listed in the generation manifest {man}; a file was added "
+                                  f"after the commit")
         if key not in on_disk:
-            raise CheckpointError(f"{store.storage.url(key)}: missing, though the generation manifest lists it")
-        if _sha(on_disk[key].read_bytes()) != listed[key]:
+            raise CheckpointError(f"{run_dir / key}: missing, though the generation manifest lists it")
+        if sha256_file(on_disk[key], CheckpointError, run_dir) != listed[key]:
             raise CheckpointError(f"{on_disk[key]}: checksum mismatch with the generation manifest; the file was "
                                   f"truncated or modified after the commit")
     return True
 
 
-def check_manifest(data: dict[str, Any], url: str, run_id: str | None = None) -> None:
-    """A manifest's fields checked before any is used: file checksums are strings, shards name a key (one of the
-    run's own shard files: ``RUN/generations/NNNNNN/shards/SLOT.safetensors``, never another run's or any other
-    key), a checksum and a row count, the buffer state and elite slot are counters within the limit table."""
-    own = None if run_id is None else re.compile(re.escape(run_id) + r"/generations/\d{6}/shards/\d{1,9}\.safetensors")
+def check_manifest(data: dict[str, Any], url: str) -> None:
+    """A manifest's fields checked before any is used: file keys are files of one of the run's generations and
+    their checksums strings, shards name a key (one of the run's own shard files:
+    ``generations/NNNNNN/shards/SLOT.safetensors``, never another run's or any other key), a checksum and a row
+    count, the buffer state and elite slot are counters within the limit table."""
     sized(data, "generation", "member_id", url)
     for k, v in field(data, "files", dict, url).items():
+        if not _OWN_FILE.fullmatch(run_relative(k)) or any(p in ("", ".", "..") for p in k.split("/")):
+            raise CheckpointError(f"{url}: field files: key {quote(k)} is not a file of one of this run's "
+                                  f"generations (generations/NNNNNN/population/...); the manifest was modified")
         check_type(v, str, f"files.{k}", url)
     for i, shard in enumerate(field(data, "shards", list, url)):
         if not isinstance(shard, dict) or set(shard) != {"key", "sha256", "rows"}:
             raise CheckpointError(f"{url}: field shards.{i} must be an object with key, sha256 and rows")
         key = field(data, f"shards.{i}.key", str, url)
         field(data, f"shards.{i}.sha256", str, url)
-        if own is not None and not own.fullmatch(key):
-            raise CheckpointError(f"{url}: field shards.{i}.key {key[:200]!r} is not one of this run's shard files "
-                                  f"({run_id}/generations/NNNNNN/shards/SLOT.safetensors); the manifest was modified")
+        if not _OWN_SHARD.fullmatch(run_relative(key)):
+            raise CheckpointError(f"{url}: field shards.{i}.key {quote(key)} is not one of this run's shard files "
+                                  f"(generations/NNNNNN/shards/SLOT.safetensors); the manifest was modified")
         sized(data, f"shards.{i}.rows", "buffer_size", url)
     field(data, "buffer", dict, url)
     for name in ("size", "pos", "capacity"):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agilerl_core.errors import StorageError
+from agilerl_core.io.files import open_regular
 
 
 @dataclass(frozen=True)
@@ -159,10 +160,8 @@ class LocalStorage(Storage):
         fsync_path(path.parent)  # ... and the name itself survives a power loss
 
     def get_bytes(self, key: str) -> bytes:
-        try:
-            return self._path(key).read_bytes()
-        except FileNotFoundError:
-            raise StorageError(f"{self.url(key)}: not found") from None
+        with open_regular(self._path(key), self.url(key), StorageError, self.root) as f:  # never blocks on a FIFO
+            return f.read()
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
