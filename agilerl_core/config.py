@@ -41,8 +41,9 @@ from agilerl_core.algorithms.registry import ALGORITHMS, algorithms_for_kind
 from agilerl_core.code_refs import env_id_problem, ref_problem, split_env_id, split_ref, split_wrapper, wrapper_problem
 from agilerl_core.errors import ConfigError
 from agilerl_core.hpo.space import HyperparameterSpec
-from agilerl_core.io.files import quote
+from agilerl_core.io.files import quote, read_bytes
 from agilerl_core.limits import Limits
+from agilerl_core.limits import current as limits_current
 
 ACTIVATIONS = ("relu", "leaky_relu", "elu", "tanh")
 
@@ -1097,11 +1098,12 @@ class ConfigKinds:
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """The mapping a YAML config file holds; a ConfigError naming the file when it is missing or not one."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise ConfigError(f"config file {str(path)!r} does not exist; pass the path of a YAML config "
                           f"such as deployments/configs/cartpole_dqn.yaml")
+    raw = read_bytes(path, limits_current().json_bytes, "json_bytes", f"config file {str(path)!r}", ConfigError)
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(raw.decode("utf-8", errors="replace")) or {}
     except yaml.YAMLError as err:
         raise ConfigError(f"config file {str(path)!r} is not valid YAML: {err}") from None
     if not isinstance(data, dict):

@@ -259,3 +259,12 @@ def test_the_opener_refuses_kinds_and_links_it_does_not_read(tmp_path):
         open_regular("/dev/zero")
     with pytest.raises(CheckpointError, match="file not found"):
         open_regular(tmp_path / "nope")
+
+
+def test_a_fifo_config_file_is_refused_at_once(tmp_path):
+    from agilerl_core.config import read_config_file
+    from agilerl_core.errors import ConfigError
+
+    os.mkfifo(tmp_path / "c.yaml")
+    with pytest.raises(ConfigError, match="c.yaml'?: is a FIFO"):
+        read_config_file(tmp_path / "c.yaml")
