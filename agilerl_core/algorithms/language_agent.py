@@ -10,6 +10,7 @@ optimiser, learning rate and minibatch draws, so its results do not depend on it
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -20,6 +21,7 @@ from torch import nn
 from agilerl_core.algorithms.hyperparameters.language import LanguageHyperparameters
 from agilerl_core.errors import CheckpointError
 from agilerl_core.hpo.evolvable import MutationSettings
+from agilerl_core.io.files import quote
 from agilerl_core.language.tensors import LETTER_IDS, GameTensors
 from agilerl_core.language.wordle import PAD
 from agilerl_core.networks.gpt import EvolvableGPT, GPTBounds, GPTSpec, propose_gpt_mutation
@@ -45,7 +47,8 @@ class LanguageNet(nn.Module):
         self.heads = nn.ModuleDict(heads)
 
     def forward(self, idx: torch.Tensor) -> dict[str, torch.Tensor]:
-        """``hidden`` [B, T, E]; ``lm``: the language model's letter logits [B, T, 26]; each head's output [B, T, out]."""
+        """``hidden`` [B, T, E]; ``lm``: the language model's letter logits [B, T, 26]; each head's output
+        [B, T, out]."""
         h = self.gpt.hidden(idx)
         out = {"hidden": h, "lm": self.gpt.lm_head(h)[..., list(LETTER_IDS)]}
         out.update({name: net(h) for name, net in self.heads.items()})
@@ -200,6 +203,22 @@ class LanguageAgent:
         except (KeyError, TypeError, ValueError) as err:
             raise CheckpointError(f"member.json: field agent.hp does not hold {cls.algorithm_name}'s "
                                   f"hyperparameters ({str(err)[:200]})") from None
+        for key, value in hp.model_dump().items():
+            if isinstance(value, float) and not math.isfinite(value):
+                raise CheckpointError(f"member.json: field agent.hp.{key} is {value}, not a finite number")
+        counts = {k: meta.get(k, 0) for k in ("learn_steps", "games_seen")}
+        for key, value in counts.items():
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**53:
+                raise CheckpointError(f"member.json: field agent.{key} is {quote(value)}, not a whole number in "
+                                      f"[0, 2**53]")
+        notes = {k: meta.get(k, {}) for k in ("train_metrics", "eval_metrics")}
+        for key, value in notes.items():
+            if not isinstance(value, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                      for v in value.values()):
+                raise CheckpointError(f"member.json: field agent.{key} is {quote(value)}, not an object of numbers")
+        samples = meta.get("samples", [])
+        if not isinstance(samples, list):
+            raise CheckpointError(f"member.json: field agent.samples is {quote(samples)}, not a list")
         heads = cls.heads_of(hp)
         e = spec.n_embd
         per_head = {n: e * 2 * e + 2 * e + 2 * e * o + o for n, o in heads.items()}
@@ -232,10 +251,10 @@ class LanguageAgent:
                 raise CheckpointError(f"member tensor adam.step.{n}: {float(t)} is not a whole number of steps >= 1")
             agent.optimizer.state[p] = {"step": t.clone().float(), "exp_avg": m.clone().float(),
                                         "exp_avg_sq": v.clone().float()}
-        agent.learn_steps, agent.games_seen = int(meta.get("learn_steps", 0)), int(meta.get("games_seen", 0))
-        agent.train_metrics = dict(meta.get("train_metrics", {}))
-        agent.samples = list(meta.get("samples", []))
-        agent.eval_metrics = dict(meta.get("eval_metrics", {}))
+        agent.learn_steps, agent.games_seen = counts["learn_steps"], counts["games_seen"]
+        agent.train_metrics = {k: float(v) for k, v in notes["train_metrics"].items()}
+        agent.samples = list(samples)
+        agent.eval_metrics = {k: float(v) for k, v in notes["eval_metrics"].items()}
         return agent
 
     # ---- population batching ----------------------------------------------------------------------------------

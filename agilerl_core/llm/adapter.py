@@ -39,6 +39,8 @@ class LoraAdapter:
         if len(ranks) != 1:
             raise ValueError(f"LoRA tensors disagree on the rank: {sorted(ranks)}")
         self.scale = float(scale)
+        if not math.isfinite(self.scale):
+            raise ValueError(f"LoRA scale {scale!r} is not a finite number")
 
     @classmethod
     def initial(cls, shapes: dict[str, tuple[int, int]], rank: int, scale: float, generator: torch.Generator,

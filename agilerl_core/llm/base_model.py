@@ -11,7 +11,8 @@ A base is data (from a user's config or from a checkpoint alike): transformers i
 (``auto_map``...) or another place to read from (``name_or_path``), a directory holding ``.py`` files or pickles
 (``*.bin``...), and an index naming files outside the directory are refused; the parameters a config declares
 are counted on the meta device (nothing allocated) and checked against ``limits.llm_config_params`` /
-``limits.llm_params`` before any tensor is built.
+``limits.llm_params`` before any tensor is built. Its chat template is data too: rendered in a bounded sandbox
+(:mod:`agilerl_core.llm.chat_template`), never by transformers' own renderer.
 
 peft injects one LoRA slot into the target modules. Whichever member works binds its own adapter tensors into
 that slot (:meth:`SharedBase.bound`: a pointer swap, no copy), so the base exists once in memory whatever the
@@ -38,6 +39,7 @@ from agilerl_core import limits as limits_mod
 from agilerl_core.errors import ConfigError
 from agilerl_core.io.digest import sha256_file, tree_digest
 from agilerl_core.llm.adapter import LoraAdapter
+from agilerl_core.llm.chat_template import chat_prompt
 
 SLOT = "member"  # the peft adapter name every member binds into
 
@@ -419,33 +421,64 @@ def load_model_and_tokenizer(spec: Any, device: str, field: str = "model") -> tu
     return model.to(device).eval(), tokenizer, sha, source
 
 
+def chat_template_where(source: dict[str, Any], field: str = "model") -> str:
+    """The file and field a base's chat template is read from, as a refusal names it: ``chat_template.jinja`` when
+    the model folder (or a GGUF file's) holds one (transformers reads it first), else ``tokenizer_config.json:
+    field chat_template``, else the GGUF file's own ``tokenizer.chat_template``."""
+    path, gguf = source.get("path"), source.get("gguf_file")
+    if path is None:
+        return f"{field}.config: the tokenizer's chat_template"
+    label = f"{field}.gguf_file {gguf!r}" if gguf is not None else f"{field}.path {path!r}"
+    try:
+        folder = resolve_model_dir(str(path), field)
+        if gguf is not None:
+            g = Path(gguf).expanduser()
+            folder = (g if g.is_absolute() else folder / g).parent
+        names = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+    except (ConfigError, OSError):
+        names = set()
+    if "chat_template.jinja" in names:
+        return f"{label}: chat_template.jinja"
+    if "tokenizer_config.json" in names or gguf is None:
+        return f"{label}: tokenizer_config.json: field chat_template"
+    return f"{label}: field tokenizer.chat_template"
+
+
 class SharedBase:
     """One frozen causal LM with a LoRA slot that members' adapters are bound into in turn."""
 
     def __init__(self, model: Any, tokenizer: Any, sha256: str, source: dict[str, Any], targets: list[str] | None,
-                 device: str) -> None:
+                 device: str, field: str = "model") -> None:
         from peft import LoraConfig, get_peft_model
         from peft.tuners.lora import LoraLayer
 
         for p in model.parameters():
             p.requires_grad_(False)
+        targets_field = "model.lora.targets" if field == "model" else f"{field}.targets"
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # peft's note that GPT-2's Conv1D needs fan_in_fan_out (it sets it)
                 self.model = get_peft_model(model, LoraConfig(r=1, lora_alpha=1, lora_dropout=0.0,
                                                               target_modules=targets), adapter_name=SLOT)
         except ValueError as err:
-            raise ConfigError(f"model.lora.targets: {err}") from None
+            raise ConfigError(f"{targets_field}: {str(err)[:300]}") from None
         self.model.eval()
         self.tokenizer = tokenizer
         self.sha256 = sha256
         self.source = source
         self.device = device
+        self.field = field  # model (a config's base) or agent.base (a checkpoint's): what refusals name
+        self._template_where: str | None = None
         prefix = "base_model.model."
         self.layers = {n.removeprefix(prefix): m for n, m in self.model.named_modules() if isinstance(m, LoraLayer)}
         if not self.layers:
-            raise ConfigError("model.lora.targets: no module of the model matched; name its linear layers "
-                              "(e.g. q_proj, v_proj for Llama, c_attn for GPT-2)")
+            raise ConfigError(f"{targets_field}: no module of the model matched; name its linear layers "
+                              f"(e.g. q_proj, v_proj for Llama, c_attn for GPT-2)")
+        for n, m in self.layers.items():
+            if SLOT not in getattr(m, "lora_A", {}):
+                kind = type(m.get_base_layer()).__name__
+                raise ConfigError(f"{targets_field}: {n} is a {kind}, not a linear layer; a member's LoRA adapter "
+                                  f"adapts linear layers (e.g. q_proj, v_proj for Llama, c_attn for GPT-2)")
         self.shapes = {n: (m.in_features, m.out_features) for n, m in self.layers.items()}
         self.eos_id = int(tokenizer.eos_token_id)
         self.pad_id = int(tokenizer.pad_token_id)
@@ -459,7 +492,7 @@ class SharedBase:
     @classmethod
     def load(cls, spec: Any, device: str, field: str = "model") -> SharedBase:
         model, tokenizer, sha, source = load_model_and_tokenizer(spec, device, field)
-        return cls(model, tokenizer, sha, source, spec.lora.targets, device)
+        return cls(model, tokenizer, sha, source, spec.lora.targets, device, field)
 
     def describe(self) -> dict[str, Any]:
         """What a checkpoint records about the base (the member is refused on any other)."""
@@ -530,12 +563,21 @@ class SharedBase:
                 self._reference -= 1
 
     def encode(self, texts: list[str], chat_template: bool) -> list[list[int]]:
-        """Token ids of prompts (through the tokenizer's chat template when `chat_template`)."""
+        """Token ids of prompts (through the tokenizer's chat template when `chat_template`: rendered in a bounded
+        sandbox, :mod:`agilerl_core.llm.chat_template`; a template past its bounds is a ConfigError naming the
+        model folder's file and field)."""
         tok = self.tokenizer
         if chat_template:
-            return [list(tok.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True,
-                                                 tokenize=True, return_dict=False)) for t in texts]
+            where = self.template_where()
+            return [chat_prompt(tok, t, where) for t in texts]
         return [tok.encode(t, add_special_tokens=False) for t in texts]
+
+    def template_where(self) -> str:
+        """The file and field the tokenizer's chat template came from (what a refusal names), e.g.
+        ``agent.base.path '/models/x': tokenizer_config.json: field chat_template``."""
+        if self._template_where is None:  # the folder as it was loaded (looked at once)
+            self._template_where = chat_template_where(self.source, self.field)
+        return self._template_where
 
     def decode(self, ids: torch.Tensor, mask: torch.Tensor) -> list[str]:
         return [self.tokenizer.decode(row[m.bool()].tolist(), skip_special_tokens=True)

@@ -136,5 +136,6 @@ class Rewards:
         """One reward per completion."""
         out = np.zeros(len(completions))
         for _, weight, fn in self.terms:
-            out += weight * np.array([float(fn(c, a, p)) for c, a, p in zip(completions, answers, prompts, strict=True)])
+            out += weight * np.array([float(fn(c, a, p))
+                                      for c, a, p in zip(completions, answers, prompts, strict=True)])
         return out
