@@ -510,7 +510,8 @@ def test_a_group_trains_in_shared_forwards_as_each_member_alone(data_dir, algori
         (ta, meta_a), (tt, meta_t) = ma.state(), mt.state()
         assert meta_a["adam_step"] == meta_t["adam_step"] > 1
         for k in ta:
-            torch.testing.assert_close(tt[k], ta[k], atol=1e-5, rtol=1e-4, msg=k)
+            # Adam divides by sqrt(v): a rounding-sized gradient difference shows as up to ~2e-5 in a weight
+            torch.testing.assert_close(tt[k], ta[k], atol=5e-5, rtol=1e-4, msg=k)
     assert not torch.allclose(members[0].adapter.b["lm_head"], members[1].adapter.b["lm_head"][:, :4])
     assert arena.evaluate_group(members, 0, [0, 1, 2]) == [arena.evaluate(c, 0) for c in alone]
     assert "training and evaluation" in evo.batching_note()
