@@ -92,9 +92,11 @@ def resolve_dataset(uri: str, s3: S3Options | None = None, cache_dir: str | None
 
 def _local_digest(path: Path) -> str:
     if not path.is_dir():  # a file, or something that is refused naming its kind (a FIFO would block)
-        return sha256_file(path, DatasetError)
-    files = {p.relative_to(path).as_posix(): sha256_file(p, DatasetError) for p in sorted(path.rglob("*"))
-             if p.is_file() and not p.name.startswith(".")}
+        return sha256_file(path, DatasetError, label=f"dataset {path}")
+    # every entry but folders and hidden files is hashed: a FIFO or device in the folder, or a link out of it, is
+    # refused by name
+    files = {p.relative_to(path).as_posix(): sha256_file(p, DatasetError, path, f"dataset {p}")
+             for p in sorted(path.rglob("*")) if not p.is_dir() and not p.name.startswith(".")}
     if not files:
         raise DatasetError(f"dataset {path}: the directory is empty")
     return tree_digest(files)

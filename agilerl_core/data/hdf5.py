@@ -8,15 +8,18 @@ row needs none (it does not bootstrap), and rows whose successor is unknown (a t
 are dropped, as D4RL's loaders do. File attributes ``env_id`` and ``source`` are informational.
 
 A dataset file reads only its own bytes (see docs/security.md): :func:`own_bytes` walks every link of the file
-without following one and refuses external links, soft links, link loops, virtual datasets, external raw storage
-and filters HDF5 would load as plugins; :func:`read_array` checks an array's declared size against the limit
-table and against the bytes the file stores for it, before anything is read or allocated.
+without following one and refuses external links, soft links, link loops, a dataset linked under two keys,
+virtual datasets, external raw storage and filters HDF5 would load as plugins; :func:`check_array` checks an
+array's declared size against the limit table, against the bytes the file stores for it and (through a
+:class:`FileBudget`) all arrays read from one file together against the file's size times
+``limits.dataset_expansion``, before anything is read or allocated. A file is opened only once
+:func:`~agilerl_core.io.files.regular_file` has found it a regular file (h5py would block forever on a FIFO), and
+its attributes are read as plain JSON data (:func:`read_attrs`) or refused naming the attribute.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +27,7 @@ import numpy as np
 from agilerl_core import limits
 from agilerl_core.data.transitions import Transitions, check_finite
 from agilerl_core.errors import DatasetError
+from agilerl_core.io.files import quote, regular_file
 
 REQUIRED = ("observations", "actions", "rewards", "terminals")
 # filters HDF5 builds in (deflate, shuffle, fletcher32, szip, nbit, scaleoffset) and h5py's own LZF; any other
@@ -33,33 +37,41 @@ KNOWN_FILTERS = {1: "deflate", 2: "shuffle", 3: "fletcher32", 4: "szip", 5: "nbi
 SMALL_ARRAY_BYTES = 64 * 2**10
 # keys whose rows are observations or actions: one row's elements are checked against limits.space_elements
 ROW_SPACES = ("observations", "next_observations", "actions")
+# an attribute is informational (env_id, source...): read as plain JSON data, at most this many elements (numbers,
+# strings) and characters; a variable-length attribute at most ATTR_VLEN elements before it is read (each may
+# point at any object of the file's heap, so reading it may cost that many times the file's own size)
+ATTR_ELEMENTS = 2**20
+ATTR_CHARS = 2**20
+ATTR_VLEN = 256
 
 
 def own_bytes(f, path: Path | str) -> None:
     """Refuse (DatasetError naming the file and key) anything in the open HDF5 file `f` that reads bytes from
-    elsewhere or can loop: external links, soft links, user-defined links, a group linked twice (a link loop),
-    virtual datasets, external raw storage, unknown filters. Walks link names only: nothing is followed or read."""
+    elsewhere or can loop or repeat: external links, soft links, user-defined links, a group linked twice (a link
+    loop), a dataset linked twice (one stored array read as many: 30 episodes hard-linking the same compressed
+    arrays), virtual datasets, external raw storage, unknown filters. Walks link names only: nothing is followed
+    or read."""
     import h5py
 
     fix = "the file must hold its own data, so write a self-contained copy (h5py: one plain dataset per key)"
-    seen = {h5py.h5o.get_info(f.id).addr}
+    seen: dict[int, str] = {h5py.h5o.get_info(f.id).addr: "/"}
     stack = [("", f)]
     while stack:
         prefix, group = stack.pop()
         for name in group:  # link names (H5Literate): no link is followed
             key = f"{prefix}{name}"
-            where = f"dataset {path}: key {key!r}"
+            where = f"dataset {path}: key {quote(key)}"
             try:
                 link = group.get(name, getlink=True)
             except (OSError, KeyError, ValueError, TypeError) as err:
                 raise DatasetError(f"{where}: its link cannot be read ({err}); the file is corrupt, so download or "
                                    f"record it again") from None
             if isinstance(link, h5py.ExternalLink):
-                raise DatasetError(f"{where} is an external link to {link.filename!r}:{link.path!r}, which would "
-                                   f"read another file; {fix}")
+                raise DatasetError(f"{where} is an external link to {quote(link.filename)}:{quote(link.path)}, "
+                                   f"which would read another file; {fix}")
             if isinstance(link, h5py.SoftLink):
-                raise DatasetError(f"{where} is a soft link to {link.path!r} (a soft link can loop or alias another "
-                                   f"key); {fix}")
+                raise DatasetError(f"{where} is a soft link to {quote(link.path)} (a soft link can loop or alias "
+                                   f"another key); {fix}")
             if not isinstance(link, h5py.HardLink):
                 raise DatasetError(f"{where} is a {type(link).__name__} link; {fix}")
             try:
@@ -68,11 +80,13 @@ def own_bytes(f, path: Path | str) -> None:
             except (OSError, KeyError, ValueError, TypeError) as err:
                 raise DatasetError(f"{where} cannot be opened ({err}); the file is truncated or corrupt, so "
                                    f"download or record it again") from None
+            if addr in seen:
+                what = "group" if isinstance(obj, h5py.Group) else "dataset"
+                raise DatasetError(f"{where} links a {what} already linked elsewhere in the file, as "
+                                   f"{quote(seen[addr])} (a link loop or alias: one stored {what} would be read, and "
+                                   f"counted, as many); {fix}")
+            seen[addr] = key
             if isinstance(obj, h5py.Group):
-                if addr in seen:
-                    raise DatasetError(f"{where} links a group already linked elsewhere in the file (a link loop "
-                                       f"or alias); {fix}")
-                seen.add(addr)
                 stack.append((f"{key}/", obj))
             elif isinstance(obj, h5py.Dataset):
                 _own_storage(obj, where, fix)
@@ -94,27 +108,60 @@ def _own_storage(dset, where: str, fix: str) -> None:
                                f"with gzip (deflate) or no compression")
 
 
-def read_array(dset, key: str, path: Path | str, file_size: int | None = None) -> np.ndarray:
-    """The whole of `dset` (key `key` of file `path`, already passed through :func:`own_bytes`) after checking
-    that it is a plain numeric array whose declared size fits limits.dataset_bytes, limits.space_elements (one
-    row of observations or actions) and limits.dataset_expansion times the bytes the file stores for it."""
-    where = f"dataset {path}: key {key!r}"
+class FileBudget:
+    """What all arrays read from one HDF5 file may expand to together: the file's size times
+    limits.dataset_expansion (the per-array check alone would let one file hold many arrays that each stay
+    within it); the stored bytes of every array together must fit in the file. Charged by :func:`check_array`
+    before anything is read."""
+
+    def __init__(self, path: Path | str, file_size: int):
+        self.path, self.file_size = path, file_size
+        self.expansion = limits.current().dataset_expansion
+        self.limit = max(file_size * self.expansion, SMALL_ARRAY_BYTES)
+        self.declared = 0
+        self.stored = 0
+
+    def charge(self, key: str, nbytes: int, stored: int) -> None:
+        where = f"dataset {self.path}: key {quote(key)}"
+        self.declared += nbytes
+        self.stored += stored
+        if self.stored > self.file_size:
+            raise DatasetError(f"{where}: the arrays up to this one claim {self.stored:,} stored bytes but the file "
+                               f"has {self.file_size:,}; the file is truncated or corrupt, so download or record it "
+                               f"again")
+        if self.declared > self.limit:
+            raise DatasetError(f"{where}: the arrays of the file up to this one declare {self.declared:,} bytes, more "
+                               f"than limits.dataset_expansion = {self.expansion:,} times the file's "
+                               f"{self.file_size:,} bytes (compression, never-written fill values or arrays read "
+                               f"more than once); if the file is genuine, raise limits.dataset_expansion in your own "
+                               f"config, otherwise download or record it again")
+
+
+def check_array(dset, key: str, path: Path | str, file_size: int | None = None,
+                budget: FileBudget | None = None) -> int:
+    """The declared bytes of `dset` (key `key` of file `path`, already passed through :func:`own_bytes`) after
+    checking, without reading it, that it is a plain numeric array whose declared size fits limits.dataset_bytes,
+    limits.space_elements (one row of observations or actions), limits.dataset_expansion times the bytes the file
+    stores for it and what is left of `budget` (the file's own total)."""
+    where = f"dataset {path}: key {quote(key)}"
     lim = limits.current()
     dtype = dset.dtype
     if dtype.kind not in "biuf" or dtype.fields is not None or dtype.subdtype is not None:
-        raise DatasetError(f"{where} has dtype {dtype}; dataset arrays are plain numbers (bool, int, uint, float)")
+        raise DatasetError(f"{where} has dtype {quote(str(dtype))}; dataset arrays are plain numbers (bool, int, "
+                           f"uint, float)")
     shape = tuple(int(d) for d in (dset.shape or ()))
     nbytes = math.prod(shape) * dtype.itemsize
     limits.check("dataset_bytes", nbytes, f"{where}: declared bytes (shape {shape} of {dtype})",
                  DatasetError, lim)
     if key.rsplit("/", 1)[-1] in ROW_SPACES and len(shape) > 1:
-        limits.check("space_elements", math.prod(shape[1:]), f"{where}: elements of one row (shape {shape[1:]})",
-                     DatasetError, lim)
+        limits.check("space_elements", math.prod(shape[1:]), f"{where}: elements of one row (shape "
+                     f"{shape[1:]})", DatasetError, lim)
     try:
         stored = int(dset.id.get_storage_size())
     except (OSError, ValueError) as err:
         raise DatasetError(f"{where}: its storage cannot be read ({err}); the file is corrupt, so download or record "
                            f"it again") from None
+    file_size = budget.file_size if file_size is None and budget is not None else file_size
     if file_size is not None and stored > file_size:
         raise DatasetError(f"{where} claims {stored:,} stored bytes but the file has {file_size:,}; the file is "
                            f"truncated or corrupt, so download or record it again")
@@ -123,6 +170,14 @@ def read_array(dset, key: str, path: Path | str, file_size: int | None = None) -
                            f"{stored:,} bytes of it, more than limits.dataset_expansion = {lim.dataset_expansion:,} "
                            f"times larger (compression or never-written fill values); if the file is genuine, raise "
                            f"limits.dataset_expansion in your own config, otherwise download or record it again")
+    if budget is not None:
+        budget.charge(key, nbytes, stored)
+    return nbytes
+
+
+def load_array(dset, key: str, path: Path | str, nbytes: int) -> np.ndarray:
+    """The whole of `dset`, once :func:`check_array` has passed it (`nbytes`: its declared bytes)."""
+    where = f"dataset {path}: key {quote(key)}"
     try:
         return dset[()]
     except (OSError, ValueError, TypeError) as err:
@@ -133,58 +188,138 @@ def read_array(dset, key: str, path: Path | str, file_size: int | None = None) -
                            f"machine with more memory") from None
 
 
-def _open(path: Path):
+def read_array(dset, key: str, path: Path | str, file_size: int | None = None,
+               budget: FileBudget | None = None) -> np.ndarray:
+    """The whole of `dset` after :func:`check_array` (which see)."""
+    return load_array(dset, key, path, check_array(dset, key, path, file_size, budget))
+
+
+def open_hdf5(path: Path | str, label: str | None = None):
+    """(h5py.File, size) of `path` opened for reading, once it is found to be a regular file: h5py would block
+    forever opening a FIFO, read a device without end. A DatasetError names the file otherwise."""
     import h5py
 
+    label = label or f"dataset {path}"
+    size = regular_file(path, label, DatasetError)
     try:
-        return h5py.File(path, "r")
+        return h5py.File(path, "r"), size
     except FileNotFoundError:
-        raise DatasetError(f"dataset {path}: file not found; record one with `agilerl-flow dataset collect` "
-                           f"or fix dataset.uri") from None
+        raise DatasetError(f"{label}: file not found; record one with `agilerl-flow dataset collect` or fix "
+                           f"dataset.uri") from None
     except OSError as err:
-        raise DatasetError(f"dataset {path}: not a readable HDF5 file ({err}); it may be truncated or corrupt, "
-                           f"so download or record it again") from None
+        raise DatasetError(f"{label}: not a readable HDF5 file ({err}); it may be truncated or corrupt, so download "
+                           f"or record it again") from None
 
 
-def _read(f, key: str, path: Path) -> np.ndarray:
-    try:
-        dset = f[key]
-    except (OSError, KeyError, ValueError) as err:
-        raise DatasetError(f"dataset {path}: key {key!r} cannot be read ({err}); the file is truncated or "
-                           f"corrupt, so download or record it again") from None
-    return read_array(dset, key, path, _file_size(path))
+class _AttrCount:
+    """Elements and characters of one attribute read so far (see ATTR_ELEMENTS, ATTR_CHARS)."""
+
+    def __init__(self, where: str):
+        self.where, self.elements, self.chars = where, 0, 0
+
+    def add(self, elements: int = 1, chars: int = 0) -> None:
+        self.elements += elements
+        self.chars += chars
+        if self.elements > ATTR_ELEMENTS or self.chars > ATTR_CHARS:
+            raise DatasetError(f"{self.where}: holds more than {ATTR_ELEMENTS:,} elements or {ATTR_CHARS:,} "
+                               f"characters; an informational attribute is a short number, string or array of "
+                               f"them, so remove it or store the data as a dataset")
 
 
-def _file_size(path: Path) -> int | None:
-    try:
-        return os.path.getsize(path)
-    except OSError:
+def _refuse(where: str, what: str) -> DatasetError:
+    return DatasetError(f"{where} is {what}, which is not plain data; an attribute must be a number, a string or an "
+                        f"array of them, so remove it or write it as one")
+
+
+def _attr(value, where: str, count: _AttrCount | None = None, depth: int = 0):
+    """A file attribute as plain JSON-able data: None, bool, int, float (non-finite ones as the strings 'nan',
+    'inf', '-inf'), str (bytes decoded as UTF-8, bad bytes replaced), or lists of them. Anything else (an object
+    reference, a complex number, a compound record, opaque bytes) is refused naming `where`. Informational:
+    never code, never a path that is opened."""
+    import h5py
+
+    count = count or _AttrCount(where)
+    if depth > 64:
+        raise _refuse(where, "nested more than 64 deep")
+    if value is None or isinstance(value, h5py.Empty):
         return None
-
-
-def _attr(value):
-    """A file attribute as plain Python data (informational: never code, never a path that is opened)."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
+    if isinstance(value, (bytes, np.bytes_)):
+        count.add(1, len(value))
+        return bytes(value).decode("utf-8", errors="replace")
+    if isinstance(value, str):
+        count.add(1, len(value))
+        return str(value)
+    if isinstance(value, (bool, np.bool_)):
+        count.add()
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        count.add()
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        count.add()
+        x = float(value)  # a longdouble beyond float64 becomes inf, then 'inf'
+        return x if math.isfinite(x) else str(x)
     if isinstance(value, np.ndarray):
-        return value.item() if value.size == 1 and value.dtype.kind != "O" else value.tolist()
-    return value.item() if isinstance(value, np.generic) else value
+        dtype = value.dtype
+        if dtype.fields is not None or dtype.kind not in "biufSO":
+            raise _refuse(where, f"an array of {quote(str(dtype))}")
+        if dtype.kind in "biu":
+            count.add(value.size)
+            return value.tolist()  # bool, int (uint64 too): plain Python numbers in nested lists
+        items = value.tolist()  # floats, bytes, str or (variable-length) arrays, in nested lists
+        return _nested(items, where, count, depth + 1) if isinstance(items, list) else _attr(items, where, count,
+                                                                                            depth + 1)
+    if isinstance(value, (list, tuple)):
+        return _nested(list(value), where, count, depth + 1)
+    raise _refuse(where, f"a {quote(type(value).__name__)}")
+
+
+def _nested(items: list, where: str, count: _AttrCount, depth: int) -> list:
+    """`items` (a list from ndarray.tolist(): nested lists, floats, bytes, str or vlen arrays) as plain data."""
+    out = []
+    for item in items:
+        if isinstance(item, list):
+            if depth > 64:
+                raise _refuse(where, "nested more than 64 deep")
+            out.append(_nested(item, where, count, depth + 1))
+        else:
+            out.append(_attr(item, where, count, depth))
+    return out
 
 
 def read_attrs(obj, path: Path | str) -> dict:
-    """The attributes of `obj` (a file or group) as plain data; a DatasetError names one that cannot be read."""
+    """The attributes of `obj` (a file or group) as plain JSON-able data (see :func:`_attr`); a DatasetError names
+    one that cannot be read or is not plain data. Sizes are checked before an attribute is read: declared bytes
+    against limits.json_bytes, elements against ATTR_ELEMENTS, variable-length elements against ATTR_VLEN."""
+    import h5py
+
     out = {}
     for name in obj.attrs:
+        where = f"dataset {path}: attribute {quote(name)}"
         try:
-            shape = obj.attrs.get_id(name).shape
-            limits.check("json_bytes", math.prod(shape or ()) * obj.attrs.get_id(name).dtype.itemsize,
-                         f"dataset {path}: attribute {name!r}: declared bytes", DatasetError)
-            out[name] = _attr(obj.attrs[name])
+            aid = obj.attrs.get_id(name)
+            shape, dtype = aid.shape, aid.dtype
+            n = math.prod(shape or ())
+            limits.check("json_bytes", n * dtype.itemsize, f"{where}: declared bytes", DatasetError)
+            if h5py.check_ref_dtype(dtype) is not None:
+                raise _refuse(where, "an HDF5 object or region reference")
+            if dtype.kind == "c" or dtype.fields is not None or dtype.kind == "V":
+                raise _refuse(where, f"of type {quote(str(dtype))}")
+            base = dtype.subdtype[0] if dtype.subdtype is not None else dtype
+            n *= math.prod(dtype.shape or ())
+            if n > ATTR_ELEMENTS:
+                raise DatasetError(f"{where}: declares {n:,} elements, more than {ATTR_ELEMENTS:,}; an informational "
+                                   f"attribute is a short number, string or array of them, so remove it or store "
+                                   f"the data as a dataset")
+            if base.kind == "O" and n > ATTR_VLEN:
+                raise DatasetError(f"{where}: declares {n:,} variable-length elements, more than {ATTR_VLEN}; "
+                                   f"remove it or store the data as a dataset")
+            out[name] = _attr(obj.attrs[name], where)
         except DatasetError:
             raise
         except Exception as err:  # h5py raises OSError, TypeError or ValueError for unreadable attribute types
-            raise DatasetError(f"dataset {path}: attribute {name!r} cannot be read ({type(err).__name__}: {err}); "
-                               f"remove it or write it as a number or string") from None
+            raise DatasetError(f"{where} cannot be read ({type(err).__name__}: {quote(str(err))}); remove it or "
+                               f"write it as a number or string") from None
     return out
 
 
@@ -193,15 +328,22 @@ def read_hdf5(path: str | Path) -> tuple[Transitions, dict]:
     import h5py
 
     path = Path(path)
-    with _open(path) as f:
+    f, size = open_hdf5(path)
+    with f:
         own_bytes(f, path)  # before any key is looked up: `in` and f[key] would follow links
         missing = [k for k in REQUIRED if k not in f or not isinstance(f[k], h5py.Dataset)]
         if missing:
             raise DatasetError(f"dataset {path}: missing key(s) {missing}; a flat HDF5 dataset needs "
-                               f"{list(REQUIRED)} (optional: timeouts, next_observations); found {sorted(f.keys())}")
+                               f"{list(REQUIRED)} (optional: timeouts, next_observations); found "
+                               f"{quote(sorted(f.keys()))}")
         keys = [*REQUIRED, *(k for k in ("timeouts", "next_observations") if k in f)]
-        data = {k: _read(f, k, path) for k in keys}
+        if not all(isinstance(f[k], h5py.Dataset) for k in keys):
+            raise DatasetError(f"dataset {path}: key(s) {[k for k in keys if not isinstance(f[k], h5py.Dataset)]} "
+                               f"are groups; a flat HDF5 dataset holds one array per key")
+        budget = FileBudget(path, size)
+        sizes = {k: check_array(f[k], k, path, size, budget) for k in keys}  # every array before any is read
         attrs = read_attrs(f, path)
+        data = {k: load_array(f[k], k, path, n) for k, n in sizes.items()}
     return from_arrays(data, str(path)), attrs
 
 

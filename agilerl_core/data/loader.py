@@ -16,6 +16,7 @@ from agilerl_core.data.minari_format import is_minari_dir, read_minari
 from agilerl_core.data.transitions import Transitions
 from agilerl_core.envs.spaces import ActionSpec, ObsSpec
 from agilerl_core.errors import DatasetError
+from agilerl_core.io.files import quote
 from agilerl_core.io.storage import S3Options
 from agilerl_core.limits import Limits, applied
 
@@ -76,7 +77,9 @@ def check_fits(ds: Dataset, env_id: str, obs_space: spaces.Space, act_space: spa
     int64, [N] actions of a one-dimensional Box to [N, 1]."""
     t = ds.transitions
     where = f"dataset {ds.uri}"
-    made = f" (it was recorded on {ds.info['env_id']})" if ds.info.get("env_id") not in (None, env_id) else ""
+    recorded = ds.info.get("env_id")  # informational: any plain value a file's attribute holds, quoted bounded
+    recorded = recorded if isinstance(recorded, str) and len(recorded) <= 200 else quote(recorded)
+    made = f" (it was recorded on {recorded})" if ds.info.get("env_id") not in (None, env_id) else ""
     if isinstance(obs_space, spaces.Discrete):
         want: tuple[int, ...] = ()
     elif isinstance(obs_space, spaces.Box):

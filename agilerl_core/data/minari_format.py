@@ -18,9 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from agilerl_core.data.hdf5 import own_bytes, read_array
+from agilerl_core.data.hdf5 import FileBudget, check_array, load_array, open_hdf5, own_bytes
 from agilerl_core.data.transitions import Transitions, check_finite, from_episodes
 from agilerl_core.errors import DatasetError
+from agilerl_core.io.files import quote
 
 DATA = "data"
 EPISODE_KEYS = ("observations", "actions", "rewards", "terminations", "truncations")
@@ -32,7 +33,9 @@ def datasets_root() -> Path:
 
 
 def is_minari_dir(path: Path) -> bool:
-    return (Path(path) / DATA / "metadata.json").is_file()
+    """Whether `path` holds ``data/metadata.json`` (whatever it is: :func:`read_minari` refuses one that is no
+    regular file, naming what it is, rather than calling the directory no Minari dataset)."""
+    return os.path.lexists(Path(path) / DATA / "metadata.json")
 
 
 def read_minari(path: str | Path) -> tuple[Transitions, dict]:
@@ -41,7 +44,7 @@ def read_minari(path: str | Path) -> tuple[Transitions, dict]:
 
     path = Path(path)
     meta_file, data_file = path / DATA / "metadata.json", path / DATA / "main_data.hdf5"
-    if not meta_file.is_file():
+    if not os.path.lexists(meta_file):
         raise DatasetError(f"dataset {path}: not a Minari dataset directory (no {DATA}/metadata.json)")
     try:
         from agilerl_core.io.records import read_record
@@ -56,24 +59,20 @@ def read_minari(path: str | Path) -> tuple[Transitions, dict]:
     if fmt != "hdf5":
         raise DatasetError(f"dataset {path}: metadata data_format is {fmt!r}; only Minari's 'hdf5' format is read "
                            f"(re-create the dataset with data_format='hdf5')")
-    try:
-        f = h5py.File(data_file, "r")
-    except OSError as err:
-        raise DatasetError(f"dataset {data_file}: not a readable HDF5 file ({err}); it may be truncated, so "
-                           f"download or record it again") from None
+    f, size = open_hdf5(data_file)  # a regular file only: h5py would block forever on a FIFO
     with f:
         own_bytes(f, data_file)  # before any key is looked up: `in` and f[key] would follow links
         names = [k for k in f if k.startswith("episode_")]
         odd = [k for k in names if not re.fullmatch(r"episode_(0|[1-9][0-9]*)", k)]
         if odd:
-            raise DatasetError(f"dataset {data_file}: group(s) {odd[:3]} are not named episode_<number>; Minari "
-                               f"names episodes episode_0, episode_1, ...")
+            raise DatasetError(f"dataset {data_file}: group(s) {quote(odd[:3])} are not named episode_<number>; "
+                               f"Minari names episodes episode_0, episode_1, ...")
         names.sort(key=lambda k: (len(k), k))  # numeric order without int() of an arbitrarily long name
         if not names:
             raise DatasetError(f"dataset {data_file}: no episode_* groups; the dataset is empty")
-        size = os.path.getsize(data_file)
-        episodes = []
-        for name in names:
+        budget = FileBudget(data_file, size)
+        sizes = []
+        for name in names:  # every array of every episode checked (and charged to the file) before any is read
             g = f[name]
             if not isinstance(g, h5py.Group):
                 raise DatasetError(f"dataset {data_file}: {name!r} is not a group; Minari stores one group per episode")
@@ -83,11 +82,15 @@ def read_minari(path: str | Path) -> tuple[Transitions, dict]:
                 if not isinstance(g[key], h5py.Dataset):
                     raise DatasetError(f"dataset {data_file}: {name}/{key} is a group (a Dict or Tuple space); "
                                        f"offline training reads Box and Discrete spaces only")
-            ep = {k: read_array(g[k], f"{name}/{k}", data_file, size) for k in EPISODE_KEYS}
+            sizes.append({k: check_array(g[k], f"{name}/{k}", data_file, size, budget) for k in EPISODE_KEYS})
+        episodes = []
+        for name, nbytes in zip(names, sizes, strict=True):
+            g = f[name]
+            ep = {k: load_array(g[k], f"{name}/{k}", data_file, n) for k, n in nbytes.items()}
             if any(a.ndim == 0 for a in ep.values()):
                 raise DatasetError(f"dataset {data_file}: episode {name!r} holds a scalar where Minari stores one "
                                    f"row per step; download it again")
-            for k in ("observations", "actions", "rewards"):
+            for k in ("observations", "actions", "rewards"):  # finite as float32, the dtype training uses
                 check_finite(ep[k], f"{name}/{k}", f"dataset {data_file}")
             t = ep["rewards"].shape[0]
             if ep["observations"].shape[0] != t + 1 or any(ep[k].shape[0] != t for k in ep if k != "observations"):

@@ -69,16 +69,36 @@ def from_episodes(episodes: list[dict[str, np.ndarray]]) -> Transitions:
                        np.concatenate([e["observations"][1:] for e in episodes]), term, trunc & ~term)
 
 
+_F32 = np.finfo(np.float32)
+_CHUNK = 1 << 20  # elements checked at a time: the check's temporaries stay a few MB, whatever the array's size
+
+
 def check_finite(arr: np.ndarray, key: str, where: str) -> None:
-    """A DatasetError naming `where` (the file), `key` and the first row holding NaN or ±Inf in a float `arr`
-    (integer and bool arrays are always finite). A NaN reward or observation would train every member on NaN."""
+    """A DatasetError naming `where` (the file), `key` and the first row holding a value that is not finite *as
+    float32* (NaN, ±Inf, or a finite float64 beyond float32's range, which training's float32 cast would turn into
+    ±Inf) in a float `arr` (integer and bool arrays are always finite). A NaN reward or observation would train
+    every member on NaN. Checked a chunk at a time, so the check costs a few MB whatever the array's size."""
     if arr.dtype.kind != "f" or arr.size == 0:
         return
-    bad = ~np.isfinite(arr)
-    if not bad.any():
+    flat = arr.reshape(-1)
+    wide = arr.dtype.itemsize > 4  # float64 (or longer): its finite values can still overflow float32
+    first, count = -1, 0
+    for start in range(0, flat.size, _CHUNK):
+        chunk = flat[start:start + _CHUNK]
+        if wide:
+            with np.errstate(over="ignore", invalid="ignore"):
+                bad = ~np.isfinite(chunk.astype(np.float32))
+        else:
+            bad = ~np.isfinite(chunk)
+        n = int(np.count_nonzero(bad))
+        if n and first < 0:
+            first = start + int(np.argmax(bad))  # argmax of a bool array: the first True
+        count += n
+    if first < 0:
         return
-    first = np.unravel_index(int(np.argmax(bad)), arr.shape)  # argmax of a bool array: the first True
-    count = int(bad.sum())
-    raise DatasetError(f"{where}: key {key!r} holds {count:,} non-finite value(s) (NaN or ±Inf), the first at "
-                       f"row {int(first[0])} (index {tuple(int(i) for i in first)}: {float(arr[first])}); a dataset must "
-                       f"hold finite numbers (a reward beyond float32's range counts too), so fix or drop those rows")
+    index = np.unravel_index(first, arr.shape)
+    value = float(flat[first])
+    what = "NaN or ±Inf" if not wide else f"NaN, ±Inf or beyond float32's range ±{float(_F32.max):.4g}"
+    raise DatasetError(f"{where}: key {key!r} holds {count:,} non-finite value(s) ({what}), the first at row "
+                       f"{int(index[0])} (index {tuple(int(i) for i in index)}: {value!r}); a dataset must hold "
+                       f"numbers finite as float32, the dtype training uses, so fix or drop those rows")

@@ -13,11 +13,11 @@ CHUNK = 8 << 20  # bytes read at a time
 
 
 def sha256_file(path: str | Path, error: type[AgileRLError] = CheckpointError,
-                root: str | os.PathLike | None = None) -> str:
+                root: str | os.PathLike | None = None, label: str | None = None) -> str:
     """Hex SHA-256 of a regular file's bytes (inside `root` when given), read in chunks; anything else (a FIFO,
     a device, a folder, a link out of `root`) is refused with `error` naming the file."""
     h = hashlib.sha256()
-    with open_regular(path, str(path), error, root) as f:
+    with open_regular(path, label or str(path), error, root) as f:
         while chunk := f.read(CHUNK):
             h.update(chunk)
     return h.hexdigest()
