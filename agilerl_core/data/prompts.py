@@ -9,15 +9,20 @@ shipped configs use.
 
 from __future__ import annotations
 
+import gzip
 import json
+import os
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
+from agilerl_core import limits as _limits
 from agilerl_core.data.fetch import resolve_dataset
 from agilerl_core.errors import DatasetError
+from agilerl_core.io.files import bounded_lines, open_regular, quote, regular_file
 from agilerl_core.io.records import read_record
 from agilerl_core.io.storage import S3Options
 
@@ -51,68 +56,263 @@ class TextRecords:
                 "has_answers": self.answers is not None, "has_preferences": self.chosen is not None}
 
 
-def _read_rows(path: Path, uri: str) -> list[dict[str, Any]]:
+RECORD_OVERHEAD = 64  # bytes a record's field costs in memory beyond its text (the str object, its list slot)
+_BATCH = 1024  # Parquet rows decoded at a time
+_COLUMNS = ("prompt", "answer", "chosen", "rejected")
+_JSONL = (".jsonl", ".json", ".jsonl.gz")
+
+
+class _Budget:
+    """The bytes a set's records may come to in memory: its file size times ``limits.dataset_expansion``, capped
+    by ``limits.dataset_bytes``; each record's text against ``limits.record_bytes``, the records against
+    ``limits.dataset_records``. Every refusal names the file, the limit and how to raise it."""
+
+    def __init__(self, uri: str, size: int, fields: int) -> None:
+        lim = _limits.current()
+        self.uri, self.size, self.lim = uri, size, lim
+        self.per_record = RECORD_OVERHEAD * max(fields, 1)
+        by_size = max(size, 1) * lim.dataset_expansion
+        self.total = min(by_size, lim.dataset_bytes)
+        self.limit_name = "dataset_expansion" if by_size <= lim.dataset_bytes else "dataset_bytes"
+        self.used = 0
+
+    def records(self, n: int, where: str) -> None:
+        if n > self.lim.dataset_records:
+            raise DatasetError(f"dataset {self.uri}: {n:,} records {where}, over the limit limits.dataset_records = "
+                               f"{self.lim.dataset_records:,}; if the set is meant, raise limits.dataset_records in "
+                               f"your own config (or split the set)")
+
+    def record(self, nbytes: int, index: int) -> None:
+        if nbytes > self.lim.record_bytes:
+            raise DatasetError(f"dataset {self.uri}: record {index} holds {nbytes:,} bytes of text, over the limit "
+                               f"limits.record_bytes = {self.lim.record_bytes:,}; if such records are meant, raise "
+                               f"limits.record_bytes in your own config")
+
+    def spend(self, nbytes: int, where: str) -> None:
+        self.used += nbytes
+        if self.used > self.total:
+            how = (f"{self.size:,} bytes of file x limits.dataset_expansion = {self.lim.dataset_expansion:,}"
+                   if self.limit_name == "dataset_expansion" else
+                   f"limits.dataset_bytes = {self.lim.dataset_bytes:,}")
+            raise DatasetError(f"dataset {self.uri}: its records come to more than {self.total:,} bytes in memory "
+                               f"{where} ({how}); a small file that expands this far is damaged or hostile. If the set "
+                               f"is genuine, raise limits.{self.limit_name} in your own config")
+
+
+class _Columns:
+    """The wanted columns of a set, gathered record by record (as str, as the trainers read them)."""
+
+    def __init__(self, uri: str, fields: dict[str, str], need: tuple[str, ...]) -> None:
+        self.uri, self.fields, self.need = uri, fields, need
+        self.values: dict[str, list[str | None]] = {c: [] for c in _COLUMNS}
+        self.present: dict[str, bool] = {c: False for c in _COLUMNS}
+        self.first_missing: dict[str, tuple[int, str]] = {}
+        self.n = 0
+
+    def missing(self, col: str, index: int, has: str) -> DatasetError:
+        return DatasetError(f"dataset {self.uri}: record {index} has no {self.fields[col]!r} field (it has {has}); "
+                            f"set dataset.{col}_field to the field that holds it")
+
+    def add(self, row: dict[str, Any]) -> None:
+        index = self.n
+        for col in _COLUMNS:
+            name = self.fields[col]
+            value = row.get(name)
+            if name in row:
+                self.present[col] = True
+            if value is None:
+                if col in self.need:
+                    raise self.missing(col, index, quote(sorted(row)))
+                if col not in self.first_missing:
+                    self.first_missing[col] = (index, quote(sorted(row)))
+                self.values[col].append(None)
+            else:
+                self.values[col].append(value if type(value) is str else str(value))
+        self.n += 1
+
+    def done(self) -> dict[str, list[str] | None]:
+        if not self.n:
+            raise DatasetError(f"dataset {self.uri}: no records")
+        out: dict[str, list[str] | None] = {}
+        for col in _COLUMNS:
+            if not (self.present[col] or col in self.need):
+                out[col] = None
+                continue
+            if col in self.first_missing:
+                raise self.missing(col, *self.first_missing[col])
+            out[col] = self.values[col]  # type: ignore[assignment]
+        return out
+
+
+def _suffix(path: Path, uri: str) -> str:
     suffix = "".join(path.suffixes[-2:]) if path.suffix == ".gz" else path.suffix
-    if suffix in (".jsonl", ".json", ".jsonl.gz"):
-        import gzip
-
-        opener = gzip.open if suffix.endswith(".gz") else open
-        rows = []
-        with opener(path, "rt", encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = read_record(line.encode(), f"dataset {uri}: line {n}", error=DatasetError)
-                except DatasetError as err:
-                    raise DatasetError(f"dataset {uri}: line {n} is not JSON ({err}); a prompt set is JSON "
-                                       f"Lines: one object per line") from None
-                if not isinstance(row, dict):
-                    raise DatasetError(f"dataset {uri}: line {n} is a {type(row).__name__}, not an object")
-                rows.append(row)
-        return rows
-    if suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            return pq.read_table(path).to_pylist()
-        except Exception as err:  # pyarrow raises several types for a damaged file
-            raise DatasetError(f"dataset {uri}: not a readable Parquet file ({err})") from None
-    raise DatasetError(f"dataset {uri}: unknown format {suffix or '(no suffix)'!r}; use .jsonl (JSON Lines) or "
-                       f".parquet")
+    if suffix not in (*_JSONL, ".parquet"):
+        raise DatasetError(f"dataset {uri}: unknown format {suffix or '(no suffix)'!r}; use .jsonl (JSON Lines), "
+                           f".jsonl.gz or .parquet")
+    return suffix
 
 
-def _column(rows: list[dict[str, Any]], field: str, uri: str, setting: str) -> list[str]:
-    out = []
-    for i, row in enumerate(rows):
-        if field not in row or row[field] is None:
-            raise DatasetError(f"dataset {uri}: record {i} has no {field!r} field (it has {sorted(row)}); set "
-                               f"dataset.{setting} to the field that holds it")
-        out.append(str(row[field]))
-    return out
+def _read_jsonl(f: BinaryIO, gz: bool, uri: str, budget: _Budget, out: _Columns) -> None:
+    """The records of JSON Lines (gzip-compressed when `gz`): each line read with at most limits.record_bytes in
+    memory, all lines together (decompressed) bounded by the file's budget, never one unbounded line."""
+    lim = budget.lim
+    stream = gzip.GzipFile(fileobj=f, mode="rb") if gz else f
+    lines = bounded_lines(stream, f"dataset {uri}", DatasetError, lim.record_bytes, "record_bytes",  # type: ignore[arg-type]
+                          budget.total, budget.limit_name)
+    most, per_record = lim.dataset_records, budget.per_record
+    try:
+        for n, line in lines:
+            if n > most:  # every line counts, blank ones too
+                budget.records(n, f"or more (line {n:,}; every line counts)")
+            if not line.strip():
+                continue
+            try:
+                row = read_record(line, f"dataset {uri}: line {n}", error=DatasetError)
+            except DatasetError as err:
+                raise DatasetError(f"dataset {uri}: line {n} is not JSON ({err}); a prompt set is JSON "
+                                   f"Lines: one object per line") from None
+            if not isinstance(row, dict):
+                raise DatasetError(f"dataset {uri}: line {n} is a {type(row).__name__}, not an object")
+            budget.used += len(line) + per_record
+            if budget.used > budget.total:
+                budget.spend(0, f"by line {n:,}")
+            out.add(row)
+    except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError
+        raise DatasetError(f"dataset {uri}: not a readable {'gzip' if gz else 'JSON Lines'} file "
+                           f"({quote(str(err))})") from None
+    finally:
+        if gz:
+            stream.close()
+
+
+def _text_bytes(arr: Any, column: str, uri: str) -> np.ndarray:
+    """Bytes of each value of Parquet column `arr` once it is Python text (numbers: a fixed 32), computed
+    without decoding a dictionary; a nested column is refused."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kind = arr.type.value_type if pa.types.is_dictionary(arr.type) else arr.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind) or \
+            pa.types.is_large_binary(kind):
+        if pa.types.is_dictionary(arr.type):
+            sizes = pc.take(pc.binary_length(arr.dictionary).fill_null(0), arr.indices)
+        else:
+            sizes = pc.binary_length(arr)
+        return np.asarray(sizes.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    if pa.types.is_null(kind) or pa.types.is_boolean(kind) or pa.types.is_integer(kind) or \
+            pa.types.is_floating(kind) or pa.types.is_decimal(kind) or pa.types.is_temporal(kind):
+        return np.full(len(arr), 32, dtype=np.int64)
+    raise DatasetError(f"dataset {uri}: column {column!r} is of type {quote(str(arr.type))}, not text or a number; "
+                       f"a prompt set's fields are text")
+
+
+def _python_values(arr: Any) -> list[Any]:
+    """`arr` as Python values; a dictionary column shares one str per distinct value."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(arr.type):
+        words = arr.dictionary.to_pylist()
+        return [None if i is None else words[i] for i in arr.indices.to_pylist()]
+    return arr.to_pylist()
+
+
+def _read_parquet(f: BinaryIO, uri: str, size: int, fields: dict[str, str], need: tuple[str, ...],
+                  out: _Columns) -> None:
+    """The records of a Parquet file: its row count (metadata) checked against limits.dataset_records and its
+    budget before anything is decoded, then only the wanted columns read in batches of rows, text columns kept
+    dictionary-encoded until each batch's decoded bytes are accounted against the budget."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.ParquetFile(f).metadata
+        schema = meta.schema.to_arrow_schema()
+        names = list(schema.names)
+        groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
+        rows = max(meta.num_rows, sum(g.num_rows for g in groups))
+        chunks = [(g.column(j).path_in_schema.split(".")[0], g.column(j).total_uncompressed_size) for g in groups
+                  for j in range(g.num_columns)]
+    except DatasetError:
+        raise
+    except Exception as err:  # pyarrow raises several types for a damaged file
+        raise DatasetError(f"dataset {uri}: not a readable Parquet file ({quote(str(err))})") from None
+    columns = []
+    for col in _COLUMNS:
+        name = fields[col]
+        if names.count(name) > 1:
+            raise DatasetError(f"dataset {uri}: column {quote(name)} appears {names.count(name)} times")
+        if name in names and name not in columns:
+            columns.append(name)
+        elif col in need and name not in names:
+            raise out.missing(col, 0, quote(sorted(names)))
+    budget = _Budget(uri, size, len(columns))
+    budget.records(rows, "declared by its metadata")
+    budget.spend(rows * budget.per_record, f"for the {rows:,} rows its metadata declares, before reading")
+    unpacked = sum(nbytes for name, nbytes in chunks if name in columns)
+    budget.spend(unpacked, "with its column pages uncompressed, as its metadata declares them")
+    budget.used = rows * budget.per_record  # the pages are transient: what stays is the records' text
+    text = [name for name in columns if pa.types.is_string(schema.field(name).type) or
+            pa.types.is_large_string(schema.field(name).type) or pa.types.is_binary(schema.field(name).type) or
+            pa.types.is_large_binary(schema.field(name).type)]
+    seen = 0
+    try:
+        reader = pq.ParquetFile(f, metadata=meta, read_dictionary=text)
+        for batch in reader.iter_batches(batch_size=_BATCH, columns=columns, use_threads=False):
+            n = batch.num_rows
+            seen += n
+            budget.records(seen, "or more read")
+            sizes = np.zeros(n, dtype=np.int64)
+            for name in columns:
+                sizes += _text_bytes(batch.column(name), name, uri)
+            if n and int(sizes.max()) > budget.lim.record_bytes:
+                budget.record(int(sizes.max()), seen - n + int(sizes.argmax()))
+            if seen > rows:  # more rows than declared: their overhead was not counted up front
+                budget.spend((seen - max(rows, seen - n)) * budget.per_record, f"by record {seen - 1:,}")
+            budget.spend(int(sizes.sum()), f"by record {seen - 1:,}")
+            values = {name: _python_values(batch.column(name)) for name in columns}
+            for i in range(n):
+                out.add({name: values[name][i] for name in columns})
+    except DatasetError:
+        raise
+    except Exception as err:  # pyarrow raises several types for a damaged file
+        raise DatasetError(f"dataset {uri}: not a readable Parquet file ({quote(str(err))})") from None
+
+
+def _read_columns(path: Path, uri: str, fields: dict[str, str], need: tuple[str, ...]) -> dict[str, list[str] | None]:
+    """The prompt/answer/chosen/rejected columns of the set at local `path` (a regular file only: a FIFO or a
+    folder is refused at once), read within the limit table's bounds (see :class:`_Budget`)."""
+    suffix = _suffix(path, uri)
+    out = _Columns(uri, fields, need)
+    with open_regular(path, f"dataset {uri}", DatasetError) as f:
+        size = os.fstat(f.fileno()).st_size
+        if suffix == ".parquet":
+            _read_parquet(f, uri, size, fields, need, out)
+        else:
+            _read_jsonl(f, suffix.endswith(".gz"), uri, _Budget(uri, size, len(set(fields.values()))), out)
+    return out.done()
 
 
 def check_dataset_uri(uri: str) -> None:
-    """A DatasetError when a local prompt set does not exist (s3:// sets are checked when fetched)."""
-    if not uri.startswith("s3://") and not Path(uri.removeprefix("file://")).expanduser().is_file():
+    """A DatasetError when a local prompt set does not exist or is not a regular file (a FIFO, a folder, a
+    device: refused at once, never waited on); s3:// sets are checked when fetched."""
+    if uri.startswith("s3://"):
+        return
+    path = Path(uri.removeprefix("file://")).expanduser()
+    if not path.exists() and not path.is_symlink():
         raise DatasetError(f"dataset.uri {uri!r}: no such file; write one with `agilerl-flow dataset "
                            f"make-arithmetic --out {uri}` or point at your JSONL/Parquet prompt set")
+    regular_file(path, f"dataset.uri {uri!r}", DatasetError)
 
 
 def load_text_records(uri: str, fields: dict[str, str], need: tuple[str, ...], s3: S3Options | None = None,
                       cache_dir: str | None = None) -> TextRecords:
     """Read a JSONL/Parquet set. `fields` maps prompt/answer/chosen/rejected to the records' field names;
-    `need` lists the columns that must be present (a DatasetError naming the field otherwise)."""
+    `need` lists the columns that must be present (a DatasetError naming the field otherwise). The file is read
+    within the limits in force (``limits.dataset_records``, ``record_bytes``, ``dataset_expansion``,
+    ``dataset_bytes``)."""
     check_dataset_uri(uri)
     local = resolve_dataset(uri, s3, cache_dir)
-    rows = _read_rows(local.path, uri)
-    if not rows:
-        raise DatasetError(f"dataset {uri}: no records")
-    cols: dict[str, list[str] | None] = {}
-    for col in ("prompt", "answer", "chosen", "rejected"):
-        name = fields[col]
-        present = any(name in r for r in rows)
-        cols[col] = _column(rows, name, uri, f"{col}_field") if col in need or present else None
+    cols = _read_columns(local.path, uri, fields, need)
     return TextRecords(uri, local.sha256, cols["prompt"], cols["answer"], cols["chosen"], cols["rejected"])
 
 

@@ -6,7 +6,9 @@ Line 1 is the header, ``{"wordle_games": 1, "description": {...}}`` (the word li
 max_guesses, seed, mix and its report); then one game per line, ``{"secret": ..., "guesses": [...],
 "feedbacks": [...], "rewards": [...], "player": ...}``.
 
-A file is read as hostile: its size is checked (``limits.json_bytes``) before it is read, every line is parsed
+A file is read as hostile: it must be a regular file (a FIFO or folder is refused at once), its size is
+checked (``limits.json_bytes``) before it is read, each line is read with at most ``MAX_LINE_BYTES`` in memory
+and the lines are counted against ``limits.dataset_records``, every line is parsed
 by :func:`agilerl_core.io.records.read_record`, every field's type is checked, and each game's feedbacks and
 rewards are recomputed from its secret and guesses, so a tampered game is refused, never learnt from. Every
 refusal is a DatasetError naming the uri, the line and the field.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +28,7 @@ from typing import Any
 from agilerl_core import limits as _limits
 from agilerl_core.data.fetch import resolve_dataset
 from agilerl_core.errors import ConfigError, DatasetError
+from agilerl_core.io.files import open_regular
 from agilerl_core.io.records import read_record
 from agilerl_core.io.storage import S3Options
 from agilerl_core.language.players import GameRecord, mix_report, parse_mix, play_games
@@ -185,14 +189,24 @@ def _check_game(row: dict[str, Any], uri: str, n: int, max_guesses: int) -> Game
 
 def read_games(path: Path, uri: str) -> tuple[dict[str, Any], list[GameRecord]]:
     """(description, games) of a local games file; a DatasetError naming the uri, line and field."""
-    _limits.check("json_bytes", path.stat().st_size, f"dataset {uri}: file size", DatasetError)
+    lim = _limits.current()
     description: dict[str, Any] | None = None
     games: list[GameRecord] = []
-    with open(path, "rb") as f:
+    with open_regular(path, f"dataset {uri}", DatasetError) as f:  # a FIFO or folder is refused, never waited on
+        _limits.check("json_bytes", os.fstat(f.fileno()).st_size, f"dataset {uri}: file size", DatasetError)
+        total = 0
         for n, line in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
             if len(line) > MAX_LINE_BYTES:
                 raise DatasetError(f"dataset {uri}: line {n} is longer than {MAX_LINE_BYTES:,} bytes (a game or "
                                    f"header line is far shorter; agilerl_core.language.games.MAX_LINE_BYTES)")
+            total += len(line)
+            if total > lim.json_bytes:
+                raise DatasetError(f"dataset {uri}: line {n}: the file grew past limits.json_bytes = "
+                                   f"{lim.json_bytes:,} bytes while it was read")
+            if n > lim.dataset_records:
+                raise DatasetError(f"dataset {uri}: line {n:,}: more than limits.dataset_records = "
+                                   f"{lim.dataset_records:,} records (lines); if the set is meant, raise "
+                                   f"limits.dataset_records in your own config (or split the file)")
             if not line.strip():
                 continue
             try:
