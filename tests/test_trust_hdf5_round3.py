@@ -57,7 +57,7 @@ else:  # a reader called directly: read_hdf5 / read_minari / a run's build
     except AgileRLError as e:
         rc, _ = 1, err.write(f"{type(e).__name__}: {e}")
 print(json.dumps({"rc": rc, "err": err.getvalue(), "wall": time.perf_counter() - t0,
-                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "rss_mb": int([l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]) / 1024}))
 """
 
 

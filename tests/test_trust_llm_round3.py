@@ -213,7 +213,8 @@ def _elite_on_folder(elite: Path, folder: Path, dest: Path) -> Path:
 _PROBE = textwrap.dedent("""\
     import json, resource, sys, time
     def peak_mb():
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+        # VmHWM (KiB): this process's own peak; ru_maxrss would keep the forking parent's over exec
+        return int([l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]) / 1024
     import agilerl_core
     from agilerl_core.config import LLMModelConfig
     from agilerl_core.errors import AgileRLError

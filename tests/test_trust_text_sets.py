@@ -37,7 +37,7 @@ _ATTEMPT = """
 import json, resource, sys, time
 from agilerl_core.data.prompts import load_text_records
 from agilerl_core.errors import DatasetError
-rss = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+rss = lambda: int([l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]) / 1024
 base = rss()
 t = time.perf_counter()
 try:
