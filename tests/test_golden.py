@@ -64,14 +64,23 @@ def run_short(name: str, tmp: Path) -> dict:
             "train_returns": [h.train_returns for h in res.history], "lineage": pop["lineage"]}
 
 
-def _same(a, b) -> bool:
-    """Equal, NaN included (a member that finished no training episode has a NaN mean return)."""
+# Continuous control carries a float rounding of the CPU's BLAS kernels into every action: TD3's records,
+# bit for bit on the machine that made them, move by ~1e-6 relative on another CPU model (measured: 2.8e-6
+# after three generations, the same on the dev and CI machines of 2026-11-28, which agree with each other).
+# Their floats are compared within REL_TOL; every count, id, hyperparameter and selection stays exact, and
+# the discrete-action runs stay bit for bit. A change of algorithm moves these fitnesses by far more.
+REL_TOL = {"td3": 1e-4, "td3-one-by-one": 1e-4}
+
+
+def _same(a, b, rel: float = 0.0) -> bool:
+    """Equal (floats within ``rel``), NaN included (a member that finished no training episode has a NaN
+    mean return)."""
     if isinstance(a, float) and isinstance(b, float):
-        return a == b or (math.isnan(a) and math.isnan(b))
+        return a == b or (math.isnan(a) and math.isnan(b)) or abs(a - b) <= rel * abs(b)
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+        return len(a) == len(b) and all(_same(x, y, rel) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+        return a.keys() == b.keys() and all(_same(a[k], b[k], rel) for k in a)
     return a == b
 
 
@@ -79,14 +88,15 @@ def _same(a, b) -> bool:
 def test_same_config_and_seed_give_the_recorded_run(name, tmp_path):
     want = json.loads(GOLDEN.read_text())[name]
     got = run_short(name, tmp_path)
+    rel = REL_TOL.get(name, 0.0)
     for key in ("global_steps", "fitnesses", "train_returns"):
-        assert _same(got[key], want[key]), (key, got[key], want[key])
+        assert _same(got[key], want[key], rel), (key, got[key], want[key])
     assert len(got["lineage"]) == len(want["lineage"])
     for g, w in zip(got["lineage"], want["lineage"], strict=True):
         # a hyperparameter field added since the record (at its default, e.g. PPO's seq_len) is not a change of
         # results: every recorded one must match
         g = {**g, "hyperparameters": {k: v for k, v in g["hyperparameters"].items() if k in w["hyperparameters"]}}
-        assert _same(g, w), (g, w)
+        assert _same(g, w, rel), (g, w)
 
 
 if __name__ == "__main__" and "--record" in sys.argv:
