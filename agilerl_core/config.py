@@ -191,6 +191,35 @@ class TournamentConfig(_Strict):
     elitism: bool = Field(True, description="Keep the best member unmutated in slot 0.")
 
 
+class SelectionConfig(_Strict):
+    """How the next generation is chosen: tournaments (``tournament:`` holds their size and elitism) or
+    multi-frequency subpopulations (MF-PBT; see :mod:`agilerl_core.hpo.multi_frequency`)."""
+
+    method: Literal["tournament", "multi_frequency"] = Field(
+        "tournament", description="tournament: every generation, tournaments with elitism; multi_frequency: the "
+                                  "population split into len(periods) subpopulations, subpopulation i evolving "
+                                  "after every periods[i]-th evaluation (MF-PBT).")
+    periods: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=lambda: [1, 4], description="multi_frequency: generations between the evolutions of each "
+                                                    "subpopulation (one entry per subpopulation, slots split "
+                                                    "contiguously, the first ones larger).")
+    winners: float = Field(0.25, ge=0, le=1, description="multi_frequency: share of a subpopulation kept as "
+                                                         "winners (at least one), the parents of its losers' "
+                                                         "replacements.")
+    losers: float = Field(0.25, ge=0, le=1, description="multi_frequency: share replaced by mutated clones of a "
+                                                        "winner (at least one in a subpopulation of two or more).")
+    migration: float = Field(0.25, ge=0, le=1, description="multi_frequency: share open to the strongest member "
+                                                           "of the other subpopulations when it scored higher "
+                                                           "(from a faster subpopulation: its weights only).")
+
+    @model_validator(mode="after")
+    def _shares(self) -> SelectionConfig:
+        if self.winners + self.losers + self.migration > 1:
+            raise ValueError(f"winners + losers + migration is {self.winners + self.losers + self.migration:g}; "
+                             "the three shares must add up to at most 1 (the rest are survivors)")
+        return self
+
+
 class StorageConfig(_Strict):
     """Where a run's generations (checkpoints, experience shards, manifests) are persisted."""
 
@@ -315,7 +344,11 @@ class _ExperimentBase(_Strict):
     hp_space: dict[str, HyperparameterSpec | dict[str, Any] | None] = Field(
         default_factory=dict, description="Overrides of the algorithm's mutable hyperparameters (null removes one).")
     mutation: MutationConfig = Field(default_factory=MutationConfig, description="Mutation probabilities.")
-    tournament: TournamentConfig = Field(default_factory=TournamentConfig, description="Selection.")
+    tournament: TournamentConfig = Field(default_factory=TournamentConfig, description="Tournament selection's "
+                                                                                      "settings.")
+    selection: SelectionConfig = Field(default_factory=SelectionConfig, description="Selection method: "
+                                                                                    "tournament or "
+                                                                                    "multi_frequency (MF-PBT).")
     evo_steps: int = Field(10_000, ge=1, description="Env steps per member per generation "
                                                      "(offline: gradient steps).")
     max_env_steps: int = Field(150_000, ge=1, description="Global training env-step budget (whole population; "
@@ -342,6 +375,18 @@ class _ExperimentBase(_Strict):
     @classmethod
     def _run_name(cls, value: str) -> str:
         return check_run_name(value)
+
+    @model_validator(mode="after")
+    def _subpopulations_fit(self) -> _ExperimentBase:
+        sel = self.selection
+        if sel.method == "multi_frequency" and len(sel.periods) > self.population_size:
+            raise ValueError(f"selection.periods: {len(sel.periods)} subpopulations need at least as many members; "
+                             f"population_size is {self.population_size}: list at most {self.population_size} "
+                             "periods or raise population_size")
+        if sel.method == "tournament" and sel.periods != SelectionConfig().periods:
+            raise ValueError("selection.periods: only multi_frequency selection has subpopulations; set "
+                             "selection.method: multi_frequency or drop periods")
+        return self
 
     @model_validator(mode="after")
     def _within_limits(self) -> _ExperimentBase:

@@ -2,6 +2,7 @@
 each seed, within a budget of global env steps (summed over the population, as the peer counts them).
 
     python benchmarks/learning_targets.py [--only ppo-cartpole td3-pendulum ...] [--seeds 0 1 2 3 4]
+        [--set hyperparameters.gamma=0.98 ...]   # a variant: dotted overrides on every config run
 
 Each run uses the in-process loop (`train_local`; the flow gives the same result for the same seed,
 which the test suite checks) with the config's own hyperparameters, the seed and the budget as the
@@ -25,6 +26,7 @@ import time
 from pathlib import Path
 
 from agilerl_core.arenas.base import evaluate_member
+from agilerl_core.config import parse_overrides
 from agilerl_core.envs.make import make_vector_env
 from agilerl_core.experiment import train_local
 from agilerl_core.io.checkpoint import load_member
@@ -49,22 +51,23 @@ TARGETS: dict[str, tuple[str, float, int, float | None]] = {
 }
 
 
-def run_one(name: str, seed: int, out_dir: str) -> dict:
+def run_one(name: str, seed: int, out_dir: str, overrides: dict | None = None) -> dict:
     config, target, budget, _ = TARGETS[name]
     cfg = load_config(CONFIGS / config, {"seed": seed, "max_env_steps": budget, "target_fitness": target,
-                                         "output_dir": out_dir})
+                                         "output_dir": out_dir, **(overrides or {})})
     t0 = time.perf_counter()
     res = train_local(cfg, progress=False)
     wall = time.perf_counter() - t0
     # the last generation may end past the budget (whole generations): reaching the target there does not count
     first = next((h for h in res.history if h.best_fitness >= target and h.global_steps <= budget), None)
-    elite, _ = load_member(res.elite_uri)
     env = make_vector_env(cfg.env_id, 10, cfg.env_kwargs)
-    fresh = evaluate_member(elite.agent, env, seed=10_000 + seed)
+    fresh, champion = (evaluate_member(load_member(uri)[0].agent, env, seed=10_000 + seed) if uri else None
+                       for uri in (res.elite_uri, res.best_uri))
     env.close()
     return {"seed": seed, "reached_target": first is not None,
             "steps_to_target": first.global_steps if first else None,
             "best_fitness": round(res.best_fitness, 2), "fresh_eval10_mean": round(fresh, 2),
+            "champion_fresh_eval10_mean": None if champion is None else round(champion, 2),
             "global_steps": res.global_steps, "generations": res.generations,
             "wall_s": round(wall, 1), "train_env_steps_per_s": round(res.global_steps / wall, 1)}
 
@@ -78,14 +81,17 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--only", nargs="+", choices=sorted(TARGETS), default=sorted(TARGETS))
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    p.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="dotted overrides applied to every config run (a variant to compare)")
     args = p.parse_args()
+    overrides = parse_overrides(args.set)
     report = {}
     with tempfile.TemporaryDirectory(prefix="agilerl-targets-") as tmp:
         for name in args.only:
             _, target, budget, peer = TARGETS[name]
             runs = []
             for seed in args.seeds:
-                runs.append(run_one(name, seed, tmp))
+                runs.append(run_one(name, seed, tmp, overrides))
                 print(f"{name} seed {seed}: {json.dumps(runs[-1])}", file=sys.stderr, flush=True)
             reached = [r["steps_to_target"] for r in runs if r["reached_target"]]
             # a seed that never reached the target counts as past the budget: the median still says where half
@@ -98,7 +104,7 @@ def main() -> None:
                 "worst_steps_to_target": _finite(max(steps)),
                 "median_train_env_steps_per_s": statistics.median(r["train_env_steps_per_s"] for r in runs),
                 "agilerl_2_58_env_steps_per_s": peer, "runs": runs}
-    print(json.dumps({"benchmark": "learning_targets", "results": report}))
+    print(json.dumps({"benchmark": "learning_targets", "overrides": overrides, "results": report}))
 
 
 if __name__ == "__main__":

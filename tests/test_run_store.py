@@ -63,9 +63,12 @@ def test_generation_without_manifest_did_not_happen(tmp_path):
     assert store.storage.list("r/generations/000002/") == []
 
 
-def test_resume_from_store_continues_bit_identically(tmp_path):
-    # a small ring so that it wraps: the rebuilt buffer must keep the ring layout, not just the rows
-    cfg = tiny_config(**{"hyperparameters.buffer_size": 1000})
+@pytest.mark.parametrize("selection", [{}, {"population_size": 4, "selection.method": "multi_frequency",
+                                             "selection.periods": [1, 3]}], ids=["tournament", "multi_frequency"])
+def test_resume_from_store_continues_bit_identically(tmp_path, selection):
+    # a small ring so that it wraps: the rebuilt buffer must keep the ring layout, not just the rows; a slow
+    # subpopulation's rhythm (evolving after generation 2 only) must carry over the resume
+    cfg = tiny_config(**{"hyperparameters.buffer_size": 1000, **selection})
     ref = build_evolution(cfg)
     _run(ref, RunStore(LocalStorage(tmp_path / "a"), "r"), 4)
 

@@ -28,8 +28,9 @@ import numpy as np
 from agilerl_core.errors import CheckpointError, NonFiniteError
 from agilerl_core.finite import check_weights, source_of
 from agilerl_core.hpo.evolvable import Evolvable
+from agilerl_core.hpo.multi_frequency import MultiFrequencySelection
 from agilerl_core.hpo.mutation import Mutations
-from agilerl_core.hpo.population import Member, Population
+from agilerl_core.hpo.population import Member, Population, Selection
 from agilerl_core.hpo.space import HyperparameterSpace
 from agilerl_core.hpo.tournament import TournamentSelection
 from agilerl_core.io.checkpoint import load_population, save_member, save_population
@@ -222,7 +223,7 @@ class EvolutionSettings:
     evo_steps: int  # budget units per member per generation
     max_steps: int  # the global budget
     target_fitness: float | None
-    tournament: TournamentSelection
+    selection: Selection
     mutations: Mutations
     batch_members: bool = True  # members of one batch key learn as one group
     group_cap: int | None = None  # at most this many members per group (None: no limit)
@@ -233,9 +234,18 @@ class EvolutionSettings:
                     group_cap: int | None = None) -> EvolutionSettings:
         """The settings of an engine config; grouping is the caller's (the pipeline's runner decides it)."""
         return cls(cfg.population_size, cfg.seed, cfg.evo_steps, cfg.max_env_steps, cfg.target_fitness,
-                   TournamentSelection(cfg.tournament.size, cfg.tournament.elitism),
+                   selection_of(cfg),
                    Mutations.from_config(cfg.mutation, space, arch_bounds), batch_members, group_cap,
                    getattr(cfg, "limits", None))
+
+
+def selection_of(cfg) -> Selection:
+    """The selection a config asks for: tournaments (``tournament:``) or multi-frequency subpopulations
+    (``selection: {method: multi_frequency}``)."""
+    sel = getattr(cfg, "selection", None)
+    if sel is not None and sel.method == "multi_frequency":
+        return MultiFrequencySelection(sel.periods, sel.winners, sel.losers, sel.migration)
+    return TournamentSelection(cfg.tournament.size, cfg.tournament.elitism)
 
 
 def _under_limits(method: Callable) -> Callable:
@@ -416,7 +426,7 @@ class Evolution:
     def evolve(self) -> None:
         """Tournament selection with elitism, then one mutation per non-elite child: the next generation."""
         seed = self.settings.seed
-        self.population.evolve(self.settings.tournament, self.settings.mutations,
+        self.population.evolve(self.settings.selection, self.settings.mutations,
                                lambda generation, slot: derive_seed(seed, CHILD_SEED, generation, slot))
 
     def best_fitness(self) -> float:

@@ -4,15 +4,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from agilerl_core.hpo.mutation import Mutations
-from agilerl_core.hpo.tournament import TournamentSelection, elite_index
+from agilerl_core.hpo.tournament import Placement, elite_index
 
 if TYPE_CHECKING:
     from agilerl_core.hpo.evolvable import Evolvable
+
+
+class Selection(Protocol):
+    """How the next generation is chosen from this one's fitness (tournament or multi-frequency)."""
+
+    elitism: bool
+
+    def plan(self, fitnesses: list[float], generation: int, rng: np.random.Generator) -> list[Placement]:
+        """Where each slot of the next generation comes from, after generation `generation`'s evaluation."""
+
+    def second_parent(self, fitnesses: list[float], first: int, rng: np.random.Generator) -> int:
+        """A crossover's other parent, for a child of slot `first`."""
 
 
 @dataclass
@@ -89,28 +101,36 @@ class Population:
         return self.members[elite_index([m.fitness if m.fitness is not None else float("nan")
                                          for m in self.members])]
 
-    def evolve(self, tournament: TournamentSelection, mutations: Mutations,
+    def evolve(self, selection: Selection, mutations: Mutations,
                seed_of: Callable[[int, int], int] | None = None) -> None:
-        """Select parents by tournament, clone and mutate them: the next generation (in place). `seed_of(generation,
-        slot)` seeds each new member's own generators (clones of one parent, the elite included, then draw
-        differently from it and from each other)."""
+        """The next generation (in place): `selection` plans where each slot comes from (a tournament, or
+        subpopulations at several rhythms), the chosen members are cloned, and each planned mutation applied.
+        `seed_of(generation, slot)` seeds each new member's own generators (clones of one parent, the elite
+        included, then draw differently from it and from each other)."""
         fitnesses = [m.fitness if m.fitness is not None else float("nan") for m in self.members]
-        parents = tournament.select(fitnesses, self.rng)
+        plan = selection.plan(fitnesses, self.generation, self.rng)
         new_members = []
-        for slot, p in enumerate(parents):
-            parent = self.members[p]
+        for slot, place in enumerate(plan):
+            parent = self.members[place.parent]
             agent = parent.agent.clone()
             if seed_of is not None:
                 agent.reseed(seed_of(self.generation + 1, slot))
             other = None
-            if slot == 0 and tournament.elitism:
-                mutation = "elite"
-            else:
-                def partner(p: int = p) -> tuple[int, Evolvable]:
-                    q = self.members[tournament.second_parent(fitnesses, p, self.rng)]
+            if place.action == "mutate":
+                def partner(p: int = place.parent) -> tuple[int, Evolvable]:
+                    q = self.members[selection.second_parent(fitnesses, p, self.rng)]
                     return q.member_id, q.agent
 
                 mutation, other = mutations.mutate_with(agent, self.rng, partner)
+            elif place.action == "migrant_weights":
+                host = self.members[place.hp_from].agent
+                for name in sorted(mutations.space):
+                    agent.set_hyperparameter(name, getattr(host.hp, name))
+                mutation = f"migrant(weights of {parent.member_id}, hp of {self.members[place.hp_from].member_id})"
+            elif place.action == "migrant":
+                mutation = f"migrant({parent.member_id})"
+            else:
+                mutation = place.action
             new_members.append(Member(self.next_id, agent, parent.member_id, mutation, self.generation + 1,
                                       list(parent.fitness_history), other))
             self.next_id += 1

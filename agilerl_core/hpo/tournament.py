@@ -1,8 +1,22 @@
-"""Tournament selection with elitism."""
+"""Tournament selection with elitism, and the plan every selection hands the population."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one slot of the next generation comes from: a copy of the member in slot `parent`, and what is done
+    to it. `action`: ``elite`` and ``kept`` (carried on unchanged), ``mutate`` (one mutation), ``migrant`` (a
+    whole member from another subpopulation) or ``migrant_weights`` (its weights, with the hyperparameters of the
+    member in slot `hp_from`)."""
+
+    parent: int
+    action: str
+    hp_from: int | None = None
 
 
 def ranked(fitnesses: list[float]) -> np.ndarray:
@@ -35,6 +49,12 @@ class TournamentSelection:
             entrants = rng.choice(n, size=k, replace=False)
             parents.append(int(entrants[np.argmax(f[entrants])]))
         return parents
+
+    def plan(self, fitnesses: list[float], generation: int, rng: np.random.Generator) -> list[Placement]:
+        """Every slot's parent (:meth:`select`): slot 0 the elite kept unchanged (with elitism), every other one
+        mutated."""
+        parents = self.select(fitnesses, rng)
+        return [Placement(p, "elite" if slot == 0 and self.elitism else "mutate") for slot, p in enumerate(parents)]
 
     def second_parent(self, fitnesses: list[float], first: int, rng: np.random.Generator) -> int:
         """A crossover's other parent: the winner of a tournament among the members other than `first` (`first`
