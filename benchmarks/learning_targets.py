@@ -27,7 +27,7 @@ from pathlib import Path
 
 from agilerl_core.arenas.base import evaluate_member
 from agilerl_core.config import parse_overrides
-from agilerl_core.envs.make import make_vector_env
+from agilerl_core.envs.make import EnvRecipe
 from agilerl_core.experiment import train_local
 from agilerl_core.io.checkpoint import load_member
 from tasks.config import load_config
@@ -58,9 +58,9 @@ def run_one(name: str, seed: int, out_dir: str, overrides: dict | None = None) -
     t0 = time.perf_counter()
     res = train_local(cfg, progress=False)
     wall = time.perf_counter() - t0
-    # the last generation may end past the budget (whole generations): reaching the target there does not count
+    # the last generation shrinks to fit the budget; a target reached past it (never, today) would not count
     first = next((h for h in res.history if h.best_fitness >= target and h.global_steps <= budget), None)
-    env = make_vector_env(cfg.env_id, 10, cfg.env_kwargs)
+    env = EnvRecipe.of(cfg).vector(10, evaluation=True)  # the training wrappers, with their eval_kwargs
     fresh, champion = (evaluate_member(load_member(uri)[0].agent, env, seed=10_000 + seed) if uri else None
                        for uri in (res.elite_uri, res.best_uri))
     env.close()
