@@ -70,7 +70,9 @@ class CNNConfig(_Strict):
     input_scale: Literal["auto", "pixels", "bounds", "none"] = Field(
         "auto", description="How images become network input: auto picks from the space (uint8 0-255: / 255; an "
                             "integer Box spanning at most 32 values, e.g. object codes: (x - low) / (high - low) "
-                            "per channel; floats: as they are); pixels, bounds or none force one.")
+                            "per channel; floats: as they are), except that a uint8 0-255 image whose env shows no "
+                            "value above 32 in a seeded probe (codes declared as pixels) is divided per channel by "
+                            "the highest value it showed; pixels, bounds or none force one (and skip the probe).")
     latent_dim: int = Field(128, ge=1, description="Width of the linear projection after the convs.")
     min_layers: int = Field(1, ge=1, description="Fewest conv layers a mutation may leave.")
     max_layers: int = Field(4, ge=1, description="Most conv layers a mutation may create.")

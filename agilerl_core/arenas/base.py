@@ -23,7 +23,7 @@ from agilerl_core.algorithms.registry import algorithms_for
 from agilerl_core.arenas.experience import OwnExperience
 from agilerl_core.envs.group import GroupEnv, HostGroupEnv, TorchGroupEnv
 from agilerl_core.envs.make import EnvRecipe
-from agilerl_core.envs.spaces import ActionSpec, ObsSpec, action_spec
+from agilerl_core.envs.spaces import CODE_RANGE, ActionSpec, ObsSpec, action_spec, observed_highs
 from agilerl_core.envs.vector import action_masks
 from agilerl_core.errors import ConfigError
 from agilerl_core.hpo.evolution import TrainResult
@@ -101,6 +101,50 @@ def evaluate_group(group: Any, envs: GroupEnv, seed: int, max_steps: int | None 
         elif steps % check_every == 0 and not bool(active.any()):
             break
     return returns.mean(1).cpu().tolist()
+
+
+PROBE_STEPS = 64  # random steps probe_image_tops takes after its reset, at most
+
+
+def probe_image_tops(recipe: EnvRecipe, obs_spec: ObsSpec, steps: int = PROBE_STEPS) -> dict[str, tuple[float, ...]]:
+    """Per image key of `obs_spec` scaled as ``pixels`` (a uint8 Box declared 0-255) whose env shows only small
+    codes: each channel's top (:func:`~agilerl_core.envs.spaces.observed_highs`), from one fresh env reset with
+    seed 0 and up to `steps` random actions (action space seeded 0; a step the env refuses ends the probe).
+    The probe stops as soon as every such image has shown a value above CODE_RANGE (real pixels: Atari and
+    CarRacing frames at their first reset), so they cost one reset. Empty when no image is scaled as pixels
+    (nothing is built then) or the backend is ``torch`` (classic control: no images)."""
+    parts = [p for p in obs_spec.image_parts if p.scale == "pixels"]
+    if not parts or recipe.backend == "torch":
+        return {}
+    vector = recipe.backend == "envpool"  # envpool builds vector envs only
+    env = recipe.vector(1) if vector else recipe.make()
+    seen: dict[str, np.ndarray] = {}
+
+    def look(obs: Any) -> bool:
+        """Merge `obs` into the maxima seen; whether every image already looks like pixels."""
+        for p in parts:
+            frame = np.asarray(obs[p.key] if obs_spec.is_dict else obs).reshape(-1, *p.shape).max(axis=0)
+            seen[p.key] = frame if p.key not in seen else np.maximum(seen[p.key], frame)
+        return all(float(seen[p.key].max()) > CODE_RANGE for p in parts)
+
+    try:
+        obs, _ = env.reset(seed=0)
+        env.action_space.seed(0)
+        done = look(obs)
+        for _ in range(steps if not done else 0):
+            try:
+                obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            except Exception:  # an env that refuses a random action: judge from what it showed
+                break
+            if look(obs):
+                break
+            if not vector and (terminated or truncated):
+                obs, _ = env.reset()
+                look(obs)
+    finally:
+        env.close()
+    tops = {p.key: observed_highs(p, seen[p.key][None]) for p in parts}
+    return {k: t for k, t in tops.items() if t is not None}
 
 
 def probe_action_mask(env: VectorEnv) -> int | None:
@@ -191,7 +235,10 @@ class GymArena(OwnExperience, ABC):
         self.env_desc.update(self.recipe.describe())
         self.space = checked_space(cfg, algo_cls)
         self.arch_bounds = ArchBounds.from_config(cfg.network)
-        self.arch = initial_arch(self.obs_spec, self.action_spec.dim, cfg.network)
+        # a uint8 image declared 0-255 that holds small codes is scaled by the tops its env shows (recorded in
+        # the arch); the config's explicit input_scale, and real pixels, keep / 255
+        observed = probe_image_tops(self.recipe, self.obs_spec) if cfg.network.cnn.input_scale == "auto" else {}
+        self.arch = initial_arch(self.obs_spec, self.action_spec.dim, cfg.network, observed)
         if getattr(cfg, "compile_learn", False) and (self.arch.cnns or self.arch.encoders):
             raise ConfigError(f"compile_learn: compiles the step of plain-MLP Q-networks, and {cfg.env_id}'s "
                               f"observations ({self.obs_space}) need conv or per-key encoders; drop compile_learn")

@@ -8,7 +8,10 @@ dtype (images stay uint8); :meth:`ObsSpec.preprocess` turns them into network in
 Images are scaled into [0, 1] by what their space says they hold (:func:`image_scale`): ``pixels`` (a uint8
 Box of camera-like values, 0-255) are divided by 255; ``bounds`` (an integer Box whose values span at most
 :data:`CODE_RANGE`, e.g. a MiniGrid-style grid of object codes 0-10) become ``(x - low) / (high - low)`` per
-channel; ``none`` (float images) pass as they are.
+channel; ``none`` (float images) pass as they are. A uint8 Box declared 0-255 whose env only shows small
+values (MiniGrid's image space says 0-255 and holds codes 0-10) is ``observed``: scaled per channel by the
+highest value a short seeded probe of the env showed (:func:`observed_highs`), a range the conv encoder
+records (``CNNSpec.input_high``) so a saved member reads its images as it did in training.
 """
 
 from __future__ import annotations
@@ -24,9 +27,9 @@ from agilerl_core.errors import ConfigError
 
 Obs = dict[str, torch.Tensor]
 
-ImageScale = Literal["pixels", "bounds", "none"]
-IMAGE_SCALES: tuple[str, ...] = ("pixels", "bounds", "none")
-CODE_RANGE = 32  # an integer image whose bounds span at most this many values holds codes, not pixels
+ImageScale = Literal["pixels", "bounds", "none", "observed"]
+IMAGE_SCALES: tuple[str, ...] = ("pixels", "bounds", "none", "observed")
+CODE_RANGE = 32  # an integer image whose bounds (or, declared 0-255, observed values) span at most this holds codes
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,7 @@ class ObsPart:
     scale: ImageScale = "none"  # image: how stored values become network input (see image_scale)
     low: tuple[float, ...] = ()  # image: each channel's lowest bound (the space's low, over the frame)
     high: tuple[float, ...] = ()  # image: each channel's highest bound
+    top: tuple[float, ...] = ()  # ``observed`` image: each channel's top (see observed_highs), else ()
 
     @property
     def features(self) -> int:
@@ -89,6 +93,38 @@ def image_scale(space: spaces.Box) -> ImageScale:
         if np.isfinite(low).all() and np.isfinite(high).all() and float((high - low).max()) <= CODE_RANGE:
             return "bounds"
     return "pixels" if dtype == np.uint8 else "none"
+
+
+def observed_highs(part: ObsPart, frames: np.ndarray) -> tuple[float, ...] | None:
+    """Per channel, the top of the ``observed`` scaling of a ``pixels`` image `part` whose env showed `frames`
+    (a batch [N, *part.shape] of its observations, as :func:`agilerl_core.arenas.base.probe_image_tops` gathers
+    them); None when the frames look like pixels (a value above :data:`CODE_RANGE`, or nothing but zeros), which
+    keeps ``/ 255``.
+
+    Why: a uint8 Box declared 0-255 that holds small codes (MiniGrid's ImgObsWrapper: objects 0-10, colours 0-5,
+    states 0-2) divided by 255 gives inputs below 0.04, where a member's state barely moves its conv features:
+    PPO from cartpole_ppo.yaml on benchmarks/gridworld.py's CodeRoom-v0 (codes 0-5 in a Box(0, 255), optimum
+    0.875) kept elites whose action probabilities were the same in every state (a down/right mix: 0.81 sampled,
+    0.15 greedy), best 0.36-0.46 in 100k global steps at seeds 0-4; scaled by the observed tops, every seed
+    reached 0.85-0.90 in its first generation (8k global steps).
+
+    Each channel's top is the highest value it showed; a channel that showed nothing above its low (a state
+    channel that is 0 at the start) takes the highest top of the others, so values it shows later are scaled
+    like the other codes. Values above a top later (a code the probe never met) go above 1, which a conv
+    layer reads as well. Real pixels (Atari, CarRacing: frames above 32 from the first reset) stay pixels."""
+    if part.kind != "image" or part.scale != "pixels":
+        return None
+    x = np.asarray(frames)
+    if x.size == 0:
+        return None
+    x = x.reshape(-1, *part.shape)
+    axes = (0, 1, 2) if part.channels_last else (0, 2, 3)
+    top = x.max(axis=axes).astype(np.float64)
+    if float(top.max()) > CODE_RANGE or float(top.max()) <= 0:
+        return None
+    low = np.asarray(part.low, np.float64)
+    fill = float(top.max())
+    return tuple(float(t) if t > lo else fill for t, lo in zip(top, low, strict=True))
 
 
 def _channel_bounds(space: spaces.Box, channels_last: bool) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -169,26 +205,32 @@ class ObsSpec:
         """Each image key's scaling mode."""
         return {p.key: p.scale for p in self.image_parts}
 
-    def with_image_scale(self, scales: dict[str, str | None]) -> ObsSpec:
+    def with_image_scale(self, scales: dict[str, str | None],
+                         highs: dict[str, tuple[float, ...] | None] | None = None) -> ObsSpec:
         """This spec with the image keys of `scales` scaled by the given mode (None: the scaling a checkpoint
-        that records none was trained with, :attr:`ObsPart.legacy_scale`); itself when nothing changes."""
+        that records none was trained with, :attr:`ObsPart.legacy_scale`); ``observed`` takes each channel's
+        top from `highs`. Itself when nothing changes."""
+        highs = highs or {}
         wanted = {p.key: (p.legacy_scale if scales[p.key] is None else scales[p.key])
                   for p in self.image_parts if p.key in scales}
-        if all(p.scale == wanted[p.key] for p in self.image_parts if p.key in wanted):
+        if all(p.scale == wanted[p.key] and (p.scale != "observed" or p.top == tuple(highs.get(p.key) or ()))
+               for p in self.image_parts if p.key in wanted):
             return self
         new = ObsSpec.__new__(ObsSpec)
         new.space, new.is_dict = self.space, self.is_dict
-        new.parts = [_rescaled(p, wanted.get(p.key)) if p.kind == "image" else p for p in self.parts]
+        new.parts = [_rescaled(p, wanted.get(p.key), highs.get(p.key)) if p.kind == "image" else p
+                     for p in self.parts]
         new._set_views()
         new._bounds = {}
         return new
 
     def _shift_scale(self, p: ObsPart, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-channel (low, high - low) of a ``bounds`` image as [1, C, 1, 1] tensors on `device` (cached)."""
+        """Per-channel (low, high - low) of a ``bounds`` or ``observed`` image as [1, C, 1, 1] tensors on `device` (cached)."""
         got = self._bounds.get((p.key, device))
         if got is None:
             low = torch.tensor(p.low, dtype=torch.float32)
-            span = torch.tensor([h - lo if h > lo else 1.0 for lo, h in zip(p.low, p.high, strict=True)],
+            high = p.top if p.scale == "observed" else p.high
+            span = torch.tensor([h - lo if h > lo else 1.0 for lo, h in zip(p.low, high, strict=True)],
                                 dtype=torch.float32)  # a constant channel maps to 0, never 0 / 0
             got = (low.view(1, -1, 1, 1).to(device), span.view(1, -1, 1, 1).to(device))
             self._bounds[(p.key, device)] = got
@@ -219,20 +261,28 @@ class ObsSpec:
                 x = x / 255.0
             if p.channels_last:
                 x = x.permute(0, 3, 1, 2)
-            if p.scale == "bounds":
+            if p.scale == "bounds" or p.scale == "observed":
                 low, span = self._shift_scale(p, x.device)
                 x = (x - low) / span
             images.append(x)
         return vector, images
 
 
-def _rescaled(p: ObsPart, mode: str | None) -> ObsPart:
-    """Image part `p` scaled by `mode` (None: unchanged); a ConfigError naming network.cnn.input_scale when the
-    mode is unknown or needs bounds the space does not have."""
+def _rescaled(p: ObsPart, mode: str | None, high: tuple[float, ...] | None = None) -> ObsPart:
+    """Image part `p` scaled by `mode` (None: unchanged; ``observed``: by the per-channel tops `high`); a
+    ConfigError naming network.cnn.input_scale when the mode is unknown or needs bounds the space does not have."""
+    if mode == "observed":
+        top = tuple(float(h) for h in (high or ()))
+        if len(top) != len(p.low) or not all(np.isfinite(top)):
+            raise ValueError(f"observed scaling of image {p.key!r} needs a finite top per channel ({len(p.low)}), "
+                             f"got {str(high)[:100]}")
+        return p if (p.scale, p.top) == (mode, top) else replace(p, scale=mode, top=top)
     if mode is None or mode == p.scale:
         return p
+    if p.scale == "observed":
+        p = replace(p, top=())
     if mode not in IMAGE_SCALES:
-        raise ConfigError(f"network.cnn.input_scale: {mode!r} is not one of auto, {', '.join(IMAGE_SCALES)}")
+        raise ConfigError(f"network.cnn.input_scale: {mode!r} is not one of auto, pixels, bounds, none")
     if mode == "bounds" and not (np.isfinite(p.low).all() and np.isfinite(p.high).all()):
         raise ConfigError(f"network.cnn.input_scale: bounds scaling needs finite low/high, and image {p.key!r} "
                           f"has low {min(p.low)}, high {max(p.high)}; use pixels or none, or wrap the env to "
@@ -472,6 +522,9 @@ def obs_spec_to_dict(spec: ObsSpec | MultiAgentSpec) -> dict:
     auto = _auto_scales(spec)
     if any(p.scale != auto[p.key] for p in spec.image_parts):
         d["image_scale"] = spec.image_scales
+        tops = {p.key: list(p.top) for p in spec.image_parts if p.scale == "observed"}
+        if tops:
+            d["image_top"] = tops
     return d
 
 
@@ -502,13 +555,19 @@ def obs_spec_from_dict(d: object, where: str = "spec") -> ObsSpec | MultiAgentSp
                     isinstance(k, str) and v in IMAGE_SCALES for k, v in scales.items())):
                 raise ValueError(f"{where}.image_scale: expected an object of image key -> one of "
                                  f"{', '.join(IMAGE_SCALES)}, found {str(scales)[:100]}")
+            tops = d.get("image_top")
+            if tops is not None and not (isinstance(tops, dict) and all(
+                    isinstance(k, str) and isinstance(v, list) and all(isinstance(x, int | float) for x in v)
+                    for k, v in tops.items())):
+                raise ValueError(f"{where}.image_top: expected an object of image key -> list of numbers, found "
+                                 f"{str(tops)[:100]}")
             spec = ObsSpec(space_from_dict(d["observation_space"], f"{where}.observation_space"),
                            None if cl is None else bool(cl))
             if scales:
                 unknown = set(scales) - set(spec.image_scales)
                 if unknown:
                     raise ValueError(f"{where}.image_scale: {sorted(unknown)} are not image keys of the space")
-                spec = spec.with_image_scale(scales)
+                spec = spec.with_image_scale(scales, {k: tuple(v) for k, v in (tops or {}).items()})
             return spec
     except (KeyError, TypeError, ConfigError, OverflowError, AssertionError, AttributeError) as err:
         raise ValueError(f"{where}: malformed ({err})") from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -54,7 +55,10 @@ class CNNSpec:
     `input_scale` records how the encoder's images were scaled into network input (see
     :func:`agilerl_core.envs.spaces.image_scale`); None is the scaling every checkpoint written before the
     field existed was trained with (uint8 / 255, other dtypes as they are), and is left out of :meth:`to_dict`
-    so such specs read and write exactly as before."""
+    so such specs read and write exactly as before. ``observed`` (a uint8 image declared 0-255 whose env showed
+    only small codes) scales channel c by ``1 / input_high[c]``, the tops a probe of the env found
+    (:func:`agilerl_core.envs.spaces.observed_highs`): recorded here, so a saved member scales as in training
+    whatever its env shows when it is loaded."""
 
     in_chw: tuple[int, int, int]
     channels: tuple[int, ...]
@@ -62,7 +66,8 @@ class CNNSpec:
     strides: tuple[int, ...]
     latent_dim: int
     activation: str = "relu"
-    input_scale: str | None = None  # "pixels", "bounds", "none"; None: by the stored dtype, as before
+    input_scale: str | None = None  # "pixels", "bounds", "none", "observed"; None: by the stored dtype, as before
+    input_high: tuple[float, ...] | None = None  # "observed" only: each channel's top
 
     def conv_output(self) -> tuple[int, int, int]:
         """(C, H, W) after the convs; H or W <= 0 means the spec is invalid."""
@@ -86,6 +91,8 @@ class CNNSpec:
              "strides": list(self.strides), "latent_dim": self.latent_dim, "activation": self.activation}
         if self.input_scale is not None:
             d["input_scale"] = self.input_scale
+        if self.input_high is not None:
+            d["input_high"] = list(self.input_high)
         return d
 
     @classmethod
@@ -94,9 +101,20 @@ class CNNSpec:
         scale = d.get("input_scale")
         if scale is not None and scale not in INPUT_SCALES:
             raise ValueError(f"cnn input_scale {str(scale)[:40]!r} is not one of {', '.join(INPUT_SCALES)}")
-        return cls(tuple(int(x) for x in d["in_chw"]), tuple(int(x) for x in d["channels"]),
+        chw = tuple(int(x) for x in d["in_chw"])
+        high = d.get("input_high")
+        if (scale == "observed") != (high is not None):
+            raise ValueError("cnn input_high is given with input_scale observed, and only then")
+        if high is not None:
+            if not (isinstance(high, list) and len(high) == chw[0] and all(
+                    isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+                    for x in high)):
+                raise ValueError(f"cnn input_high: expected {chw[0]} finite positive numbers (one per channel), "
+                                 f"found {str(high)[:100]}")
+            high = tuple(float(x) for x in high)
+        return cls(chw, tuple(int(x) for x in d["channels"]),
                    tuple(int(x) for x in d["kernels"]), tuple(int(x) for x in d["strides"]),
-                   int(d["latent_dim"]), str(d["activation"]), scale)
+                   int(d["latent_dim"]), str(d["activation"]), scale, high)
 
 
 class EvolvableCNN(nn.Module):

@@ -212,19 +212,27 @@ def _conv_stack(part, cnn) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int,
     return channels, kernels, strides
 
 
-def initial_arch(obs_spec: ObsSpec, out_dim: int, net) -> ArchSpec:
+def initial_arch(obs_spec: ObsSpec, out_dim: int, net, observed: dict[str, tuple[float, ...] | None] | None = None
+                 ) -> ArchSpec:
     """The starting architecture for an observation space from a NetworkConfig.
 
     Each image gets a conv encoder of :func:`_conv_stack` whose `input_scale` is the config's
-    (``network.cnn.input_scale``) or, on auto, the one its space implies (:func:`~agilerl_core.envs.spaces.image_scale`);
-    a scale equal to what the stored dtype always meant is recorded as None, keeping such archs' JSON as before."""
+    (``network.cnn.input_scale``) or, on auto, the one its space implies (:func:`~agilerl_core.envs.spaces.image_scale`),
+    except that an image key with tops in `observed` (a ``pixels`` image whose env showed only small codes, see
+    :func:`~agilerl_core.envs.spaces.observed_highs`) is scaled ``observed`` by them on auto. A scale equal to what
+    the stored dtype always meant is recorded as None, keeping such archs' JSON as before."""
     cnns = []
+    observed = observed or {}
     for part in obs_spec.image_parts:
         channels, kernels, strides = _conv_stack(part, net.cnn)
         mode = part.scale if net.cnn.input_scale == "auto" else net.cnn.input_scale
-        obs_spec.with_image_scale({part.key: mode})  # a ConfigError here when the space cannot take `mode`
+        high = observed.get(part.key) if net.cnn.input_scale == "auto" and part.scale == "pixels" else None
+        if high is not None:
+            mode, high = "observed", tuple(float(h) for h in high)
+        # a ConfigError here when the space cannot take `mode`
+        obs_spec.with_image_scale({part.key: mode}, {part.key: high})
         cnns.append((part.key, CNNSpec(part.image_chw, channels, kernels, strides, net.cnn.latent_dim,
-                                       net.activation, None if mode == part.legacy_scale else mode)))
+                                       net.activation, None if mode == part.legacy_scale else mode, high)))
     encoders = []
     enc = net.vector_encoder
     if obs_spec.is_dict and enc.per_key:
@@ -245,7 +253,7 @@ def _as_trained(obs_spec: ObsSpec, arch: ArchSpec) -> ObsSpec:
     before archs recorded it: as the stored dtype always meant), whatever the env's space would pick today."""
     if not arch.cnns:
         return obs_spec
-    return obs_spec.with_image_scale({k: s.input_scale for k, s in arch.cnns})
+    return obs_spec.with_image_scale({k: s.input_scale for k, s in arch.cnns}, {k: s.input_high for k, s in arch.cnns})
 
 
 class EvolvableNetwork(nn.Module):
