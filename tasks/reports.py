@@ -69,6 +69,8 @@ def _finite(x) -> float | None:
 # How each child was made (the prefix of its mutation record): legend label, edge colour, line style
 EDGE_KINDS = {
     "elite": ("elite kept unmutated", "0.45", "--"),
+    "kept": ("carried on unchanged (multi-frequency selection)", "0.45", "--"),
+    "migrant": ("migrated from another subpopulation", "tab:cyan", "-"),
     "none": ("cloned, not mutated", "0.7", "-"),
     "hp": ("hyperparameter", "tab:blue", "-"),
     "arch": ("architecture", "tab:orange", "-"),
