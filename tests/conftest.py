@@ -119,6 +119,19 @@ for _id, _cls in (("agilerl_test/Image-v0", ImageEnv), ("agilerl_test/MaskedDict
         gym.register(_id, entry_point=_cls, max_episode_steps=50)
 
 
+# ---- tiers ---------------------------------------------------------------------------------------------------
+# A test is `slow` (left out of the inner-loop tier `python -m pytest -m "not slow"`) when it asks for the real
+# local stack (these fixtures start servers) or is marked by hand (learning runs, Ray and Dask clusters). The
+# README's `python -m pytest` runs every tier.
+SLOW_FIXTURES = frozenset({"stack", "s3", "servers"})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def _single_thread():
     torch.set_num_threads(1)

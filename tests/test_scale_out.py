@@ -10,6 +10,7 @@ import yaml
 from tests.conftest import cli_env, cli_summary, committed_state, crash_and_resume, flow_cli
 
 pytest.importorskip("prefect_ray", reason="the ray extra is not installed (pip install -e '.[ray]')")
+pytestmark = pytest.mark.slow  # Ray and Dask clusters start in each test
 
 POP = 4
 
