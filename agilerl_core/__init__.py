@@ -24,7 +24,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "evolve": "agilerl_core.api", "load": "agilerl_core.api", "Policy": "agilerl_core.api",
     "EvolveResult": "agilerl_core.api", "Callback": "agilerl_core.api",
-    "GenerationStats": "agilerl_core.hpo.evolution", "TrainResult": "agilerl_core.hpo.evolution",
+    "GenerationStats": "agilerl_core.results", "TrainResult": "agilerl_core.results",
     "validate_config": "agilerl_core.config", "load_config": "agilerl_core.config",
     "ConfigError": "agilerl_core.errors", "CheckpointError": "agilerl_core.errors",
 }
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from agilerl_core.api import Callback, EvolveResult, Policy, evolve, load
     from agilerl_core.config import load_config, validate_config
     from agilerl_core.errors import CheckpointError, ConfigError
-    from agilerl_core.hpo.evolution import GenerationStats, TrainResult
+    from agilerl_core.results import GenerationStats, TrainResult
 
 
 def __getattr__(name: str) -> Any:

@@ -25,13 +25,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from agilerl_core.algorithms.saved import load_member
 from agilerl_core.config import ENGINE_KINDS, ConfigKinds, ExperimentConfig
 from agilerl_core.envs.make import bind_env_factory, resolve_env_id
 from agilerl_core.errors import CheckpointError, ConfigError
-from agilerl_core.hpo.evolution import GenerationStats, RunResult, TrainResult
 from agilerl_core.hpo.population import Member
-from agilerl_core.io.checkpoint import MEMBER_FORMAT, _member_record, _read_json, load_member, save_member
+from agilerl_core.io.checkpoint import MEMBER_FORMAT, _member_record, _read_json, save_member
 from agilerl_core.limits import Limits, applied
+from agilerl_core.results import GenerationStats, RunResult, TrainResult
 
 PIPELINE_SECTIONS = ("runner", "tracking", "schedule")  # what a pipeline YAML adds (tasks.config); never read here
 

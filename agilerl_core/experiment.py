@@ -19,12 +19,11 @@ from typing import Any
 
 from tqdm import tqdm
 
-from agilerl_core.algorithms.registry import algorithm_info, get_algorithm
-from agilerl_core.arenas import arena_class
+from agilerl_core.arenas import build_arena
+from agilerl_core.champion import choose_champion, eval_rounds
 from agilerl_core.config import ExperimentConfig
 from agilerl_core.errors import CheckpointError, ConfigError
-from agilerl_core.hpo.champion import choose_champion, eval_rounds
-from agilerl_core.hpo.evolution import Evolution, EvolutionSettings, RunResult
+from agilerl_core.evolution import Evolution, EvolutionSettings, RunResult
 from agilerl_core.hpo.population import Member
 from agilerl_core.io.checkpoint import save_member
 from agilerl_core.limits import applied
@@ -32,11 +31,6 @@ from agilerl_core.progress import reporting as progress_reporting
 from agilerl_core.progress import show_generation
 
 log = logging.getLogger(__name__)
-
-
-def build_arena(cfg: ExperimentConfig):
-    """The arena of `cfg`'s kind and algorithm, built (and so checked) from it."""
-    return arena_class(algorithm_info(cfg.algorithm).arenas[cfg.kind])(cfg, get_algorithm(cfg.algorithm))
 
 
 def build_evolution(cfg: ExperimentConfig, batch_members: bool = True, group_cap: int | None = None) -> Evolution:
@@ -105,7 +99,7 @@ def train_local(cfg: ExperimentConfig, progress: bool = True, run_dir: str | Pat
     run's best member and the population under `run_dir` (default: a new directory OUTPUT_DIR/RUN_ID, see
     :func:`default_run_dir`; OUTPUT_DIR/NAME-latest then points at it). The best member is the flow's champion:
     the final elite or the best generation's elite, whichever scores higher on fresh seeds
-    (:func:`~agilerl_core.hpo.champion.choose_champion`). `batch_members`: see :func:`build_evolution`.
+    (:func:`~agilerl_core.champion.choose_champion`). `batch_members`: see :func:`build_evolution`.
     `hooks`: the run's callbacks (:class:`agilerl_core.api.CallbackHooks`); one may stop the run early."""
     default_dir = run_dir is None
     run_dir = Path(run_dir or default_run_dir(cfg))  # checked before anything trains or is written

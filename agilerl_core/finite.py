@@ -10,7 +10,7 @@ Checked cheaply, with no host wait added to the loop on CUDA:
 * weights are checked once per member after its training phase (:func:`nonfinite_weight`: one reduction,
   one host read) and again before a member is saved as elite or registered.
 
-The arenas raise with the slot and step; :class:`~agilerl_core.hpo.evolution.Evolution` adds the member id,
+The arenas raise with the slot and step; :class:`~agilerl_core.evolution.Evolution` adds the member id,
 the generation and the source (:func:`source_of`).
 """
 

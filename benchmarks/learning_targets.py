@@ -25,11 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from agilerl_core.algorithms.saved import load_member
 from agilerl_core.arenas.base import evaluate_member
 from agilerl_core.config import parse_overrides
 from agilerl_core.envs.make import EnvRecipe
 from agilerl_core.experiment import train_local
-from agilerl_core.io.checkpoint import load_member
 from tasks.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]

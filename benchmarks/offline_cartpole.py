@@ -27,12 +27,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from agilerl_core.algorithms.registry import get_algorithm
+from agilerl_core.algorithms.saved import load_member
 from agilerl_core.arenas.base import evaluate_member
 from agilerl_core.data.collect import collect_episodes, write_dataset
 from agilerl_core.data.loader import load_dataset
 from agilerl_core.envs.make import make_vector_env
 from agilerl_core.experiment import build_evolution, train_local
-from agilerl_core.io.checkpoint import load_member, save_member
+from agilerl_core.io.checkpoint import save_member
 from tasks.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,7 +86,7 @@ def main() -> None:
         tmp_p = Path(tmp)
         policy = medium_policy(tmp_p, args.medium)
         episodes = collect_episodes("CartPole-v1", str(tmp_p / "medium"), args.episodes, seed=123,
-                                    epsilon=args.epsilon)
+                                    epsilon=args.epsilon, algorithms=get_algorithm)
         path = write_dataset(str(tmp_p / "cartpole-medium.hdf5"), episodes, "CartPole-v1", str(tmp_p / "medium"))
         info = load_dataset(path).describe()
         mean = info["return_mean"]

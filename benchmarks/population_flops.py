@@ -131,8 +131,8 @@ def grpo_step(k: int):
     from pathlib import Path
 
     from agilerl_core.algorithms.grpo import GRPO
+    from agilerl_core.arenas import build_arena
     from agilerl_core.data.prompts import write_jsonl
-    from agilerl_core.experiment import build_arena
     from tasks.config import validate_config
 
     with tempfile.TemporaryDirectory() as tmp:

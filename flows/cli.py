@@ -408,6 +408,7 @@ def _dataset(args: argparse.Namespace) -> dict:
         return _collect_wordle(args)
     if args.vocabulary is not None or args.held_out is not None:
         raise ConfigError("--vocabulary and --held-out: only for --env wordle")
+    from agilerl_core.algorithms.registry import get_algorithm
     from agilerl_core.data.collect import collect_episodes, write_dataset
 
     policy = args.policy or "random"
@@ -426,7 +427,7 @@ def _dataset(args: argparse.Namespace) -> dict:
     if env_id is None:
         raise ConfigError("--env: name the env to record in (e.g. --env CartPole-v1), or give --config")
     episodes = collect_episodes(env_id, policy, args.episodes, args.seed, args.num_envs, args.epsilon,
-                                progress=not args.no_progress, **recipe)
+                                progress=not args.no_progress, algorithms=get_algorithm, **recipe)
     where = write_dataset(args.out, episodes, env_id, policy, fmt)
     return {"out": where, **load_dataset(where, fmt).describe()}  # read back: what a run would load
 

@@ -34,10 +34,10 @@ from prefect import get_run_logger
 from tqdm import tqdm
 
 from agilerl_core.api import CallbackHooks
+from agilerl_core.champion import choose_champion, eval_rounds
 from agilerl_core.errors import CheckpointError, TrackingError
+from agilerl_core.evolution import Evolution
 from agilerl_core.experiment import build_evolution, new_run_id
-from agilerl_core.hpo.champion import choose_champion, eval_rounds
-from agilerl_core.hpo.evolution import Evolution
 from agilerl_core.io.checkpoint import save_member
 from agilerl_core.io.run_store import LeaseKeeper, RunStore, check_run_id
 from agilerl_core.io.storage import storage_from_config

@@ -16,7 +16,7 @@ from mlflow.pyfunc import PythonModel
 
 class ChampionPolicy(PythonModel):
     def load_context(self, context) -> None:
-        from agilerl_core.io.checkpoint import load_member
+        from agilerl_core.algorithms.saved import load_member
 
         member, self.env = load_member(context.artifacts["member"])
         self.agent = member.agent

@@ -11,8 +11,8 @@ import griffe
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-RECORDS = ["agilerl_core.api.EvolveResult", "agilerl_core.hpo.evolution.GenerationStats",
-           "agilerl_core.hpo.evolution.TrainResult", "agilerl_core.hpo.evolution.RunResult"]
+RECORDS = ["agilerl_core.api.EvolveResult", "agilerl_core.results.GenerationStats",
+           "agilerl_core.results.TrainResult", "agilerl_core.results.RunResult"]
 
 
 @pytest.mark.parametrize("path", RECORDS)

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from agilerl_core.algorithms.saved import load_member, load_population
 from agilerl_core.buffers.replay import Transition
 from agilerl_core.errors import CheckpointError
 from agilerl_core.experiment import build_evolution
 from agilerl_core.hpo.population import Member
-from agilerl_core.io import load_member, load_population, save_member
+from agilerl_core.io import save_member
 from tests.conftest import tiny_config
 from tests.test_dqn import SPEC, make_dqn
 

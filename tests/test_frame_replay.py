@@ -213,8 +213,7 @@ def corridor_config():
 
 
 def test_the_off_policy_arena_stores_stacked_frames_once_and_learns_as_with_whole_stacks(monkeypatch):
-    from agilerl_core.arenas import gym_off_policy
-    from agilerl_core.experiment import build_arena
+    from agilerl_core.arenas import build_arena, gym_off_policy
 
     cfg = corridor_config()
     framed = build_arena(cfg)

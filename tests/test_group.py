@@ -13,7 +13,7 @@ from agilerl_core.buffers import ReplayBuffer, transition_fields
 from agilerl_core.buffers.replay import n_step_return
 from agilerl_core.config import NetworkConfig
 from agilerl_core.envs.spaces import ObsSpec
-from agilerl_core.hpo.evolution import groups_of
+from agilerl_core.evolution import groups_of
 from agilerl_core.networks import initial_arch
 
 SPEC = ObsSpec(spaces.Box(-1, 1, (3,), np.float32))

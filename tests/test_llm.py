@@ -412,7 +412,7 @@ def test_two_process_data_parallel_phase_equals_one_process(data_dir, algorithm)
     """`model.data_parallel: 2` trains a member's phase in two processes (accelerate launch --multi_gpu with
     Accelerator(cpu=True)): micro-batches shared out, gradients summed. The trained adapter, its Adam state
     and the phase's metrics equal the one-process phase's (float tolerance)."""
-    from agilerl_core.experiment import build_arena
+    from agilerl_core.arenas import build_arena
 
     over = {"algorithm": algorithm, "population_size": 1}
     if algorithm == "grpo":

@@ -214,7 +214,7 @@ def test_batched_evaluation_equals_member_by_member(algorithm):
 def test_a_group_phase_reads_back_per_step_not_per_member():
     """Acting, stepping, staging and learning read the device back per step for the whole group (the actions the
     host envs take), never once per member and step: more steps add as many reads for 5 members as for 2."""
-    from agilerl_core.experiment import build_arena
+    from agilerl_core.arenas import build_arena
 
     def reads(k: int, steps: int) -> int:
         arena = build_arena(ma_config(population_size=k, evo_steps=steps, **{"hyperparameters.learning_delay": 8}))

@@ -50,8 +50,8 @@ def test_member_runs_lead_with_their_slot_and_the_resolved_storage_uri_is_logged
 def test_the_champion_is_the_better_of_the_final_elite_and_the_best_member_ever_on_fresh_seeds(tmp_path):
     """An elite that collapses later loses to the run's best member: both are candidates (the best generation's
     elite is read back from storage, kept through retention), re-scored on seeds no generation used."""
+    from agilerl_core.champion import choose_champion, eval_rounds
     from agilerl_core.experiment import build_evolution
-    from agilerl_core.hpo.champion import choose_champion, eval_rounds
     from agilerl_core.io.run_store import RunStore
     from agilerl_core.io.storage import LocalStorage
     from tests.conftest import tiny_config

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from agilerl_core import rng
-from agilerl_core.experiment import build_arena
+from agilerl_core.arenas import build_arena
 from tests.conftest import HostReads, tiny_config
 
 

@@ -7,9 +7,10 @@ import json
 import pytest
 import torch
 
+from agilerl_core.algorithms.registry import get_algorithm
 from agilerl_core.errors import CheckpointError, ConfigError
+from agilerl_core.evolution import Evolution
 from agilerl_core.experiment import build_evolution
-from agilerl_core.hpo.evolution import Evolution
 from agilerl_core.io.run_store import RunStore, check_run_id, ring_after
 from agilerl_core.io.storage import LocalStorage
 from tests.conftest import tiny_config
@@ -96,7 +97,7 @@ def test_tampered_committed_files_are_refused(tmp_path):
     data["generation"] = 5
     path.write_text(json.dumps(data))
     with pytest.raises(CheckpointError, match="population.json: checksum mismatch with the generation manifest"):
-        store.load_generation(0)
+        store.load_generation(0, algorithms=get_algorithm)
     shard = tmp_path / "r/generations/000000/shards/1.safetensors"
     shard.write_bytes(shard.read_bytes()[:-10])
     exp = build_evolution(tiny_config())
@@ -117,8 +118,8 @@ def test_retention_keeps_last_k_every_elite_and_the_buffer_window(tmp_path):
         if g < 3:
             assert m["pruned"] and members == {str(m["elite_slot"])}  # only the elite survives
             with pytest.raises(CheckpointError, match="pruned"):
-                store.load_generation(g)
-            store.load_elite(g)  # ... and it loads
+                store.load_generation(g, algorithms=get_algorithm)
+            store.load_elite(g, algorithms=get_algorithm)  # ... and it loads
         else:
             assert not m["pruned"] and members == {"0", "1", "2"}
         on_disk = set(store.storage.list(f"r/generations/{g:06d}/"))

@@ -240,8 +240,9 @@ def _ppo(spec: ObsSpec, net: NetworkConfig):
 
 
 def test_a_small_frame_member_round_trips_through_a_checkpoint(tmp_path):
+    from agilerl_core.algorithms.saved import load_member
     from agilerl_core.hpo.population import Member
-    from agilerl_core.io import load_member, save_member
+    from agilerl_core.io import save_member
 
     agent = _ppo(ObsSpec(CODES), NetworkConfig())
     save_member(tmp_path / "m", Member(1, agent), ENV)
@@ -260,8 +261,9 @@ def test_a_code_grid_checkpoint_written_before_scaling_by_bounds_keeps_dividing_
     """Before this change a uint8 grid was divided by 255 and needed an explicit cnn section; its member.json
     had no input_scale. Loaded now, on its recorded spaces or through an arena's fresh (bounds) spec, its
     networks still read x / 255: the weights act as they were trained."""
+    from agilerl_core.algorithms.saved import load_member
     from agilerl_core.hpo.population import Member
-    from agilerl_core.io import load_member, save_member
+    from agilerl_core.io import save_member
 
     old_cnn = {"channels": [8], "kernel_sizes": [3], "strides": [1], "latent_dim": 16, "input_scale": "pixels"}
     agent = _ppo(ObsSpec(CODES), NetworkConfig(cnn=old_cnn))
@@ -411,9 +413,10 @@ def test_an_arena_probes_its_env_and_a_saved_member_scales_as_in_training(tmp_pa
     """The arena reads the codes' tops from a seeded probe of the env; a member saved and loaded (on its recorded
     spaces, or on the caller's spec that knows nothing of the probe) reads its images exactly as in training;
     a spec recorded with the observed scaling round-trips too."""
-    from agilerl_core.experiment import build_arena
+    from agilerl_core.algorithms.saved import load_member
+    from agilerl_core.arenas import build_arena
     from agilerl_core.hpo.population import Member
-    from agilerl_core.io import load_member, save_member
+    from agilerl_core.io import save_member
 
     arena = build_arena(_wide_config("CodeRoom255-v0", tmp_path))
     cnn = arena.arch.cnns[0][1]
@@ -442,9 +445,9 @@ def test_an_arena_probes_its_env_and_a_saved_member_scales_as_in_training(tmp_pa
 
 
 def test_real_pixels_keep_dividing_by_255_whatever_the_probe_needed(tmp_path):
+    from agilerl_core.arenas import build_arena
     from agilerl_core.arenas.base import probe_image_tops
     from agilerl_core.envs.make import EnvRecipe
-    from agilerl_core.experiment import build_arena
 
     late = build_arena(_wide_config("LateLight-v0", tmp_path))  # black at reset, a 200 two steps on
     assert late.arch.cnns[0][1].input_scale is None and late.arch.cnns[0][1].input_high is None

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from agilerl_core.evolution import Evolution
 from agilerl_core.experiment import build_evolution
-from agilerl_core.hpo.evolution import Evolution
 from agilerl_core.io.run_store import RunStore
 from agilerl_core.io.storage import LocalStorage
 from tasks.generation import (

@@ -14,8 +14,8 @@ import torch
 from gymnasium import spaces
 
 from agilerl_core.errors import NonFiniteError
+from agilerl_core.evolution import finite_max
 from agilerl_core.experiment import build_evolution, train_local
-from agilerl_core.hpo.evolution import finite_max
 from agilerl_core.hpo.tournament import TournamentSelection, elite_index
 from agilerl_core.io.run_store import RunStore
 from agilerl_core.io.storage import LocalStorage
@@ -248,7 +248,7 @@ def _poison_weights(member) -> None:
 
 
 def test_an_elite_with_nan_weights_is_never_saved_committed_or_registered(tmp_path):
-    from agilerl_core.hpo.champion import choose_champion
+    from agilerl_core.champion import choose_champion
 
     NonFiniteEnv.poisoned = False
     cfg = _dqn()

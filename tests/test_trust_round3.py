@@ -20,6 +20,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import agilerl_core
+from agilerl_core.algorithms.registry import get_algorithm
 from agilerl_core.errors import CheckpointError
 from agilerl_core.experiment import build_evolution
 from agilerl_core.io.files import open_regular, quote
@@ -142,7 +143,7 @@ def test_a_run_copied_under_another_folder_name_loads_and_resumes(run):
     copied = run / "copied" / "generations/000000/population/members/0"
     assert agilerl_core.load(copied).member_id == 0
     store = RunStore(LocalStorage(run), "copied")
-    pop, _ = store.load_generation(0)
+    pop, _ = store.load_generation(0, algorithms=get_algorithm)
     assert [m.member_id for m in pop.members] == [0, 1]
     assert len(store.lineage(0)) == len(RunStore(LocalStorage(run), "r").lineage(0))
 
@@ -151,7 +152,7 @@ def test_a_run_copied_under_another_folder_name_loads_and_resumes(run):
     data["files"] = {f"r/{k}": v for k, v in data["files"].items()}
     man.write_text(json.dumps(data))
     assert agilerl_core.load(copied).member_id == 0
-    assert [m.member_id for m in store.load_generation(0)[0].members] == [0, 1]
+    assert [m.member_id for m in store.load_generation(0, algorithms=get_algorithm)[0].members] == [0, 1]
     _forge(copied)  # and the copy is still verified
     with pytest.raises(CheckpointError, match="checksum mismatch with the generation manifest"):
         agilerl_core.load(copied)

@@ -26,9 +26,9 @@ from agilerl_core.envs.make import EnvRecipe
 from agilerl_core.envs.spaces import CODE_RANGE, ActionSpec, ObsSpec, action_spec, observed_highs
 from agilerl_core.envs.vector import action_masks
 from agilerl_core.errors import ConfigError
-from agilerl_core.hpo.evolution import TrainResult
 from agilerl_core.hpo.space import HyperparameterSpace, merge_space
 from agilerl_core.networks.evolvable import ArchBounds, initial_arch
+from agilerl_core.results import TrainResult
 
 
 class EpisodeReturns:

@@ -23,7 +23,7 @@ from agilerl_core.buffers.nstep import NStepCollector
 from agilerl_core.buffers.replay import ReplayBuffer, transition_fields
 from agilerl_core.envs.group import GroupEnv
 from agilerl_core.envs.make import EnvRecipe
-from agilerl_core.hpo.evolution import TrainResult
+from agilerl_core.results import TrainResult
 
 
 def train_group(group: ReplayGroup, slots: list[int], envs: GroupEnv, buffer: ReplayBuffer, evo_steps: int,

@@ -15,7 +15,7 @@ from agilerl_core.arenas.experience import rollout_lengths
 from agilerl_core.buffers.rollout import Rollout, compute_gae
 from agilerl_core.envs.group import GroupEnv
 from agilerl_core.finite import FirstBad
-from agilerl_core.hpo.evolution import TrainResult
+from agilerl_core.results import TrainResult
 
 
 def _members_rows(x: torch.Tensor, steps: int) -> torch.Tensor:

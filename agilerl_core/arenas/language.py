@@ -20,13 +20,13 @@ from agilerl_core.arenas.base import checked_space, torch_device
 from agilerl_core.arenas.experience import OwnExperience
 from agilerl_core.data.fetch import check_pin
 from agilerl_core.errors import ConfigError, DatasetError
-from agilerl_core.hpo.evolution import TrainResult
 from agilerl_core.io.storage import s3_options
 from agilerl_core.language.games import games_for
 from agilerl_core.language.players import GameRecord
 from agilerl_core.language.tensors import LETTER_IDS, TURN_CHARS, game_tensors, sequence_length
 from agilerl_core.language.wordle import BOS, CHARS, LENGTH, MAX_GUESSES, WordleGame, WordList, encode, word_list
 from agilerl_core.networks.gpt import GPTBounds, GPTSpec
+from agilerl_core.results import TrainResult
 
 
 class LanguageArena(OwnExperience):

@@ -18,15 +18,15 @@ import torch
 from agilerl_core.algorithms.llm_base import LLMAlgorithm, RankBounds
 from agilerl_core.arenas.base import checked_space, torch_device
 from agilerl_core.arenas.experience import OwnExperience
+from agilerl_core.arenas.llm_data_parallel import train_data_parallel
 from agilerl_core.data.fetch import check_pin
 from agilerl_core.data.prompts import TextRecords, load_text_records, split_indices
 from agilerl_core.data.reasoning import generate
 from agilerl_core.errors import CheckpointError, ConfigError, DatasetError
-from agilerl_core.hpo.evolution import TrainResult
 from agilerl_core.io.storage import s3_options
 from agilerl_core.llm.base_model import SharedBase
-from agilerl_core.llm.data_parallel import train_data_parallel
 from agilerl_core.llm.rewards import Rewards
+from agilerl_core.results import TrainResult
 
 
 def load_llm_member(path: str, device: str = "cpu") -> tuple[LLMAlgorithm, dict[str, Any]]:

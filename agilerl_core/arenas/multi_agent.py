@@ -45,9 +45,9 @@ from agilerl_core.envs.spaces import MultiAgentSpec, Obs
 from agilerl_core.envs.team_group import AgentMasks, TeamGroupEnv, TeamStep
 from agilerl_core.errors import ConfigError
 from agilerl_core.finite import check_loss
-from agilerl_core.hpo.evolution import TrainResult
 from agilerl_core.networks.evolvable import ArchBounds, ArchSpec
 from agilerl_core.networks.mlp import MLPSpec
+from agilerl_core.results import TrainResult
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from agilerl_core.buffers.replay import ReplayBuffer
 from agilerl_core.data.fetch import check_pin
 from agilerl_core.data.loader import Dataset, check_fits, dataset_buffer, load_dataset
 from agilerl_core.finite import FirstBad
-from agilerl_core.hpo.evolution import TrainResult
 from agilerl_core.io.storage import s3_options
+from agilerl_core.results import TrainResult
 
 
 def train_group_offline(group: ReplayGroup, slots: list[int], dataset: ReplayBuffer, learn_steps: int

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from gymnasium import spaces
@@ -27,7 +28,8 @@ def _random_actions(space: spaces.Space, num_envs: int, mask: np.ndarray | None)
 
 def collect_episodes(env_id: str, policy: str, episodes: int, seed: int = 0, num_envs: int = 8,
                      epsilon: float = 0.0, env_kwargs: dict | None = None, progress: bool = False,
-                     entry_point: str | None = None, wrappers: Sequence = ()) -> list[dict]:
+                     entry_point: str | None = None, wrappers: Sequence = (),
+                     algorithms: Callable[[str], Any] | None = None) -> list[dict]:
     """The first `episodes` episodes that finish, each as {observations [T+1], actions, rewards,
     terminations, truncations [T]} in the env's own scale.
 
@@ -35,7 +37,9 @@ def collect_episodes(env_id: str, policy: str, episodes: int, seed: int = 0, num
     step's action is replaced by a uniformly random one with that probability (a noisier behaviour
     policy covers more states). Where the env puts an ``action_mask`` in its info, random and epsilon
     actions are drawn among the allowed ones only, and the policy acts under the mask. Same arguments,
-    same episodes. `wrappers` (a config's ``env_wrappers``) wrap every env copy as in training.
+    same episodes. `wrappers` (a config's ``env_wrappers``) wrap every env copy as in training. A saved
+    member is rebuilt by the algorithm its checkpoint names, looked up in `algorithms` (the registry the caller
+    hands in: :func:`agilerl_core.algorithms.registry.get_algorithm`).
     """
     if episodes < 1:
         raise ConfigError("--episodes: must be at least 1")
@@ -46,6 +50,9 @@ def collect_episodes(env_id: str, policy: str, episodes: int, seed: int = 0, num
     if policy != "random":
         from agilerl_core.io.checkpoint import load_member
 
+        if algorithms is None:
+            raise TypeError("collect_episodes: a saved policy needs algorithms= (the registry lookup, "
+                            "agilerl_core.algorithms.registry.get_algorithm)")
         if not Path(policy).is_dir():
             raise ConfigError(f"--policy {policy!r}: neither 'random' nor a saved member directory (the elite/ "
                               f"directory a run writes, e.g. runs/NAME-latest/elite)")
@@ -57,7 +64,7 @@ def collect_episodes(env_id: str, policy: str, episodes: int, seed: int = 0, num
         if recorded_spec is not None and not same_spec(recorded_spec, spec):
             raise ConfigError(f"--policy {policy!r}: the member was trained on other observation spaces than "
                               f"{env_id}'s")
-        member, recorded = load_member(policy, spec)
+        member, recorded = load_member(policy, spec, algorithms=algorithms)
         if recorded.get("env_id") != env_id:
             raise ConfigError(f"--policy {policy!r}: the member was trained on {recorded.get('env_id')}, not {env_id}")
         agent = member.agent

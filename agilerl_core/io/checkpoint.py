@@ -34,7 +34,6 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from agilerl_core.algorithms.registry import get_algorithm
 from agilerl_core.buffers.replay import ReplayBuffer
 from agilerl_core.envs.spaces import MultiAgentSpec, ObsSpec, obs_spec_from_dict, obs_spec_to_dict
 from agilerl_core.errors import CheckpointError
@@ -45,6 +44,7 @@ from agilerl_core.io.records import check_type, field, guarded, read_format, siz
 from agilerl_core.io.storage import fsync_path
 
 Rebuild = Callable[[dict[str, torch.Tensor], dict[str, Any]], Any]  # (tensors, meta) -> member
+Algorithms = Callable[[str], Any]  # a fixed registry's lookup: algorithm name -> class (KeyError when unknown)
 MEMBER_FORMAT = "agilerl-flow/member"
 POPULATION_FORMAT = "agilerl-flow/population"
 VERSION = 1
@@ -139,13 +139,18 @@ def save_member(path: str | Path, member: Member, env: dict[str, Any]) -> Path:
 
 
 def load_member(path: str | Path, obs_spec: ObsSpec | MultiAgentSpec | None = None, device: str = "cpu",
-                rebuild: Rebuild | None = None, root: str | Path | None = None) -> tuple[Member, dict]:
+                rebuild: Rebuild | None = None, root: str | Path | None = None, *,
+                algorithms: Algorithms | None = None) -> tuple[Member, dict]:
     """Load a member directory; returns (member, env description: a label, never used to build anything).
 
     `rebuild` (an arena's ``member_from_state``) turns the stored state into a member; without it, an RL
-    agent of the algorithm the checkpoint names is built on `obs_spec`, or else on the spaces the checkpoint
-    records as data. Nothing the checkpoint names is imported, registered or called. Every file read is a
-    regular file inside `root` (default: the member folder), symbolic links resolved."""
+    agent of the algorithm the checkpoint names is looked up in `algorithms` (the registry the caller hands in,
+    :func:`agilerl_core.algorithms.registry.get_algorithm`; this layer imports none) and built on `obs_spec`,
+    or else on the spaces the checkpoint records as data. Nothing the checkpoint names is imported, registered
+    or called. Every file read is a regular file inside `root` (default: the member folder), symlinks resolved."""
+    if rebuild is None and algorithms is None:
+        raise TypeError("load_member: pass rebuild= (an arena's member_from_state) or algorithms= (a registry "
+                        "lookup, e.g. agilerl_core.algorithms.registry.get_algorithm)")
     path = Path(path)
     root = Path(root) if root is not None else path
     meta = _read_json(path / "member.json", MEMBER_FORMAT, root)
@@ -162,7 +167,7 @@ def load_member(path: str | Path, obs_spec: ObsSpec | MultiAgentSpec | None = No
         if rebuild is None:
             name = agent_meta.get("algorithm") if isinstance(agent_meta, dict) else None
             try:
-                algo = get_algorithm(str(name))  # a name in the fixed registry, never a module path
+                algo = algorithms(str(name))  # a name in the fixed registry, never a module path
             except KeyError:
                 raise CheckpointError(f"{path / 'member.json'}: field agent.algorithm {name!r} is not a known "
                                       f"algorithm") from None
@@ -283,15 +288,17 @@ def save_population(path: str | Path, population: Population, env: dict[str, Any
 
 
 def load_population(path: str | Path, obs_spec: ObsSpec | None = None, buffer: ReplayBuffer | None = None,
-                    device: str = "cpu", rebuild: Rebuild | None = None) -> tuple[Population, dict]:
-    """Load a population directory (and the buffer contents into `buffer`, when given)."""
+                    device: str = "cpu", rebuild: Rebuild | None = None, *,
+                    algorithms: Algorithms | None = None) -> tuple[Population, dict]:
+    """Load a population directory (and the buffer contents into `buffer`, when given); `rebuild` and
+    `algorithms` as for :func:`load_member`."""
     path = Path(path)
     meta = _read_json(path / "population.json", POPULATION_FORMAT, path)
     file = str(path / "population.json")
     names = population_fields(meta, file)
     members = []
     for name in names:
-        member, _ = load_member(path / "members" / name, obs_spec, device, rebuild, root=path)
+        member, _ = load_member(path / "members" / name, obs_spec, device, rebuild, root=path, algorithms=algorithms)
         if obs_spec is None and rebuild is None:
             obs_spec = member.agent.env_spec
         members.append(member)

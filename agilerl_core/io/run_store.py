@@ -46,6 +46,7 @@ from agilerl_core.errors import CheckpointError, ConfigError, LeaseError
 from agilerl_core.hpo.population import Member, Population
 from agilerl_core.io.checkpoint import (
     POPULATION_FORMAT,
+    Algorithms,
     Rebuild,
     lineage_events,
     load_member,
@@ -346,7 +347,8 @@ class RunStore:
 
     # ---- load ------------------------------------------------------------------------------------------
     def load_generation(self, generation: int, obs_spec: ObsSpec | None = None, device: str = "cpu",
-                        rebuild: Rebuild | None = None) -> tuple[Population, dict[str, Any]]:
+                        rebuild: Rebuild | None = None, *,
+                        algorithms: Algorithms | None = None) -> tuple[Population, dict[str, Any]]:
         """The evaluated population of a committed generation and its population.json metadata. Errors name
         the file by its storage URL (not the local copy it was verified in)."""
         manifest = self.manifest(generation)
@@ -356,15 +358,15 @@ class RunStore:
         prefix = self.key(self.gen_dir(generation), "population")
         with tempfile.TemporaryDirectory(prefix="agilerl-load-") as tmp, self._named_in_storage(tmp, prefix):
             self._download_verified(manifest, prefix, Path(tmp))
-            return load_population(Path(tmp), obs_spec, None, device, rebuild)
+            return load_population(Path(tmp), obs_spec, None, device, rebuild, algorithms=algorithms)
 
     def load_elite(self, generation: int, obs_spec: ObsSpec | None = None, device: str = "cpu",
-                   rebuild: Rebuild | None = None) -> Member:
+                   rebuild: Rebuild | None = None, *, algorithms: Algorithms | None = None) -> Member:
         manifest = self.manifest(generation)
         prefix = self.key(self.gen_dir(generation), "population", "members", str(manifest["elite_slot"]))
         with tempfile.TemporaryDirectory(prefix="agilerl-load-") as tmp, self._named_in_storage(tmp, prefix):
             self._download_verified(manifest, prefix, Path(tmp))
-            return load_member(Path(tmp), obs_spec, device, rebuild)[0]
+            return load_member(Path(tmp), obs_spec, device, rebuild, algorithms=algorithms)[0]
 
     @contextlib.contextmanager
     def _named_in_storage(self, local: str, prefix: str):

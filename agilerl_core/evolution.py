@@ -19,7 +19,7 @@ import functools
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,6 +36,7 @@ from agilerl_core.hpo.tournament import TournamentSelection
 from agilerl_core.io.checkpoint import load_population, save_member, save_population
 from agilerl_core.io.run_store import RunStore, ShardRef
 from agilerl_core.limits import Limits, applied
+from agilerl_core.results import GenerationStats, RunResult, TrainResult
 
 
 def finite_max(values: Sequence[float]) -> float:
@@ -74,99 +75,6 @@ def groups_of(keys: Sequence[object | None], cap: int | None) -> list[tuple[int,
 
 # what each seed is for: derive_seed(master, PURPOSE, ...)
 MEMBER_SEED, TRAIN_SEED, EVAL_SEED, CHILD_SEED, CHAMPION_SEED = 1, 2, 3, 4, 5
-
-
-@dataclass
-class TrainResult:
-    """What one member's training phase produced."""
-
-    slot: int
-    """The population slot that trained."""
-    env_steps: int
-    """Budget units spent: env steps (offline: gradient steps)."""
-    learn_steps: int
-    """Gradient steps taken."""
-    episodes: int
-    """Training episodes that ended in this phase."""
-    mean_return: float
-    """Mean return of the episodes that ended during training (nan if none)."""
-    mean_loss: float
-    """Mean training loss over the phase's gradient steps."""
-    wall_s: float
-    """Wall time of the phase, seconds."""
-    metrics: dict[str, float] = field(default_factory=dict)
-    """The arena's own training means (LLM: reward, KL...)."""
-
-
-@dataclass
-class GenerationStats:
-    """Summary of one generation (what the progress bar and trackers show)."""
-
-    generation: int
-    """The generation's number, from 0."""
-    global_steps: int
-    """Budget units the whole run had spent when this generation ended."""
-    fitnesses: list[float]
-    """Each slot's evaluation (fitness), by slot."""
-    best_fitness: float
-    """The best of :attr:`fitnesses`."""
-    mean_fitness: float
-    """The mean of :attr:`fitnesses`."""
-    train_returns: list[float]
-    """Each slot's mean training return this generation."""
-    mutations: list[str]
-    """How each slot's member came to be this generation (``init``, ``clone``, a mutation's name...)."""
-    hyperparameters: list[dict]
-    """Each slot's hyperparameters while it trained."""
-    wall_s: float
-    """Wall time of the generation, seconds."""
-    train_metrics: list[dict] = field(default_factory=list)
-    """Per slot: :attr:`TrainResult.metrics`."""
-    groups: list[list[int]] = field(default_factory=list)
-    """The slots that trained together, as one stacked group each."""
-
-
-@dataclass
-class RunResult:
-    """Outcome of an evolution run."""
-
-    best_fitness: float
-    """The best evaluation of any member in any generation."""
-    elite_fitness: float
-    """The final elite's last evaluation."""
-    global_steps: int
-    """Budget units spent in all (env steps; offline: gradient steps)."""
-    max_env_steps: int
-    """The run's budget."""
-    wall_s: float
-    """Wall time of this run (this attempt, for a resumed run), seconds."""
-    env_steps_per_s: float
-    """Budget units per second of :attr:`wall_s`."""
-    generations: int
-    """Generations evaluated."""
-    elite_uri: str
-    """Where the final elite was saved."""
-    reached_target: bool
-    """Whether :attr:`best_fitness` reached the config's ``target_fitness``."""
-    history: list[GenerationStats] = field(default_factory=list, repr=False)
-    """One :class:`GenerationStats` per generation (left out of the repr: long)."""
-    batching: str = ""
-    """How members were grouped to learn (``Evolution.batching_note``)."""
-    best_uri: str = ""
-    """Where the run's best member (the champion rule's choice) was saved, when it was."""
-    champion: dict[str, Any] | None = None
-    """That choice: the candidates (final elite, best ever) and their fresh-seed scores."""
-    best_member: Any = field(default=None, repr=False, compare=False)
-    """That member, in-process runs only (:attr:`agilerl_core.api.EvolveResult.best` wraps it)."""
-
-    def summary(self) -> dict[str, Any]:
-        groups = [len(g) for g in self.history[-1].groups] if self.history else []
-        return {"batching": self.batching, "group_sizes": groups,
-                "best_fitness": self.best_fitness, "elite_fitness": self.elite_fitness,
-                "global_steps": self.global_steps, "max_env_steps": self.max_env_steps,
-                "wall_s": round(self.wall_s, 3), "env_steps_per_s": round(self.env_steps_per_s, 1),
-                "generations": self.generations, "elite_uri": self.elite_uri, "reached_target": self.reached_target,
-                **({"best_uri": self.best_uri, "champion": self.champion} if self.best_uri else {})}
 
 
 class Arena(Protocol):

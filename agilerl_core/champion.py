@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from agilerl_core.errors import CheckpointError
-from agilerl_core.hpo.evolution import Evolution
+from agilerl_core.evolution import Evolution
 from agilerl_core.hpo.population import Member
 from agilerl_core.io.run_store import RunStore
 
