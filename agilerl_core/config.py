@@ -937,7 +937,7 @@ class LLMExperimentConfig(_ExperimentBase):
     def check_env(self) -> None:
         """The fast check the CLI runs first: the base model and the dataset exist (nothing loaded)."""
         from agilerl_core.data.prompts import check_dataset_uri
-        from agilerl_core.llm.base_model import resolve_model_dir
+        from agilerl_core.llm.base_loading import resolve_model_dir
 
         if self.model.path is not None:
             resolve_model_dir(self.model.path)

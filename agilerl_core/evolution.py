@@ -34,7 +34,8 @@ from agilerl_core.hpo.population import Member, Population, Selection
 from agilerl_core.hpo.space import HyperparameterSpace
 from agilerl_core.hpo.tournament import TournamentSelection
 from agilerl_core.io.checkpoint import load_population, save_member, save_population
-from agilerl_core.io.run_store import RunStore, ShardRef
+from agilerl_core.io.manifest import ShardRef
+from agilerl_core.io.run_store import RunStore
 from agilerl_core.limits import Limits, applied
 from agilerl_core.results import GenerationStats, RunResult, TrainResult
 

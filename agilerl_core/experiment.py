@@ -100,7 +100,7 @@ def train_local(cfg: ExperimentConfig, progress: bool = True, run_dir: str | Pat
     :func:`default_run_dir`; OUTPUT_DIR/NAME-latest then points at it). The best member is the flow's champion:
     the final elite or the best generation's elite, whichever scores higher on fresh seeds
     (:func:`~agilerl_core.champion.choose_champion`). `batch_members`: see :func:`build_evolution`.
-    `hooks`: the run's callbacks (:class:`agilerl_core.api.CallbackHooks`); one may stop the run early."""
+    `hooks`: the run's callbacks (:class:`agilerl_core.api.callbacks.CallbackHooks`); one may stop the run early."""
     default_dir = run_dir is None
     run_dir = Path(run_dir or default_run_dir(cfg))  # checked before anything trains or is written
     evo = evolution or build_evolution(cfg, batch_members)

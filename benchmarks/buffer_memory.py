@@ -73,7 +73,7 @@ def _gym_fields(cfg: Any, stores_frames: bool = True) -> tuple[dict[str, FieldSp
     one wrapped env (its spaces, the width of the action mask its reset reports, whether it stacks frames, as
     the arena probes them)."""
     from agilerl_core.arenas.gym_off_policy import probe_frame_stacking
-    from agilerl_core.buffers.frames import frame_fields, frame_parts
+    from agilerl_core.buffers.frame_format import frame_fields, frame_parts
     from agilerl_core.envs.make import EnvRecipe
 
     recipe = EnvRecipe.of(cfg)

@@ -218,7 +218,7 @@ def run_ours(path: Path, overrides: dict[str, Any], seed: int, threshold: float,
     """One of our runs, its elite evaluated after every generation and its champion at the end (see the module
     docstring)."""
     from agilerl_core.algorithms.saved import load_member
-    from agilerl_core.api import CallbackHooks
+    from agilerl_core.api.callbacks import CallbackHooks
     from agilerl_core.arenas.base import evaluate_member
     from agilerl_core.envs.make import EnvRecipe
     from agilerl_core.experiment import train_local

@@ -54,8 +54,8 @@ def main() -> None:
         import_s = _import_cost(env)
 
         from agilerl_core.experiment import train_local
-        from flows.evolution import PREPARED_RUNS, prepare_run
         from flows.online import online_evolution
+        from flows.run_setup import PREPARED_RUNS, prepare_run
         from tasks.config import load_config
 
         budget = args.evo_steps * args.population * args.generations

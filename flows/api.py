@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from agilerl_core.api import Callback, CallbackHooks, resolve_config
+from agilerl_core.api.callbacks import Callback, CallbackHooks
+from agilerl_core.api.evolving import resolve_config
 from agilerl_core.errors import ConfigError
 from tasks.config import PIPELINE_KINDS
 
@@ -46,7 +47,7 @@ def run(config: str | Path | dict[str, Any] | Any, *, env: Callable[..., Any] | 
     """
     from agilerl_core.experiment import new_run_id
     from flows.cli import _flow
-    from flows.evolution import RUN_HOOKS
+    from flows.run_setup import RUN_HOOKS
 
     overrides = dict(overrides or {})
     if storage:

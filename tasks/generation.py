@@ -33,7 +33,8 @@ from prefect.cache_policies import NO_CACHE
 from agilerl_core.errors import NonFiniteError
 from agilerl_core.evolution import Evolution
 from agilerl_core.experiment import build_evolution
-from agilerl_core.io.run_store import RunStore, ShardRef
+from agilerl_core.io.manifest import ShardRef
+from agilerl_core.io.run_store import RunStore
 from agilerl_core.io.storage import storage_from_config
 from agilerl_core.results import TrainResult
 from tasks.config import PipelineConfig, grouping, validate_config

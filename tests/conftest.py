@@ -121,14 +121,16 @@ for _id, _cls in (("agilerl_test/Image-v0", ImageEnv), ("agilerl_test/MaskedDict
 
 # ---- tiers ---------------------------------------------------------------------------------------------------
 # A test is `slow` (left out of the inner-loop tier `python -m pytest -m "not slow"`) when it asks for the real
-# local stack (these fixtures start servers) or is marked by hand (learning runs, Ray and Dask clusters). The
-# README's `python -m pytest` runs every tier.
-SLOW_FIXTURES = frozenset({"stack", "s3", "servers"})
+# local stack (`stack`, `s3`, `servers` start servers), the CLI in subprocesses (`cli`) or a documentation page
+# followed from a fresh clone (`run_page`, tests/test_docs_run.py), or is marked by hand (learning runs, Ray and
+# Dask clusters); `integration` tests (which start a stack of their own) are slow too. The README's
+# `python -m pytest` runs every tier.
+SLOW_FIXTURES = frozenset({"stack", "s3", "servers", "cli", "run_page"})
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())) or item.get_closest_marker("integration"):
             item.add_marker(pytest.mark.slow)
 
 
@@ -231,7 +233,7 @@ def servers(stack):
 
 
 # ---- the CLI as a user runs it -----------------------------------------------------------------------------
-def cli_env(tmp_path) -> dict:
+def _cli_env(tmp_path) -> dict:
     """The environment of a CLI subprocess on the embedded default: no server URLs inherited, Prefect's home in
     `tmp_path`, this checkout importable."""
     import os
@@ -243,15 +245,6 @@ def cli_env(tmp_path) -> dict:
     return env
 
 
-def flow_cli(*args, cwd, env, timeout: float = 300):
-    """`agilerl-flow ARGS` to completion (a CompletedProcess with text output)."""
-    import subprocess
-    import sys
-
-    return subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout, check=False)
-
-
 def cli_summary(proc) -> dict:
     """The JSON summary a successful CLI run prints last."""
     import json
@@ -260,34 +253,66 @@ def cli_summary(proc) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def crash_and_resume(cfg_path, tmp_path, storage: str, kill_after: int = 2) -> tuple[dict, dict]:
-    """Run `cfg_path` through the CLI as run "crashed", kill -9 its process group once generation `kill_after`
-    is committed, resume it, then run it uninterrupted as "straight": (resumed summary, straight summary)."""
-    import os
-    import signal
-    import subprocess
-    import sys
+class Cli:
+    """`agilerl-flow` (and the repository's scripts) in subprocesses, as a user runs them from `tmp_path`: the
+    only way a test starts the CLI. A test asking for the `cli` fixture is in the slow tier (each start imports
+    Prefect and the engine afresh)."""
 
-    from agilerl_core.io.run_store import RunStore
-    from agilerl_core.io.storage import open_storage
+    def __init__(self, tmp_path) -> None:
+        self.tmp_path = tmp_path
+        self.env = _cli_env(tmp_path)
 
-    env = cli_env(tmp_path)
-    common = ["--storage", storage, "--no-progress", "--set", f"output_dir={tmp_path / 'out'}"]
-    proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "run", str(cfg_path), "--run-id", "crashed", *common],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    store = RunStore(open_storage(storage), "crashed")
-    wait_for_commit(store, kill_after, proc)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    crashed_at = store.committed_generations()[-1]
-    resumed = cli_summary(flow_cli("resume", "crashed", "--storage", storage, "--no-progress", cwd=tmp_path, env=env))
-    assert crashed_at < resumed["generations"] - 1, "the run finished before it was killed"
-    # the resumed run's summary covers the whole run: every attempt's steps, the committed generations' wall time
-    assert resumed["resumed_after_generation"] == crashed_at and resumed["attempt_steps"] < resumed["global_steps"]
-    assert resumed["wall_s"] > resumed["attempt_wall_s"]
-    straight = cli_summary(flow_cli("run", str(cfg_path), "--run-id", "straight", *common, cwd=tmp_path, env=env))
-    return resumed, straight
+    def run(self, *args, cwd=None, env=None, timeout: float = 300):
+        """`agilerl-flow ARGS` to completion (a CompletedProcess with text output)."""
+        return self.python("-m", "flows.cli", *map(str, args), cwd=cwd, env=env, timeout=timeout)
+
+    def python(self, *argv, cwd=None, env=None, timeout: float = 300):
+        """`python ARGV` (a script, ``-m module`` or ``-c code``) to completion, text output."""
+        import subprocess
+        import sys
+
+        return subprocess.run([sys.executable, *map(str, argv)], cwd=cwd or self.tmp_path,
+                              env=self.env if env is None else env, capture_output=True, text=True,
+                              timeout=timeout, check=False)
+
+    def popen(self, *args, cwd=None, env=None):
+        """`agilerl-flow ARGS` started in a session of its own (kill -9 its group to crash it), pipes open."""
+        import subprocess
+        import sys
+
+        return subprocess.Popen([sys.executable, "-m", "flows.cli", *map(str, args)], cwd=cwd or self.tmp_path,
+                                env=self.env if env is None else env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
+
+    def crash_and_resume(self, cfg_path, storage: str, kill_after: int = 2) -> tuple[dict, dict]:
+        """Run `cfg_path` as run "crashed", kill -9 its process group once generation `kill_after` is committed,
+        resume it, then run it uninterrupted as "straight": (resumed summary, straight summary)."""
+        import os
+        import signal
+
+        from agilerl_core.io.run_store import RunStore
+        from agilerl_core.io.storage import open_storage
+
+        common = ["--storage", storage, "--no-progress", "--set", f"output_dir={self.tmp_path / 'out'}"]
+        proc = self.popen("run", cfg_path, "--run-id", "crashed", *common)
+        store = RunStore(open_storage(storage), "crashed")
+        wait_for_commit(store, kill_after, proc)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        crashed_at = store.committed_generations()[-1]
+        resumed = cli_summary(self.run("resume", "crashed", "--storage", storage, "--no-progress"))
+        assert crashed_at < resumed["generations"] - 1, "the run finished before it was killed"
+        # the resumed run's summary covers the whole run: every attempt's steps, the committed generations' wall time
+        assert resumed["resumed_after_generation"] == crashed_at and resumed["attempt_steps"] < resumed["global_steps"]
+        assert resumed["wall_s"] > resumed["attempt_wall_s"]
+        straight = cli_summary(self.run("run", cfg_path, "--run-id", "straight", *common))
+        return resumed, straight
+
+
+@pytest.fixture
+def cli(tmp_path) -> Cli:
+    """The CLI in subprocesses from `tmp_path` (marks the test slow)."""
+    return Cli(tmp_path)
 
 
 def committed_state(storage: str, run_id: str) -> tuple[list, list, dict]:

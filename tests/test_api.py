@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -15,7 +13,6 @@ import pytest
 import agilerl_core as ac
 from agilerl_core.errors import CheckpointError, ConfigError
 from examples.own_env import Corridor  # as the quickstart imports it: one class object, one label <Corridor>
-from tests.conftest import cli_env
 from tests.test_llm import TINY_MODEL
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -173,7 +170,7 @@ def test_load_reads_a_member_from_s3(s3, tmp_path, monkeypatch):
         ac.load("s3://agilerl/api-test/missing")
 
 
-def test_flows_run_takes_an_env_class_and_callbacks(tmp_path):
+def test_flows_run_takes_an_env_class_and_callbacks(tmp_path, cli):
     """The tracked flow from Python (embedded Prefect and MLflow), in a process of its own like a user's."""
     script = tmp_path / "run.py"
     script.write_text(textwrap.dedent(f"""
@@ -192,8 +189,7 @@ def test_flows_run_takes_an_env_class_and_callbacks(tmp_path):
         elite = ac.load(summary["elite_uri"])
         print(json.dumps({{"summary": summary, "trained": trained, "fitness": elite.fitness}}))
     """))
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=cli_env(tmp_path), capture_output=True,
-                          text=True, timeout=300)
+    proc = cli.python(script)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["summary"]["stopped_by"] == "Stop" and out["summary"]["generations"] == 2

@@ -105,18 +105,18 @@ def test_gpu_workers_see_one_gpu_each_and_take_one_run_at_a_time(servers):
 
 
 @pytest.mark.integration
-def test_groups_as_deployment_runs_give_the_threads_result(servers, tmp_path):
+def test_groups_as_deployment_runs_give_the_threads_result(servers, tmp_path, cli):
     """runner.kind: deployments: each group of each generation is a run of the train-group deployment, picked
     up by the pool's worker in a process of its own; members and experience go through storage. The run
     equals the threads runner's with the same groups, bit for bit; a missing deployment is refused first."""
     from infra.stack import _bin
-    from tests.conftest import cli_env, cli_summary, committed_state, flow_cli
+    from tests.conftest import cli_summary, committed_state
     from tests.test_scale_out import _config
 
     servers.start_worker()
-    env = {**cli_env(tmp_path), **servers.client_env(), "PWD": str(ROOT)}
+    env = {**cli.env, **servers.client_env(), "PWD": str(ROOT)}
     storage = str(servers.trusted_runs / tmp_path.name)  # the worker trusts runs below it (AGILERL_TRUSTED_URIS)
-    missing = flow_cli("run", str(_config(tmp_path, {"kind": "deployments", "deployment": "train-group/nope"})),
+    missing = cli.run("run", str(_config(tmp_path, {"kind": "deployments", "deployment": "train-group/nope"})),
                        "--storage", storage, "--no-progress", cwd=tmp_path, env=env)
     assert missing.returncode != 0 and "runner.deployment: 'train-group/nope' is not deployed" in missing.stderr
     p = subprocess.run([_bin("prefect"), "--no-prompt", "deploy", "--prefect-file", "deployments/prefect.yaml", "-n",
@@ -125,7 +125,7 @@ def test_groups_as_deployment_runs_give_the_threads_result(servers, tmp_path):
     runs = {}
     for kind in ("threads", "deployments"):
         cfg = _config(tmp_path, {"kind": kind}, budget=1600)  # two generations of two groups of two
-        runs[kind] = cli_summary(flow_cli("run", str(cfg), "--run-id", kind, "--storage", storage, "--no-progress",
+        runs[kind] = cli_summary(cli.run("run", str(cfg), "--run-id", kind, "--storage", storage, "--no-progress",
                                           cwd=tmp_path, env=env, timeout=600))
     s = runs["deployments"]
     assert s["group_sizes"] == runs["threads"]["group_sizes"] == [2, 2]

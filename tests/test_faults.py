@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from tests.conftest import cli_env, cli_summary, committed_state, flow_cli, wait_for_commit, wait_until
+from tests.conftest import Cli, cli_summary, committed_state, wait_for_commit, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -83,12 +83,16 @@ def _store(storage: str, run_id: str, stack=None):
     return RunStore(open_storage(storage, opts), run_id)
 
 
-def _straight(tmp_path, storage: str) -> tuple:
-    """The same config run undisturbed (local storage, no servers): its committed state."""
-    s = cli_summary(flow_cli("run", str(tmp_path / "c.yaml"), "--run-id", "straight", "--storage", storage,
-                             "--no-progress", "--set", f"output_dir={tmp_path / 'out'}", "--set",
-                             "tracking.enabled=false", cwd=tmp_path, env=cli_env(tmp_path)))
-    return s, committed_state(storage, "straight")
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    """The same config run once undisturbed (local storage, no servers): its committed state, what every faulty
+    run of this module must end with."""
+    tmp = tmp_path_factory.mktemp("straight")
+    (tmp / "c.yaml").write_text(CONFIG)
+    storage = str(tmp / "runs")
+    cli_summary(Cli(tmp).run("run", tmp / "c.yaml", "--run-id", "straight", "--storage", storage, "--no-progress",
+                             "--set", f"output_dir={tmp / 'out'}", "--set", "tracking.enabled=false"))
+    return committed_state(storage, "straight")
 
 
 def _logged_once(client, parent: str, storage: str, run_id: str) -> None:
@@ -110,14 +114,15 @@ def _logged_once(client, parent: str, storage: str, run_id: str) -> None:
         assert [m.value for m in history] == [f[slot] for f in fitnesses]
 
 
-def test_training_goes_on_while_mlflow_is_down_and_each_generation_is_logged_once(faulty, tmp_path):
+def test_training_goes_on_while_mlflow_is_down_and_each_generation_is_logged_once(faulty, tmp_path, cli,
+                                                                                   straight):
     """MLflow stopped mid-run: generations keep committing, the queue flushes in order when the server is back.
     Stopped until the end: the run finishes and says what is pending and how to deliver it; `resume` delivers
     it exactly once. Both runs end with the population of an undisturbed run."""
     import mlflow
 
     storage = str(tmp_path / "runs")
-    env = {**cli_env(tmp_path), **faulty.client_env(("mlflow",)), "MLFLOW_TRACKING_URI": faulty.mlflow_url}
+    env = {**cli.env, **faulty.client_env(("mlflow",)), "MLFLOW_TRACKING_URI": faulty.mlflow_url}
     client = mlflow.MlflowClient(faulty.mlflow_url)
 
     # 1. down for a while in the middle
@@ -159,30 +164,30 @@ def test_training_goes_on_while_mlflow_is_down_and_each_generation_is_logged_onc
     assert f"agilerl-flow resume late --storage {storage}` delivers them" in err
     assert "version" not in late  # nothing registered while the server was down
     faulty.start_mlflow()
-    delivered = cli_summary(flow_cli("resume", "late", "--storage", storage, "--no-progress", cwd=tmp_path, env=env))
+    delivered = cli_summary(cli.run("resume", "late", "--storage", storage, "--no-progress", cwd=tmp_path, env=env))
     assert delivered["already_finished"] is True and set(pending["generations"]) <= set(delivered["tracking_delivered"])
     assert "tracking_pending" not in json.loads((tmp_path / "runs" / "late" / "summary.json").read_text())
     _logged_once(client, delivered["mlflow_run_id"], storage, "late")
     versions = client.search_model_versions(f"name='faults' and run_id='{delivered['mlflow_run_id']}'")
     assert len(versions) == 1 and versions[0].tags["agilerl.run_id"] == "late"
-    again = cli_summary(flow_cli("resume", "late", "--storage", storage, "--no-progress", cwd=tmp_path, env=env))
+    again = cli_summary(cli.run("resume", "late", "--storage", storage, "--no-progress", cwd=tmp_path, env=env))
     assert "tracking_delivered" not in again  # delivered once: a second resume has nothing to do
     assert len(client.search_model_versions(f"name='faults' and run_id='{delivered['mlflow_run_id']}'")) == 1
     _logged_once(client, delivered["mlflow_run_id"], storage, "late")
 
-    _, straight = _straight(tmp_path, storage)
     assert committed_state(storage, "outage") == straight
     assert committed_state(storage, "late") == straight
 
 
 def test_a_store_that_restarts_loses_nothing_and_one_that_stays_down_ends_in_the_resume_command(faulty, tmp_path,
-                                                                                                monkeypatch):
+                                                                                                monkeypatch, cli,
+                                                                                                straight):
     """SeaweedFS restarted mid-run: S3 requests retry with backoff and the run ends as an undisturbed one. Down for
     longer than the retries (two attempts here): the run fails in one paragraph, no traceback, ending with the
     exact resume command, and that command (once S3 is back) ends as an undisturbed run."""
     from infra.stack import STORAGE_BUCKET
 
-    env = {**cli_env(tmp_path), **faulty.client_env(("s3",))}
+    env = {**cli.env, **faulty.client_env(("s3",))}
     for k, v in faulty.client_env(("s3",)).items():  # this process reads the runs back too
         monkeypatch.setenv(k, v)
     storage = f"s3://{STORAGE_BUCKET}/faults-{tmp_path.name.lower().replace('_', '-')}"
@@ -214,10 +219,9 @@ def test_a_store_that_restarts_loses_nothing_and_one_that_stays_down_ends_in_the
     assert "Traceback" not in err
     command = last.split("continue it with: ")[1].split()  # exactly what the operator is told to run
     assert command[:2] == ["agilerl-flow", "resume"]
-    resumed = cli_summary(flow_cli(*command[1:], "--no-progress", cwd=tmp_path, env=env))
+    resumed = cli_summary(cli.run(*command[1:], "--no-progress", cwd=tmp_path, env=env))
     assert resumed["resumed_after_generation"] >= 1 and resumed["global_steps"] == STEPS
 
-    _, straight = _straight(tmp_path, str(tmp_path / "runs"))
     assert committed_state(storage, "blip") == straight
     assert committed_state(storage, "cut") == straight
     _tracked_locally_once(tmp_path, storage, ("blip", "cut"))
@@ -235,11 +239,11 @@ def _tracked_locally_once(tmp_path, storage: str, run_ids) -> None:
         _logged_once(client, parent[0].info.run_id, storage, run_id)
 
 
-def test_a_prefect_api_outage_mid_run(faulty, tmp_path):
+def test_a_prefect_api_outage_mid_run(faulty, tmp_path, cli, straight):
     """The Prefect server stopped mid-run and started again: the run ends as an undisturbed one."""
     faulty.start_prefect()
     storage = str(tmp_path / "runs")
-    env = {**cli_env(tmp_path), **faulty.client_env(("prefect",)), "PREFECT_API_URL": faulty.prefect_api}
+    env = {**cli.env, **faulty.client_env(("prefect",)), "PREFECT_API_URL": faulty.prefect_api}
     run = _Run(tmp_path, env, "api", storage, "--set", f"output_dir={tmp_path / 'out'}")
     store = _store(storage, "api")
     try:
@@ -253,6 +257,5 @@ def test_a_prefect_api_outage_mid_run(faulty, tmp_path):
         faulty.start_prefect()
         run.kill()
     assert code == 0, err[-3000:]
-    _, straight = _straight(tmp_path, storage)
     assert committed_state(storage, "api") == straight
     _tracked_locally_once(tmp_path, storage, ("api",))

@@ -10,7 +10,8 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from agilerl_core.buffers.frames import FramePart, FrameReplayBuffer, frame_parts, stacks_frames
+from agilerl_core.buffers.frame_format import FramePart, frame_parts, stacks_frames
+from agilerl_core.buffers.frames import FrameReplayBuffer
 from agilerl_core.buffers.memory import replay_bytes
 from agilerl_core.buffers.prioritized import MemberPriorities
 from agilerl_core.buffers.replay import ReplayBuffer, shard_rows, transition_fields

@@ -317,25 +317,23 @@ def test_bad_players_are_named():
 
 
 # ---- through the flow ------------------------------------------------------------------------------------------
-def test_a_language_run_resumes_after_kill_9_and_tracks_its_games(tmp_path):
-    """Through the CLI and the flow on the embedded default: a kill -9'd run resumes bit-identically; MLflow has
-    every member's win rate and mean guesses, a table of sample games per generation, and the champion answers
-    transcripts with guesses."""
+def test_a_language_run_through_the_cli_tracks_its_games(tmp_path, cli):
+    """Through the CLI and the flow on the embedded default: MLflow has every member's win rate and mean guesses,
+    a table of sample games per generation, and the champion answers transcripts with guesses. (Resuming is
+    proven in process for every kind: tests/test_tasks.py.)"""
     import json
     from pathlib import Path
 
     import yaml
 
-    from tests.conftest import committed_state, crash_and_resume
+    from tests.conftest import cli_summary
 
     cfg = tmp_path / "wordle.yaml"
     data = _cfg(**{"name": "wordle-flow", "max_env_steps": 60, "evo_steps": 6}).model_dump(mode="json")
     cfg.write_text(yaml.safe_dump(data))
-    storage = str(tmp_path / "store")
-    resumed, straight = crash_and_resume(cfg, tmp_path, storage, kill_after=1)
-    assert resumed["generations"] == straight["generations"] == 5
-    assert resumed["best_fitness"] == straight["best_fitness"]
-    assert committed_state(storage, "crashed") == committed_state(storage, "straight")
+    straight = cli_summary(cli.run("run", cfg, "--run-id", "straight", "--storage", tmp_path / "store",
+                                   "--no-progress", "--set", f"output_dir={tmp_path / 'out'}"))
+    assert straight["generations"] == 5
 
     import mlflow
     import pandas as pd

@@ -16,7 +16,6 @@ from agilerl_core.algorithms.registry import get_algorithm
 from agilerl_core.errors import ConfigError
 from agilerl_core.experiment import build_evolution, train_local
 from tests.conftest import tiny_config
-from tests.test_training import _cli
 
 GRID_MODULE = '''
 import gymnasium as gym
@@ -76,30 +75,30 @@ def test_own_env_by_entry_point(tmp_path, monkeypatch):
         build_evolution(tiny_config(env_id="UserGridC-v0", env_entry_point="usergrid_b:Missing"))
 
 
-def test_the_flow_runs_an_own_env_through_the_cli(tmp_path):
+def test_the_flow_runs_an_own_env_through_the_cli(tmp_path, cli):
     _write_module(tmp_path, "usergrid_cli", "UserGridCli-v0")
     cfg = tmp_path / "c.yaml"
     cfg.write_text("env_id: usergrid_cli:UserGridCli-v0\nnum_envs: 2\npopulation_size: 2\nevo_steps: 100\n"
                    "eval_episodes: 2\nmax_env_steps: 200\nhyperparameters: {batch_size: 32, learning_delay: 40}\n"
                    f"output_dir: {tmp_path / 'out'}\ntracking: {{enabled: false}}\n")
-    p = _cli("run", str(cfg), "--run-id", "grid", "--no-progress", cwd=tmp_path)  # cwd is on sys.path (-m)
+    p = cli.run("run", str(cfg), "--run-id", "grid", "--no-progress")  # cwd is on sys.path (-m)
     assert p.returncode == 0, p.stderr[-3000:]
     assert json.loads(p.stdout.strip().splitlines()[-1])["global_steps"] == 200
 
 
-def test_resume_refuses_a_tampered_checkpoint_in_one_paragraph_naming_the_stored_file(tmp_path):
+def test_resume_refuses_a_tampered_checkpoint_in_one_paragraph_naming_the_stored_file(tmp_path, cli):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("env_id: CartPole-v1\nnum_envs: 4\npopulation_size: 2\nevo_steps: 100\neval_episodes: 2\n"
                    f"max_env_steps: 200\nhyperparameters: {{batch_size: 32, learning_delay: 40}}\n"
                    f"output_dir: {tmp_path / 'out'}\ntracking: {{enabled: false}}\n")
-    p = _cli("run", str(cfg), "--run-id", "t", "--no-progress", cwd=tmp_path)
+    p = cli.run("run", str(cfg), "--run-id", "t", "--no-progress")
     assert p.returncode == 0, p.stderr[-3000:]
     weights = tmp_path / "out" / "t" / "generations" / "000000" / "population" / "members" / "1" / "weights.safetensors"
     data = bytearray(weights.read_bytes())
     data[-5] ^= 0xFF
     weights.write_bytes(bytes(data))
     for args in (("resume", "t", "--storage", str(tmp_path / "out")), ("run", str(cfg), "--run-id", "t")):
-        p = _cli(*args, "--no-progress", cwd=tmp_path)
+        p = cli.run(*args, "--no-progress")
         assert p.returncode == 1, p.stderr[-3000:]
         lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
@@ -107,15 +106,15 @@ def test_resume_refuses_a_tampered_checkpoint_in_one_paragraph_naming_the_stored
         assert "agilerl-load-" not in lines[0]  # never the temp copy's path
 
 
-def test_lineage_of_a_damaged_population_file_names_it(tmp_path):
+def test_lineage_of_a_damaged_population_file_names_it(tmp_path, cli):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("env_id: CartPole-v1\nnum_envs: 4\npopulation_size: 2\nevo_steps: 100\neval_episodes: 2\n"
                    f"max_env_steps: 200\nhyperparameters: {{batch_size: 32, learning_delay: 40}}\n"
                    f"output_dir: {tmp_path / 'out'}\ntracking: {{enabled: false}}\n")
-    assert _cli("run", str(cfg), "--run-id", "l", "--no-progress", cwd=tmp_path).returncode == 0
+    assert cli.run("run", str(cfg), "--run-id", "l", "--no-progress").returncode == 0
     pop = tmp_path / "out" / "l" / "generations" / "000000" / "population" / "population.json"
     pop.write_bytes(b"\xff\xfe" + pop.read_bytes()[:40])
-    p = _cli("lineage", "l", "--out", str(tmp_path / "t.png"), "--storage", str(tmp_path / "out"), cwd=tmp_path)
+    p = cli.run("lineage", "l", "--out", str(tmp_path / "t.png"), "--storage", str(tmp_path / "out"))
     assert p.returncode == 1 and "Traceback" not in p.stderr
     assert "checkpoint error" in p.stderr and str(pop) in p.stderr and "checksum mismatch" in p.stderr, p.stderr
 

@@ -7,24 +7,24 @@ import json
 import mlflow
 import pytest
 
-from tests.conftest import cli_env, cli_summary, flow_cli
+from tests.conftest import cli_summary
 
 
-def test_resuming_a_finished_run_does_nothing_and_says_so(tmp_path):
+def test_resuming_a_finished_run_does_nothing_and_says_so(tmp_path, cli):
     """A finished run resumes to its stored summary: no generation, no second model version, the champion alias
     where it was, the summary marked already_finished."""
     cfg = tmp_path / "c.yaml"
     cfg.write_text("name: done-test\nenv_id: CartPole-v1\nnum_envs: 4\npopulation_size: 2\nevo_steps: 200\n"
                    "max_env_steps: 400\neval_episodes: 2\nhyperparameters: {batch_size: 32, learning_delay: 64}\n")
-    env = cli_env(tmp_path)
+    env = cli.env
     out = tmp_path / "out"
-    first = cli_summary(flow_cli("run", str(cfg), "--set", f"output_dir={out}", "--run-id", "done", "--no-progress",
+    first = cli_summary(cli.run("run", str(cfg), "--set", f"output_dir={out}", "--run-id", "done", "--no-progress",
                                  cwd=tmp_path, env=env))
     client = mlflow.MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
     versions = client.search_model_versions("name='done-test'")
     assert len(versions) == 1
     stored = json.loads((out / "done" / "summary.json").read_text())
-    again = flow_cli("resume", "done", "--storage", str(out), "--no-progress", cwd=tmp_path, env=env)
+    again = cli.run("resume", "done", "--storage", str(out), "--no-progress", cwd=tmp_path, env=env)
     summary = cli_summary(again)
     assert summary["already_finished"] is True and "finished already" in again.stderr
     assert {k: summary[k] for k in first} == first  # the stored summary, not a new ending
@@ -34,7 +34,7 @@ def test_resuming_a_finished_run_does_nothing_and_says_so(tmp_path):
 
 
 def test_member_runs_lead_with_their_slot_and_the_resolved_storage_uri_is_logged(tmp_path, monkeypatch):
-    from tasks.tracking import Tracker
+    from tasks.tracker import Tracker
     from tests.conftest import tiny_config
 
     monkeypatch.setenv("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
@@ -82,24 +82,24 @@ def test_the_champion_is_the_better_of_the_final_elite_and_the_best_member_ever_
     assert [c.role for c in choose_champion(evo, store, 1).candidates] == ["final_elite"]
 
 
-def _registered_run(tmp_path, env, name: str, seed: int, steps: int, promote: str) -> dict:
+def _registered_run(cli, tmp_path, env, name: str, seed: int, steps: int, promote: str) -> dict:
     cfg = tmp_path / f"{name}-{seed}-{promote}.yaml"
     cfg.write_text(f"name: {name}\nenv_id: CartPole-v1\nnum_envs: 4\npopulation_size: 2\nevo_steps: 200\n"
                    f"max_env_steps: {steps}\neval_episodes: 2\nseed: {seed}\nchampion: {{promote: {promote}}}\n"
                    "hyperparameters: {batch_size: 32, learning_delay: 64}\n")
-    return cli_summary(flow_cli("run", str(cfg), "--no-progress", "--storage", str(tmp_path / "runs"),
+    return cli_summary(cli.run("run", str(cfg), "--no-progress", "--storage", str(tmp_path / "runs"),
                                 cwd=tmp_path, env=env))
 
 
 @pytest.mark.integration
-def test_the_champion_alias_moves_only_by_the_stated_policy(servers, tmp_path):
+def test_the_champion_alias_moves_only_by_the_stated_policy(servers, tmp_path, cli):
     """Against the MLflow server: every version carries its fitness, run id, config digest and seed; if_better
     moves NAME@champion only to a version whose fitness beats the alias holder's, never does not move it,
     always does; each summary says whether it was promoted."""
-    env = {**cli_env(tmp_path), "MLFLOW_TRACKING_URI": servers.mlflow_url}
+    env = {**cli.env, "MLFLOW_TRACKING_URI": servers.mlflow_url}
     name = f"promote-{tmp_path.name[-12:].lower().replace('_', '-')}"
     client = mlflow.MlflowClient(servers.mlflow_url)
-    runs = [_registered_run(tmp_path, env, name, seed, steps, "if_better")
+    runs = [_registered_run(cli, tmp_path, env, name, seed, steps, "if_better")
             for seed, steps in ((0, 800), (1, 400), (2, 800))]
     best = None
     for s in runs:
@@ -113,10 +113,10 @@ def test_the_champion_alias_moves_only_by_the_stated_policy(servers, tmp_path):
     assert client.get_model_version_by_alias(name, "champion").version == best["version"]
     digests = {client.get_model_version(name, s["version"]).tags["agilerl.config_digest"] for s in runs}
     assert len(digests) == 3  # seed and budget differ: three configs
-    never = _registered_run(tmp_path, env, name, 3, 400, "never")
+    never = _registered_run(cli, tmp_path, env, name, 3, 400, "never")
     assert never["promoted"] is False and "champion.promote is never" in never["promotion"]
     assert client.get_model_version_by_alias(name, "champion").version == best["version"]
-    always = _registered_run(tmp_path, env, name, 4, 400, "always")
+    always = _registered_run(cli, tmp_path, env, name, 4, 400, "always")
     assert always["promoted"] is True and always["champion_uri"] == f"models:/{name}@champion"
     assert client.get_model_version_by_alias(name, "champion").version == always["version"]
     assert len(client.search_model_versions(f"name='{name}'")) == 5

@@ -18,7 +18,7 @@ import yaml
 
 from tasks.artifacts import artifact_key, end_line, generation_line, generation_rows, start_line
 from tasks.reports import elite_path, mutation_kind, plot_family_tree, plot_hp_schedules, unchanged_hyperparameters
-from tasks.tracking import ML_VIEW
+from tasks.tracker import ML_VIEW
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = """\

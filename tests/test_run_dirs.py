@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 import agilerl_core as ac
-from agilerl_core.api import env_run_name
+from agilerl_core.api.evolving import env_run_name
 from tests.test_api import Corridor, corridor_config
 
 

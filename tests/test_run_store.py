@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from agilerl_core.algorithms.registry import get_algorithm
+from agilerl_core.buffers.rebuild import ring_after
 from agilerl_core.errors import CheckpointError, ConfigError
 from agilerl_core.evolution import Evolution
 from agilerl_core.experiment import build_evolution
-from agilerl_core.io.run_store import RunStore, check_run_id, ring_after
+from agilerl_core.io.run_store import RunStore, check_run_id
 from agilerl_core.io.storage import LocalStorage
 from tests.conftest import tiny_config
 

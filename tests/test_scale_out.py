@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tests.conftest import cli_env, cli_summary, committed_state, crash_and_resume, flow_cli
+from tests.conftest import Cli, cli_summary, committed_state
 
 pytest.importorskip("prefect_ray", reason="the ray extra is not installed (pip install -e '.[ray]')")
 pytestmark = pytest.mark.slow  # Ray and Dask clusters start in each test
@@ -26,22 +26,23 @@ def _config(tmp_path, runner: dict, evo_steps: int = 200, budget: int = 2400):
     return path
 
 
-def _run(tmp_path, runner: dict, run_id: str) -> dict:
+def _run(cli, tmp_path, runner: dict, run_id: str) -> dict:
     storage = str(tmp_path / "runs")
-    p = flow_cli("run", str(_config(tmp_path, runner)), "--run-id", run_id, "--storage", storage, "--no-progress",
-                 cwd=tmp_path, env=cli_env(tmp_path), timeout=600)
+    p = cli.run("run", str(_config(tmp_path, runner)), "--run-id", run_id, "--storage", storage, "--no-progress",
+                 cwd=tmp_path, env=cli.env, timeout=600)
     return {"summary": cli_summary(p), "state": committed_state(storage, run_id)}
 
 
 @pytest.fixture(scope="module")
 def threads_run(tmp_path_factory):
-    return _run(tmp_path_factory.mktemp("threads"), {}, "threads")
+    tmp = tmp_path_factory.mktemp("threads")
+    return _run(Cli(tmp), tmp, {}, "threads")
 
 
-def test_ray_places_each_group_on_its_logical_gpu_and_matches_threads(threads_run, tmp_path):
+def test_ray_places_each_group_on_its_logical_gpu_and_matches_threads(threads_run, tmp_path, cli):
     """Two logical GPUs, one per group: the two groups land on different GPUs (Ray sets each task's
     CUDA_VISIBLE_DEVICES), batched two by two, and the run is the threads runner's to the bit."""
-    ray = _run(tmp_path, {"kind": "ray", "workers": 2, "worker_gpus": 2, "gpus_per_shard": 1}, "ray")
+    ray = _run(cli, tmp_path, {"kind": "ray", "workers": 2, "worker_gpus": 2, "gpus_per_shard": 1}, "ray")
     s = ray["summary"]
     assert s["group_sizes"] == threads_run["summary"]["group_sizes"] == [2, 2]
     places = s["group_placements"]
@@ -53,17 +54,17 @@ def test_ray_places_each_group_on_its_logical_gpu_and_matches_threads(threads_ru
     assert ray["state"] == threads_run["state"]
 
 
-def test_ray_fractional_gpus_share_one_device(tmp_path):
+def test_ray_fractional_gpus_share_one_device(tmp_path, cli):
     """gpus_per_shard 0.5 on one logical GPU: both groups' tasks fit on it."""
-    ray = _run(tmp_path, {"kind": "ray", "workers": 2, "worker_gpus": 1, "gpus_per_shard": 0.5}, "ray-half")
+    ray = _run(cli, tmp_path, {"kind": "ray", "workers": 2, "worker_gpus": 1, "gpus_per_shard": 0.5}, "ray-half")
     places = ray["summary"]["group_placements"]
     assert [p["ray_gpu_ids"] for p in places] == [["0"], ["0"]]
 
 
-def test_dask_gpu_workers_take_the_annotated_tasks_and_match_threads(threads_run, tmp_path):
+def test_dask_gpu_workers_take_the_annotated_tasks_and_match_threads(threads_run, tmp_path, cli):
     """A local cluster of one worker per GPU (resource GPU=1, its own CUDA_VISIBLE_DEVICES); each group's
     task, annotated GPU=1, runs on a GPU worker, one group per worker."""
-    dask = _run(tmp_path, {"kind": "dask", "worker_gpus": 2, "gpus_per_shard": 1}, "dask")
+    dask = _run(cli, tmp_path, {"kind": "dask", "worker_gpus": 2, "gpus_per_shard": 1}, "dask")
     places = dask["summary"]["group_placements"]
     assert all(p["dask_resources"] == {"GPU": 1} for p in places)
     assert {p["cuda_visible_devices"] for p in places} == {"0", "1"}
@@ -71,17 +72,17 @@ def test_dask_gpu_workers_take_the_annotated_tasks_and_match_threads(threads_run
     assert dask["state"] == threads_run["state"]
 
 
-def test_gpu_placement_that_would_hang_is_refused_before_work(tmp_path):
-    p = flow_cli("run", str(_config(tmp_path, {"kind": "dask", "gpus_per_shard": 1})), "--no-progress",
-                 "--storage", str(tmp_path / "runs"), cwd=tmp_path, env=cli_env(tmp_path))
+def test_gpu_placement_that_would_hang_is_refused_before_work(tmp_path, cli):
+    p = cli.run("run", str(_config(tmp_path, {"kind": "dask", "gpus_per_shard": 1})), "--no-progress",
+                 "--storage", str(tmp_path / "runs"), cwd=tmp_path, env=cli.env)
     assert p.returncode != 0
     assert "runner.gpus_per_shard" in p.stderr and "runner.worker_gpus" in p.stderr
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
-def test_ray_run_resumes_after_kill_9_as_if_uninterrupted(tmp_path):
+def test_ray_run_resumes_after_kill_9_as_if_uninterrupted(tmp_path, cli):
     cfg = _config(tmp_path, {"kind": "ray", "workers": 2}, evo_steps=200, budget=5600)  # 7 generations
     storage = str(tmp_path / "runs")
-    resumed, straight = crash_and_resume(cfg, tmp_path, storage)
+    resumed, straight = cli.crash_and_resume(cfg, storage)
     assert resumed["generations"] == straight["generations"] == 7
     assert committed_state(storage, "crashed") == committed_state(storage, "straight")

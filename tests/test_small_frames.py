@@ -15,7 +15,8 @@ from gymnasium import spaces
 
 import agilerl_core as ac
 from agilerl_core.config import NetworkConfig
-from agilerl_core.envs.spaces import ObsSpec, image_scale, obs_spec_from_dict, obs_spec_to_dict
+from agilerl_core.envs.space_records import obs_spec_from_dict, obs_spec_to_dict
+from agilerl_core.envs.spaces import ObsSpec, image_scale
 from agilerl_core.errors import ConfigError
 from agilerl_core.networks import (
     LAYER_MUTATIONS,

@@ -30,10 +30,12 @@ from tests.conftest import tiny_config
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _generations(cfg, store, run_id: str, mode: str, n: int) -> Evolution:
-    exp = build_evolution(cfg)
+def _generations(cfg, store, run_id: str, mode: str, n: int, exp: Evolution | None = None) -> Evolution:
+    """Generations up to `n` through the tasks, committed to `store`; from generation 0 on a fresh evolution, or
+    from where `exp` (one resumed from the store) stands."""
+    exp = exp or build_evolution(cfg)
     try:
-        for g in range(n):
+        for g in range(len(exp.history), n):
             job = GenerationJob(run_id, cfg, store.storage.uri, g, exp.generation_steps(), mode)
             if exp.history:
                 select_and_mutate_task.fn(job, exp)
@@ -97,6 +99,37 @@ def test_thread_and_process_tasks_match_the_local_loop(kind, tmp_path):
     assert all(notes) == bool(local.arena.evaluation_notes)
     for exp in runs.values():
         assert [exp.evaluation_notes(s) for s in range(len(exp.population.members))] == notes
+
+
+def _same_run(a: Evolution, b: Evolution) -> None:
+    assert [h.fitnesses for h in a.history] == [h.fitnesses for h in b.history]
+    assert [h.mutations for h in a.history] == [h.mutations for h in b.history]
+    assert [e.to_dict() for e in a.population.lineage] == [e.to_dict() for e in b.population.lineage]
+    assert a.global_steps == b.global_steps
+    if b.arena.buffer is not None:
+        assert (a.arena.buffer.size, a.arena.buffer.pos) == (b.arena.buffer.size, b.arena.buffer.pos)
+    for x, y in zip(a.population.members, b.population.members, strict=True):
+        tx, ty = x.agent.state()[0], y.agent.state()[0]
+        assert tx.keys() == ty.keys() and all(torch.equal(tx[k], ty[k]) for k in ty)
+
+
+@pytest.mark.parametrize("kind", ["dqn", "cartpole_ppo.yaml", "speaker_listener_matd3.yaml",
+                                  "speaker_listener_ippo.yaml", "smollm2_arithmetic_grpo.yaml", "wordle_ilql.yaml",
+                                  "cartpole_cqn.yaml"])
+def test_a_run_resumed_from_its_store_ends_as_an_uninterrupted_one(kind, tmp_path):
+    """What the flow does after a crash, in process, for each kind of training: a new evolution resumes from the
+    last committed generation (members, RNGs, history, shared experience rebuilt from its shards, the workers'
+    state dropped) and the run ends bit-identical to one never interrupted. The CLI kill -9 tests (threads, Ray)
+    prove the same through the flow."""
+    cfg = _config(kind)
+    straight = _generations(cfg, RunStore(LocalStorage(tmp_path / "straight"), "r"), "r", "threads", 3)
+    store = RunStore(LocalStorage(tmp_path / "crashed"), "r")
+    _generations(cfg, store, "r", "threads", 2)  # the run dies after committing generation 1
+    resumed = build_evolution(cfg)
+    resumed.resume(store, store.latest_generation())
+    assert len(resumed.history) == 2
+    _generations(cfg, store, "r", "threads", 3, exp=resumed)
+    _same_run(resumed, straight)
 
 
 def test_process_tasks_resync_a_fresh_worker_from_storage(tmp_path):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -91,14 +90,6 @@ def test_cartpole_population_learns(tmp_path):
 _SERVERS = ("PREFECT_API_URL", "MLFLOW_TRACKING_URI", "AGILERL_STORAGE_URI", "AWS_ENDPOINT_URL")
 
 
-def _cli(*args, cwd):
-    """The CLI with no server configured: ephemeral Prefect (its home in cwd), MLflow and storage in files."""
-    env = {k: v for k, v in os.environ.items() if k not in _SERVERS}
-    env["PREFECT_HOME"] = str(Path(cwd) / "prefect-home")
-    return subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, check=False, env=env)
-
-
 def _ephemeral_servers(prefect_home: Path) -> list[int]:
     """PIDs of live ephemeral Prefect servers whose PREFECT_HOME is `prefect_home`."""
     pids = []
@@ -113,13 +104,12 @@ def _ephemeral_servers(prefect_home: Path) -> list[int]:
     return pids
 
 
-def test_default_run_is_the_flow_on_the_embedded_default(tmp_path):
+def test_default_run_is_the_flow_on_the_embedded_default(tmp_path, cli):
     """No servers: ephemeral Prefect, MLflow in a SQLite file, storage in output_dir; same result as --local."""
     cfg = tmp_path / "c.yaml"
     cfg.write_text("env_id: CartPole-v1\nnum_envs: 4\npopulation_size: 2\nevo_steps: 200\neval_episodes: 2\n"
                    "max_env_steps: 800\nhyperparameters: {batch_size: 32, learning_delay: 64}\n")
-    p = _cli("run", str(cfg), "--set", f"output_dir={tmp_path / 'out'}", "--run-id", "emb", "--no-progress",
-             cwd=tmp_path)
+    p = cli.run("run", str(cfg), "--set", f"output_dir={tmp_path / 'out'}", "--run-id", "emb", "--no-progress")
     assert p.returncode == 0, p.stderr[-3000:]
     # quiet: no warnings (MLflow's "Add type hints", "input example was not provided"), no download bars
     for noise in ("Add type hints", "input example was not provided", "Downloading artifacts"):
@@ -132,11 +122,11 @@ def test_default_run_is_the_flow_on_the_embedded_default(tmp_path):
     assert (tmp_path / "out" / "mlflow.db").is_file() and (tmp_path / "out" / "emb" / "elite" / "member.json").is_file()
     assert "mlflow ui --backend-store-uri sqlite:///" in p.stderr  # says how to look at what it wrote
     assert _ephemeral_servers(tmp_path / "prefect-home") == []  # the run's own Prefect server ended with it
-    local = _cli("run", str(cfg), "--local", "--no-progress", "--set", f"output_dir={tmp_path / 'loc'}", cwd=tmp_path)
+    local = cli.run("run", str(cfg), "--local", "--no-progress", "--set", f"output_dir={tmp_path / 'loc'}")
     assert json.loads(local.stdout.strip().splitlines()[-1])["best_fitness"] == summary["best_fitness"]
     # members trained concurrently by the thread pool (tasks submitted to the runner) end the same way
-    pool = _cli("run", str(cfg), "--set", f"output_dir={tmp_path / 'out'}", "--set", "runner.max_threads=2",
-                "--set", "tracking.enabled=false", "--run-id", "pool", "--no-progress", cwd=tmp_path)
+    pool = cli.run("run", str(cfg), "--set", f"output_dir={tmp_path / 'out'}", "--set", "runner.max_threads=2",
+                "--set", "tracking.enabled=false", "--run-id", "pool", "--no-progress")
     assert pool.returncode == 0, pool.stderr[-3000:]
     assert json.loads(pool.stdout.strip().splitlines()[-1])["best_fitness"] == summary["best_fitness"]
     # a run's elite names its weights by their hash (swapped in atomically); the flow's elite is its champion
@@ -149,15 +139,13 @@ def test_default_run_is_the_flow_on_the_embedded_default(tmp_path):
             (tmp_path / "loc" / "experiment-latest" / "population" / "members" / slot / "weights.safetensors").read_bytes()
 
 
-def test_a_killed_run_takes_its_local_prefect_server_down(tmp_path):
+def test_a_killed_run_takes_its_local_prefect_server_down(tmp_path, cli):
     """kill -9 of the CLI (no exit handlers run) still ends the Prefect server it started (parent-death signal)."""
     cfg = tmp_path / "c.yaml"
     cfg.write_text("env_id: CartPole-v1\nnum_envs: 4\npopulation_size: 2\nevo_steps: 200\nmax_env_steps: 100000000\n"
                    "tracking: {enabled: false}\n")
-    env = {k: v for k, v in os.environ.items() if k not in _SERVERS}
-    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
     proc = subprocess.Popen([sys.executable, "-m", "flows.cli", "run", str(cfg), "--set", f"output_dir={tmp_path}",
-                             "--no-progress"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                             "--no-progress"], cwd=tmp_path, env=cli.env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
         servers = wait_until(lambda: _ephemeral_servers(tmp_path / "prefect-home"), 120, "the server to start")
@@ -167,11 +155,11 @@ def test_a_killed_run_takes_its_local_prefect_server_down(tmp_path):
     wait_until(lambda: _ephemeral_servers(tmp_path / "prefect-home") == [], 30, f"servers {servers} to end")
 
 
-def test_cli_local_runs_and_prints_a_json_summary_last(tmp_path):
+def test_cli_local_runs_and_prints_a_json_summary_last(tmp_path, cli):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("env_id: CartPole-v1\nnum_envs: 4\npopulation_size: 2\nevo_steps: 200\neval_episodes: 2\n"
                    "max_env_steps: 800\nhyperparameters: {batch_size: 32, learning_delay: 64}\n")
-    p = _cli("run", str(cfg), "--local", "--set", f"output_dir={tmp_path}", "--set", "seed=3", cwd=tmp_path)
+    p = cli.run("run", str(cfg), "--local", "--set", f"output_dir={tmp_path}", "--set", "seed=3")
     assert p.returncode == 0, p.stderr
     summary = json.loads(p.stdout.strip().splitlines()[-1])
     for key in ("best_fitness", "global_steps", "wall_s", "env_steps_per_s", "generations", "elite_uri"):
@@ -184,22 +172,22 @@ def test_cli_local_runs_and_prints_a_json_summary_last(tmp_path):
     assert "evolution" in p.stderr  # the progress bar
 
 
-def test_cli_errors_are_one_paragraph_without_traceback(tmp_path):
+def test_cli_errors_are_one_paragraph_without_traceback(tmp_path, cli):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("env_id: CartPol-v1\n")
-    p = _cli("run", str(cfg), cwd=tmp_path)
+    p = cli.run("run", str(cfg))
     assert p.returncode == 2 and "Traceback" not in p.stderr and "env_id: 'CartPol-v1'" in p.stderr
     assert p.stdout == ""
-    p = _cli("--debug", "run", str(cfg), cwd=tmp_path)
+    p = cli.run("--debug", "run", str(cfg))
     assert p.returncode == 2 and "Traceback" in p.stderr
-    p = _cli("run", str(tmp_path / "none.yaml"), "--set", "lr", cwd=tmp_path)
+    p = cli.run("run", str(tmp_path / "none.yaml"), "--set", "lr")
     assert p.returncode == 2 and "expected KEY=VALUE" in p.stderr
-    p = _cli("run", str(cfg), "--set", "env_id=CartPole-v1", "--storage", "gs://bucket/x", cwd=tmp_path)
+    p = cli.run("run", str(cfg), "--set", "env_id=CartPole-v1", "--storage", "gs://bucket/x")
     assert p.returncode == 1 and "storage error" in p.stderr and "unsupported scheme 'gs'" in p.stderr
-    p = _cli("resume", "no-such-run", "--storage", str(tmp_path / "empty"), cwd=tmp_path)
+    p = cli.run("resume", "no-such-run", "--storage", str(tmp_path / "empty"))
     assert p.returncode == 2 and "not found in storage" in p.stderr
     # the env id and storage errors came after the ephemeral Prefect server began starting: none is left behind
     assert _ephemeral_servers(tmp_path / "prefect-home") == []
-    p = _cli("stack", "status", "--data-dir", str(tmp_path / "stack"), cwd=tmp_path)
+    p = cli.run("stack", "status", "--data-dir", str(tmp_path / "stack"))
     status = json.loads(p.stdout.strip().splitlines()[-1])
     assert p.returncode == 0 and not any(status[s]["running"] for s in ("s3", "mlflow", "prefect", "worker"))

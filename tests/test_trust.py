@@ -93,7 +93,8 @@ def test_every_loader_of_a_gym_member_ignores_code_it_names(tmp_path, marker):
     policy.load_context(SimpleNamespace(artifacts={"member": str(elite)}))  # the registered champion
     assert np.asarray(policy.predict(None, np.zeros((3, 4), np.float32))).shape == (3,)
     _edit(elite / "member.json", lambda d: d["env"].pop("kind"))
-    episodes = collect_episodes("CartPole-v1", str(elite), 2, num_envs=2)  # dataset collect --policy DIR
+    episodes = collect_episodes("CartPole-v1", str(elite), 2, num_envs=2,  # dataset collect --policy DIR
+                                algorithms=get_algorithm)
     assert len(episodes) == 2
     assert not marker.path.exists()
 
@@ -195,19 +196,19 @@ def test_code_references_and_the_allowlist():
 
 
 @pytest.mark.integration
-def test_a_deployment_run_refuses_parameters_naming_code_its_config_does_not(servers, tmp_path):
+def test_a_deployment_run_refuses_parameters_naming_code_its_config_does_not(servers, tmp_path, cli):
     """Deployed with a config naming tests.conftest's env: a run whose `config` parameter names another module
     fails before anything is imported, naming the field; the deployed config itself still runs."""
     import subprocess
     import sys
     import tempfile
 
-    from tests.conftest import ROOT_DIR, cli_env, flow_cli
+    from tests.conftest import ROOT_DIR
 
     marker = Path(tempfile.gettempdir()) / "agilerl-evil-module-imported"
     marker.unlink(missing_ok=True)
     servers.start_worker()
-    env = {**cli_env(tmp_path), **servers.client_env()}
+    env = {**cli.env, **servers.client_env()}
     config = {"name": "trust-test", "env_id": "Line-v0", "env_entry_point": "tests.conftest:MaskedLineEnv",
               "num_envs": 2, "population_size": 2, "evo_steps": 100, "eval_episodes": 1, "max_env_steps": 200,
               "seed": 0, "hyperparameters": {"batch_size": 32, "learning_delay": 32, "buffer_size": 1000},
@@ -220,18 +221,18 @@ def test_a_deployment_run_refuses_parameters_naming_code_its_config_does_not(ser
     p = subprocess.run([sys.executable, "-c", deploy], cwd=ROOT_DIR, env=env, capture_output=True, text=True,
                        timeout=120, check=False)
     assert p.returncode == 0, p.stderr[-2000:]
-    refused = flow_cli("trigger", "online-evolution/trust-test", "--param",
+    refused = cli.run("trigger", "online-evolution/trust-test", "--param",
                        "config.env_entry_point=tests.evil_module:Env", "--wait", "--timeout", "240",
                        cwd=ROOT_DIR, env=env, timeout=300)
     assert refused.returncode != 0
     out = refused.stdout + refused.stderr
     assert "env_entry_point" in out and "tests.evil_module" in out and "not allowed in a parameter" in out, out[-3000:]
     assert not marker.exists(), "the refused parameter's module was imported"
-    elsewhere = flow_cli("trigger", "online-evolution/trust-test", "--param", "config.runner.address=tcp://10.9.9.9:8786",
+    elsewhere = cli.run("trigger", "online-evolution/trust-test", "--param", "config.runner.address=tcp://10.9.9.9:8786",
                          "--wait", "--timeout", "240", cwd=ROOT_DIR, env=env, timeout=300)  # issue 38, case 2
     out = elsewhere.stdout + elsewhere.stderr
     assert elsewhere.returncode != 0 and "runner.address" in out and "not allowed in a parameter" in out, out[-3000:]
-    ran = flow_cli("trigger", "online-evolution/trust-test", "--param", "config.seed=1", "--wait", "--timeout", "240",
+    ran = cli.run("trigger", "online-evolution/trust-test", "--param", "config.seed=1", "--wait", "--timeout", "240",
                    cwd=ROOT_DIR, env=env, timeout=300)
     assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
 
@@ -620,7 +621,8 @@ def test_a_second_writer_is_refused_naming_the_owner_and_a_stale_lease_is_taken_
     import sys
 
     from agilerl_core.errors import LeaseError
-    from agilerl_core.io.run_store import LeaseKeeper, RunStore, new_lease_owner
+    from agilerl_core.io.lease import LeaseKeeper, new_lease_owner
+    from agilerl_core.io.run_store import RunStore
     from agilerl_core.io.storage import LocalStorage
 
     store = RunStore(LocalStorage(tmp_path / "store"), "leased")
@@ -649,21 +651,21 @@ def test_a_second_writer_is_refused_naming_the_owner_and_a_stale_lease_is_taken_
 
 
 @pytest.mark.integration
-def test_resuming_a_run_while_its_writer_is_alive_is_refused_and_the_writer_goes_on(tmp_path):
+def test_resuming_a_run_while_its_writer_is_alive_is_refused_and_the_writer_goes_on(tmp_path, cli):
     import os
     import signal
 
     from agilerl_core.io.run_store import RunStore
     from agilerl_core.io.storage import open_storage
-    from tests.conftest import flow_cli, wait_until
+    from tests.conftest import wait_until
 
-    path, env, storage = _cli_config(tmp_path, name="lease-test", population_size=2, evo_steps=400,
+    path, env, storage = _cli_config(cli, tmp_path, name="lease-test", population_size=2, evo_steps=400,
                                      max_env_steps=10_000_000)
     proc = _start_run(path, "busy", storage, env, tmp_path)
     try:
         store = RunStore(open_storage(storage), "busy")
         wait_until(lambda: store.lease() is not None and store.committed_generations(), 240, "the first commit")
-        second = flow_cli("resume", "busy", "--storage", storage, "--no-progress", cwd=tmp_path, env=env)
+        second = cli.run("resume", "busy", "--storage", storage, "--no-progress", cwd=tmp_path, env=env)
         assert second.returncode != 0 and "is being written by" in second.stderr, second.stderr[-2000:]
         assert "Traceback" not in second.stderr
         seen = store.committed_generations()
@@ -697,7 +699,7 @@ def test_fold_is_not_retried_and_folding_twice_changes_nothing(tmp_path):
 
 
 @pytest.mark.integration
-def test_a_resume_on_another_runner_trains_the_groups_the_run_was_started_with(tmp_path):
+def test_a_resume_on_another_runner_trains_the_groups_the_run_was_started_with(tmp_path, cli):
     """Started with groups of 2, killed after a commit, continued with `--set runner.group_size=1`: the run
     keeps its pinned groups and ends exactly as the uninterrupted run."""
     import os
@@ -705,18 +707,18 @@ def test_a_resume_on_another_runner_trains_the_groups_the_run_was_started_with(t
 
     from agilerl_core.io.run_store import RunStore
     from agilerl_core.io.storage import open_storage
-    from tests.conftest import cli_summary, committed_state, flow_cli, wait_for_commit
+    from tests.conftest import cli_summary, committed_state, wait_for_commit
 
-    path, env, storage = _cli_config(tmp_path, name="pin-test", population_size=4, evo_steps=200,
+    path, env, storage = _cli_config(cli, tmp_path, name="pin-test", population_size=4, evo_steps=200,
                                      max_env_steps=4000, runner={"group_size": 2})
     common = ["--storage", storage, "--no-progress"]
     proc = _start_run(path, "crashed", storage, env, tmp_path)
     wait_for_commit(RunStore(open_storage(storage), "crashed"), 1, proc)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    resumed = cli_summary(flow_cli("run", str(path), "--run-id", "crashed", *common, "--set", "runner.group_size=1",
+    resumed = cli_summary(cli.run("run", str(path), "--run-id", "crashed", *common, "--set", "runner.group_size=1",
                                    cwd=tmp_path, env=env))
-    straight = cli_summary(flow_cli("run", str(path), "--run-id", "straight", *common, cwd=tmp_path, env=env))
+    straight = cli_summary(cli.run("run", str(path), "--run-id", "straight", *common, cwd=tmp_path, env=env))
     assert resumed["group_sizes"] == straight["group_sizes"] == [2, 2]
     assert committed_state(storage, "crashed") == committed_state(storage, "straight")
 
@@ -772,18 +774,18 @@ def test_stack_up_with_auth_turns_on_prefect_and_mlflow_authentication(tmp_path)
         stack.down()
 
 
-def _cli_config(tmp_path, **fields):
+def _cli_config(cli, tmp_path, **fields):
     """A small CartPole config written as YAML for the CLI: (its path, the CLI's env, a storage dir)."""
     import yaml
 
-    from tests.conftest import cli_env
+
 
     cfg = {"env_id": "CartPole-v1", "num_envs": 4, "eval_episodes": 2, "seed": 0, "tracking": {"enabled": False},
            "hyperparameters": {"batch_size": 32, "learning_delay": 64, "buffer_size": 5000},
            "network": {"hidden_sizes": [32, 32], "min_nodes": 8}, **fields}
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    return path, cli_env(tmp_path), str(tmp_path / "runs")
+    return path, cli.env, str(tmp_path / "runs")
 
 
 def _start_run(path, run_id: str, storage: str, env: dict, cwd):
@@ -862,7 +864,7 @@ def test_a_retried_generation_log_records_each_metric_once(tmp_path, monkeypatch
     a half-finished first try) adds nothing; the end-of-run task, which registers a model, is not retried."""
     import mlflow
 
-    from tasks.tracking import Tracker, log_run_end_task
+    from tasks.tracker import Tracker, log_run_end_task
 
     monkeypatch.setenv("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
     cfg = tiny_config(population_size=2, **{"tracking.uri": f"sqlite:///{tmp_path / 'm.db'}"})

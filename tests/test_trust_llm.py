@@ -21,7 +21,7 @@ from agilerl_core import limits
 from agilerl_core.config import LLMModelConfig
 from agilerl_core.errors import CheckpointError, ConfigError
 from agilerl_core.experiment import build_evolution
-from agilerl_core.llm.base_model import char_tokenizer, load_model_and_tokenizer
+from agilerl_core.llm.base_loading import char_tokenizer, load_model_and_tokenizer
 from tests.test_llm import TINY_MODEL, llm_config
 
 # A module that leaves a marker when it is imported, and a class that leaves one when built.

@@ -25,7 +25,8 @@ from agilerl_core.config import LLMModelConfig
 from agilerl_core.errors import AgileRLError, CheckpointError, ConfigError
 from agilerl_core.experiment import build_evolution
 from agilerl_core.io.digest import sha256_file
-from agilerl_core.llm.base_model import SharedBase, char_tokenizer, load_model_and_tokenizer
+from agilerl_core.llm.base_loading import char_tokenizer, load_model_and_tokenizer
+from agilerl_core.llm.base_model import SharedBase
 from agilerl_core.llm.chat_template import chat_prompt, chat_text, render
 from tests.test_llm import TINY_MODEL, llm_config
 

@@ -24,6 +24,7 @@ from agilerl_core.algorithms.registry import get_algorithm
 from agilerl_core.algorithms.saved import load_member, load_population
 from agilerl_core.errors import AgileRLError, CheckpointError, ConfigError
 from agilerl_core.experiment import build_evolution
+from agilerl_core.io import lease as lease_mod
 from agilerl_core.io import run_store as run_store_mod
 from agilerl_core.io.checkpoint import save_member
 from agilerl_core.io.records import field, read_record
@@ -49,7 +50,7 @@ def committed(tmp_path_factory):
     refs = [store.put_shard(0, s, sh) for s, sh in enumerate(shards)]
     exp.finish_generation(results, fits, shards)
     exp.commit(store, refs)
-    store._put_json("LEASE.json", {"format": run_store_mod.LEASE_FORMAT, "version": 1, "owner": "elsewhere:1:ab",
+    store._put_json("LEASE.json", {"format": lease_mod.LEASE_FORMAT, "version": 1, "owner": "elsewhere:1:ab",
                                    "acquired": 1.0, "heartbeat": 1.0, "ttl_s": 60.0})
     save_member(root / "member", exp.population.members[0], exp.arena.env_desc)
     return root, store
@@ -311,7 +312,7 @@ def no_lease_pause(monkeypatch):
         @staticmethod
         def sleep(_s):
             return None
-    monkeypatch.setattr(run_store_mod, "time", _Time)
+    monkeypatch.setattr(lease_mod, "time", _Time)
 
 
 @pytest.mark.parametrize("kind_name", ["member", "population", "manifest", "lineage", "lease"])

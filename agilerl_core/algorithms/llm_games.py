@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 from agilerl_core.algorithms.grpo import GroupRollout
-from agilerl_core.algorithms.llm_base import LLMAlgorithm, chunks, row_pieces, token_gae
+from agilerl_core.algorithms.llm_base import LLMAlgorithm
+from agilerl_core.algorithms.llm_learning import chunks, row_pieces, token_gae
 from agilerl_core.language.wordle import WordleGame, WordList
 from agilerl_core.llm.sampling import RowBlock, pad_prompts, sample
 
@@ -190,7 +191,7 @@ class GameRollout(GroupRollout):
 
 def compacted_gae(token_rewards: torch.Tensor, values: torch.Tensor, own: torch.Tensor, gamma: float, lam: float
                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`~agilerl_core.algorithms.llm_base.token_gae` over the tokens `own` marks [n, T] (the member's), in
+    """:func:`~agilerl_core.algorithms.llm_learning.token_gae` over the tokens `own` marks [n, T] (the member's), in
     order, as if the others were not there; zeros elsewhere."""
     order = torch.sort((~own.bool()).long(), dim=1, stable=True).indices  # own tokens first, in order
     mask = own.gather(1, order)

@@ -32,8 +32,9 @@ import torch
 
 from agilerl_core.algorithms.hyperparameters.llm import LLMBCHyperparameters, LLMILQLHyperparameters
 from agilerl_core.algorithms.ilql import expectile_loss
-from agilerl_core.algorithms.llm_base import LLMAlgorithm, PhaseMetrics, row_pieces
+from agilerl_core.algorithms.llm_base import LLMAlgorithm
 from agilerl_core.algorithms.llm_games import GameData, evaluate_games
+from agilerl_core.algorithms.llm_learning import PhaseMetrics, row_pieces
 from agilerl_core.language.players import GameRecord
 from agilerl_core.llm.base_model import SharedBase
 from agilerl_core.llm.sampling import completion_logprobs, pad_prompts

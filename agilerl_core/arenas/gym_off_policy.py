@@ -17,7 +17,8 @@ from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.group import ReplayGroup
 from agilerl_core.arenas.base import GymArena, probe_action_mask
 from agilerl_core.arenas.experience import LearnRounds, ReplayLearning, SharedReplay
-from agilerl_core.buffers.frames import FramePart, FrameReplayBuffer, frame_fields, frame_parts, stacks_frames
+from agilerl_core.buffers.frame_format import FramePart, frame_fields, frame_parts, stacks_frames
+from agilerl_core.buffers.frames import FrameReplayBuffer
 from agilerl_core.buffers.memory import check_replay_fits
 from agilerl_core.buffers.nstep import NStepCollector
 from agilerl_core.buffers.replay import ReplayBuffer, transition_fields

@@ -30,7 +30,7 @@ import torch
 from agilerl_core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from agilerl_core.buffers.frames import FramePart
+    from agilerl_core.buffers.frame_format import FramePart
     from agilerl_core.buffers.replay import FieldSpec
 
 NO_FRAMES: Mapping[str, FramePart] = {}

@@ -22,7 +22,7 @@ from agilerl_core.buffers.memory import check_replay_fits, slot_rows
 from agilerl_core.envs.spaces import ActionSpec, MultiAgentSpec, Obs, ObsSpec
 
 if TYPE_CHECKING:
-    from agilerl_core.buffers.frames import FramePart
+    from agilerl_core.buffers.frame_format import FramePart
 
 
 class Transition(NamedTuple):

@@ -35,7 +35,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from agilerl_core.buffers.replay import ReplayBuffer
-from agilerl_core.envs.spaces import MultiAgentSpec, ObsSpec, obs_spec_from_dict, obs_spec_to_dict
+from agilerl_core.envs.space_records import obs_spec_from_dict, obs_spec_to_dict
+from agilerl_core.envs.spaces import MultiAgentSpec, ObsSpec
 from agilerl_core.errors import CheckpointError
 from agilerl_core.hpo.population import LineageEvent, Member, Population
 from agilerl_core.io.digest import sha256_file

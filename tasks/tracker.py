@@ -5,19 +5,18 @@ run logs into the same parent), one child run per member slot. Every write names
 through :class:`MlflowClient` (safe from task threads) and goes out in batches: one ``log_batch`` per
 run per generation, never per env step. Credentials never reach params, tags or logs: the config's
 secret fields are dropped before logging.
+
+Beside it: where the server is and whether it answers (:mod:`tasks.server_checks`), the champion in the model
+registry (:mod:`tasks.registry`, whose methods :class:`Tracker` has) and the queue that delivers generations off
+the training path (:mod:`tasks.delivery`).
 """
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import json
 import math
 import os
-import threading
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -31,49 +30,12 @@ from prefect.cache_policies import NO_CACHE
 from agilerl_core.errors import TrackingError
 from tasks.artifacts import champion_words, subject
 from tasks.config import PipelineConfig
+from tasks.registry import ModelRegistry
 from tasks.reports import lineage_table, render_lineage
+from tasks.server_checks import check_tracking_server, tracking_uri
 
 SECRET_FIELDS = ("storage.access_key_id", "storage.secret_access_key")
-CHAMPION_ALIAS = "champion"
 ML_VIEW = "?workflowType=machine_learning"  # MLflow 3's UI opens the GenAI view without it, "Model training" with it
-
-
-def tracking_uri(cfg: PipelineConfig) -> str:
-    """tracking.uri, else $MLFLOW_TRACKING_URI, else a SQLite file in output_dir."""
-    uri = cfg.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI")
-    if uri:
-        return uri
-    path = Path(cfg.output_dir).expanduser().resolve()
-    path.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{path / 'mlflow.db'}"
-
-
-def check_tracking_server(uri: str, timeout: float = 5.0) -> None:
-    """Fail early, with the fix, when an HTTP tracking server does not answer its health check."""
-    if not uri.startswith(("http://", "https://")):
-        return
-    try:
-        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout) as resp:
-            if resp.status == 200:
-                return
-            problem = f"health check answered HTTP {resp.status}"
-    except urllib.error.HTTPError as err:
-        problem = f"health check answered HTTP {err.code}"
-    except (urllib.error.URLError, OSError) as err:
-        problem = f"cannot connect ({getattr(err, 'reason', err)})"
-    raise TrackingError(f"tracking server {uri} (tracking.uri / MLFLOW_TRACKING_URI): {problem}; start it "
-                        f"(`agilerl-flow stack up`) or unset MLFLOW_TRACKING_URI to track in a local SQLite file")
-
-
-def warm_tracking_store(uri: str) -> None:
-    """Open the tracking store once, so that a new local SQLite file gets its tables now (~2 s of MLflow
-    migrations, measured) rather than when the flow's tracker first writes. MLflow caches the store per URI."""
-    if uri.startswith(("http://", "https://")):
-        return  # a server: nothing to create here (its health was checked)
-    try:
-        MlflowClient(uri).search_experiments(max_results=1)
-    except mlflow.exceptions.MlflowException as err:
-        raise TrackingError(f"tracking store {uri} (tracking.uri / MLFLOW_TRACKING_URI): {err.message}") from None
 
 
 def flat_params(cfg: PipelineConfig) -> dict[str, str]:
@@ -91,20 +53,6 @@ def flat_params(cfg: PipelineConfig) -> dict[str, str]:
     return out
 
 
-# the pyfunc's code per experiment kind (default champion_model.py)
-CHAMPION_CODE = {"llm": "champion_llm.py", "language": "champion_language.py"}
-
-
-def champion_requirements(kind: str, torch_version: str) -> list[str]:
-    """The champion's pip requirements (given, so MLflow does not infer them: seconds saved per log)."""
-    reqs = ["agilerl-flow", f"torch=={torch_version.split('+')[0]}"]
-    if kind == "llm":
-        from importlib.metadata import version
-
-        reqs += [f"{name}=={version(name)}" for name in ("transformers", "peft", "tokenizers")]
-    return reqs
-
-
 def _subject_tags(cfg: PipelineConfig) -> dict[str, str]:
     """What the members act on: the env id, or an LLM experiment's base model and dataset."""
     if cfg.kind == "llm":
@@ -115,13 +63,6 @@ def _subject_tags(cfg: PipelineConfig) -> dict[str, str]:
     if cfg.kind == "language":
         return {"agilerl.game": cfg.env.game, "agilerl.dataset": cfg.dataset.label}
     return {"agilerl.env_id": cfg.env_id}
-
-
-def _float(text: str | None) -> float | None:
-    try:
-        return float(text) if text is not None else None
-    except ValueError:
-        return None
 
 
 def _finite(x: float) -> bool:
@@ -148,7 +89,7 @@ def run_description(cfg: PipelineConfig, run_id: str, storage_uri: str, summary:
     return "\n".join(lines)
 
 
-class Tracker:
+class Tracker(ModelRegistry):
     """Parent and child runs of one evolution run."""
 
     def __init__(self, cfg: PipelineConfig, run_id: str, storage_uri: str) -> None:
@@ -205,18 +146,6 @@ class Tracker:
             "mlflow.parentRunId": self.parent_id, "agilerl.parent": self.parent_id, "agilerl.role": "member",
             "agilerl.slot": str(slot), "agilerl.run_id": self.run_id})
         return run.info.run_id
-
-    def registered_version(self):
-        """The model version this run registered already (None if none): a delivery after a failed ending must not
-        register a second one."""
-        if not self.cfg.tracking.register_model:
-            return None
-        name = self.cfg.tracking.model_name or self.cfg.name
-        try:
-            found = self.client.search_model_versions(f"name='{name}' and run_id='{self.parent_id}'")
-        except mlflow.exceptions.MlflowException:
-            return None
-        return found[0] if found else None
 
     def log_dataset(self, info: dict[str, Any]) -> None:
         """The offline dataset as the parent run's input (name, content hash, source, profile) and its size
@@ -313,34 +242,6 @@ class Tracker:
         """The parent run's description (markdown, shown on its page in the MLflow UI)."""
         self.client.set_tag(self.parent_id, "mlflow.note.content", text)
 
-    def log_champion(self, member_dir: Path, summary: dict[str, Any], signature: Any = None,
-                     input_example: Any = None) -> dict[str, Any]:
-        """Log the chosen champion (``summary["champion"]``) as a pyfunc model (code + safetensors checkpoint)
-        with its typed `signature` (:func:`champion_signature`) and an `input_example` (:func:`champion_example`),
-        register it with tags saying what it is, and move the ``champion`` alias to it as ``champion.promote``
-        says (:meth:`promote`)."""
-        import torch
-
-        name = self.cfg.tracking.model_name or self.cfg.name
-        fitness = (summary.get("champion") or {}).get("fitness", summary.get("best_fitness"))
-        code = str(Path(__file__).with_name(CHAMPION_CODE.get(self.cfg.kind, "champion_model.py")))
-        mlflow.set_tracking_uri(self.uri)
-        with mlflow.start_run(run_id=self.parent_id):
-            info = mlflow.pyfunc.log_model(
-                name="champion", python_model=code, artifacts={"member": str(member_dir)},
-                pip_requirements=champion_requirements(self.cfg.kind, torch.__version__),
-                registered_model_name=name if self.cfg.tracking.register_model else None,
-                signature=signature, input_example=input_example,
-                step=int(summary.get("generations", 1)) - 1,  # links the final generation's metrics
-                metadata={"fitness": fitness, "run_id": self.run_id})
-        out: dict[str, Any] = {"model_uri": info.model_uri}
-        if self.cfg.tracking.register_model:
-            version = str(info.registered_model_version)
-            for key, value in self.version_tags(fitness).items():
-                self.client.set_model_version_tag(name, version, key, value)
-            out.update(registered_model=name, version=version, **self.promote(name, version, fitness))
-        return out
-
     def version_tags(self, fitness: float | None) -> dict[str, str]:
         """What a registered version records about itself: the fitness promotion compares, the run, the
         config's digest (secrets left out) and the seed."""
@@ -350,208 +251,9 @@ class Tracker:
         return {"agilerl.fitness": "nan" if fitness is None else repr(float(fitness)), "agilerl.run_id": self.run_id,
                 "agilerl.config_digest": digest, "agilerl.seed": str(self.cfg.seed)}
 
-    def promote(self, name: str, version: str, fitness: float | None) -> dict[str, Any]:
-        """Move ``NAME@champion`` to `version` as ``champion.promote`` says: ``always``; ``never``; ``if_better``
-        (the default): only when `fitness` beats the ``agilerl.fitness`` tag of the version the alias points at
-        (a version without one, or no alias yet, is beaten by any finite fitness). Returns what happened."""
-        policy = self.cfg.champion.promote
-        try:
-            current = self.client.get_model_version_by_alias(name, CHAMPION_ALIAS)
-        except mlflow.exceptions.MlflowException:
-            current = None
-        held = None if current is None else _float(current.tags.get("agilerl.fitness"))
-        if current is not None and current.version == version:
-            promoted, why = True, "it holds the alias already"
-        elif policy == "never":
-            promoted, why = False, "champion.promote is never"
-        elif policy == "always":
-            promoted, why = True, "champion.promote is always"
-        elif fitness is None or not math.isfinite(fitness):
-            promoted, why = False, "its fitness is not a number"
-        elif current is None or held is None or not math.isfinite(held):
-            promoted, why = True, "no champion with a recorded fitness yet"
-        elif fitness > held:
-            promoted, why = True, f"fitness {fitness:.2f} beats the champion's (version {current.version}) {held:.2f}"
-        else:
-            promoted, why = False, (f"fitness {fitness:.2f} does not beat the champion's (version {current.version}) "
-                                    f"{held:.2f}")
-        if promoted:
-            self.client.set_registered_model_alias(name, CHAMPION_ALIAS, version)
-        champion = version if promoted else (current.version if current is not None else None)
-        return {"promoted": promoted, "promotion": f"{'promoted' if promoted else 'not promoted'}: {why}",
-                "champion_version": champion,
-                "champion_uri": f"models:/{name}@{CHAMPION_ALIAS}" if champion is not None else None}
-
     def end(self, status: str = "FINISHED") -> None:
         for rid in [*self.child_ids, self.parent_id]:
             self.client.set_terminated(rid, status)
-
-
-def champion_io(arena) -> tuple[Any, Any]:
-    """(signature, input example) of an arena's champion: observations to actions for RL members, prompt texts
-    to completion texts for LLM members."""
-    if arena.kind == "llm":
-        from mlflow.models import ModelSignature
-        from mlflow.types.schema import ColSpec, Schema
-
-        signature = ModelSignature(inputs=Schema([ColSpec("string", "prompt")]),
-                                   outputs=Schema([ColSpec("string", "completion")]))
-        import pandas as pd
-
-        return signature, pd.DataFrame({"prompt": list(arena.eval_data.prompts[:2])})
-    if arena.kind == "language":
-        import pandas as pd
-        from mlflow.models import ModelSignature
-        from mlflow.types.schema import ColSpec, Schema
-
-        signature = ModelSignature(inputs=Schema([ColSpec("string", "transcript")]),
-                                   outputs=Schema([ColSpec("string", "guess")]))
-        return signature, pd.DataFrame({"transcript": ["", arena.games[0].transcript[:12]]})
-    return champion_signature(arena.obs_space, arena.act_space), champion_example(arena.obs_space)
-
-
-def champion_signature(obs_space, act_space) -> Any:
-    """The champion's typed MLflow signature: a batch of observations in (one named tensor per key of a Dict
-    space; per agent for a team), the greedy actions out (ints for Discrete, floats in the env's bounds for
-    Box; a dict of them, one per agent, for a team: `act_space` is then a dict of spaces)."""
-    import numpy as np
-    from gymnasium import spaces
-    from mlflow.models import ModelSignature
-    from mlflow.types.schema import Schema, TensorSpec
-
-    def spec(space, name=None, action=False) -> TensorSpec:
-        if isinstance(space, spaces.Discrete):
-            return TensorSpec(np.dtype(np.int64), (-1,), name)
-        dtype = np.dtype(np.uint8) if space.dtype == np.uint8 and not action else np.dtype(np.float32)
-        return TensorSpec(dtype, (-1, *space.shape), name)
-
-    def schema(space, action=False) -> Schema:
-        named = space.spaces if isinstance(space, spaces.Dict) else space if isinstance(space, dict) else None
-        if named is not None:
-            return Schema([spec(s, k, action) for k, s in named.items()])
-        return Schema([spec(space, action=action)])
-
-    return ModelSignature(inputs=schema(obs_space), outputs=schema(act_space, action=True))
-
-
-def champion_example(obs_space) -> Any:
-    """A batch of two observations drawn from the space (seeded): the champion's input example, so the
-    MLflow UI shows what the model takes and MLflow checks it against the signature when logging."""
-    import numpy as np
-    from gymnasium import spaces
-
-    obs_space.seed(0)
-    draws = [obs_space.sample() for _ in range(2)]
-    if isinstance(obs_space, spaces.Dict):
-        return {k: np.stack([np.asarray(d[k]) for d in draws]) for k in obs_space.spaces}
-    return np.stack([np.asarray(d) for d in draws])
-
-
-# ---- Prefect tasks (the tracking server is remote: transient failures are retried) ----------------------
-
-
-class TrackingQueue:
-    """Generations waiting to be logged, delivered in order by one background thread, so that training never
-    waits on the tracking server: while it is down the queue grows, a failed delivery is tried again (the same
-    generation, the same timestamps: exactly once) after a backoff of 1 s doubling to `max_backoff`, and once it
-    is back the queue drains in order."""
-
-    def __init__(self, tracker: Tracker, logger, max_backoff: float = 30.0, spill=None, unspill=None) -> None:
-        """`spill(stats, members)`: keep an undelivered generation's rows somewhere durable (called once per
-        generation, when a delivery first fails: what a later process delivers if this one cannot);
-        `unspill(generation)`: forget them once delivered."""
-        self.tracker, self.logger, self.max_backoff = tracker, logger, max_backoff
-        self.spill, self.unspill = spill, unspill
-        self._spilled: set[int] = set()
-        self._items: collections.deque = collections.deque()
-        self._cv = threading.Condition()
-        self._closing = False
-        self._abandon = False
-        self._down_since: float | None = None
-        self._thread = threading.Thread(target=self._deliver, name="agilerl-tracking", daemon=True)
-        self._thread.start()
-
-    def put(self, stats: dict[str, Any], members: list[dict[str, Any]]) -> None:
-        with self._cv:
-            self._items.append((stats, members))
-            self._cv.notify_all()
-
-    def pending(self) -> list[int]:
-        with self._cv:
-            return [int(stats["generation"]) for stats, _ in self._items]
-
-    def _deliver(self) -> None:
-        delay = 1.0
-        while True:
-            with self._cv:
-                while not self._items and not self._closing:
-                    self._cv.wait()
-                if not self._items or self._abandon:
-                    return
-                stats, members = self._items[0]
-            try:
-                self.tracker.log_generation(stats, members)
-            except Exception as err:  # the server is down (MLflow's own client retries are spent): keep it queued
-                self._spill_queued()
-                with self._cv:
-                    if self._down_since is None:
-                        self._down_since = time.monotonic()
-                        self.logger.warning(
-                            "run %s: the tracking server %s is not answering (%s); training goes on, generation %s "
-                            "and later ones are queued and will be logged in order when it is back",
-                            self.tracker.run_id, self.tracker.uri, _short(err), stats["generation"])
-                    if self._abandon:
-                        return
-                    self._cv.wait(delay)
-                delay = min(2 * delay, self.max_backoff)
-                continue
-            delay = 1.0
-            if int(stats["generation"]) in self._spilled and self.unspill is not None:
-                with contextlib.suppress(Exception):
-                    self.unspill(int(stats["generation"]))
-            with self._cv:
-                self._items.popleft()
-                if self._down_since is not None:
-                    self.logger.info("run %s: the tracking server is back after %.0f s; logged generation %s "
-                                     "(%d still queued)", self.tracker.run_id, time.monotonic() - self._down_since,
-                                     stats["generation"], len(self._items))
-                    self._down_since = None
-                self._cv.notify_all()
-
-    def _spill_queued(self) -> None:
-        if self.spill is None:
-            return
-        with self._cv:
-            items = [(st, m) for st, m in self._items if int(st["generation"]) not in self._spilled]
-        for stats, members in items:
-            try:
-                self.spill(stats, members)
-                self._spilled.add(int(stats["generation"]))
-            except Exception as err:  # storage down too: resume rebuilds the rows from the committed generation
-                self.logger.warning("run %s: could not keep generation %s's tracking rows in storage: %s",
-                                    self.tracker.run_id, stats["generation"], _short(err))
-                return
-
-    def close(self, timeout: float) -> list[int]:
-        """Wait up to `timeout` seconds for the queue to drain; returns the generations still undelivered (the
-        thread then stops after its current attempt; a later process delivers them exactly once)."""
-        deadline = time.monotonic() + timeout
-        with self._cv:
-            self._closing = True
-            self._cv.notify_all()
-            while self._items and time.monotonic() < deadline:
-                self._cv.wait(min(1.0, max(0.0, deadline - time.monotonic())))
-            self._abandon = True
-            self._cv.notify_all()
-            left = [int(stats["generation"]) for stats, _ in self._items]
-        if left:
-            self._spill_queued()
-        return left
-
-
-def _short(err: Exception) -> str:
-    text = str(getattr(err, "message", None) or err).strip().splitlines()
-    return (text[0] if text else type(err).__name__)[:200]
 
 
 @task(name="log-run-end", cache_policy=NO_CACHE)  # not retried: registering the champion twice makes two versions
