@@ -10,13 +10,21 @@ the check saw ``allowedenv``, Gymnasium imports ``evil``) is refused instead of 
 - a wrapper: ``module.Name`` or ``module:Name``.
 
 A module is a dotted identifier (``my_pkg.envs``): no empty part, no relative import, no path.
+
+The fields of a config that name code (:func:`code_references`) are trusted in the user's own files and checked
+against an allowlist when a config arrives as a flow-run parameter (:func:`check_code_allowed`).
 """
 
 from __future__ import annotations
 
+import os
 import re
+from typing import TYPE_CHECKING
 
 from agilerl_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from agilerl_core.config import ExperimentConfig
 
 _GYM_NAME = re.compile(r"(?:[\w-]+/)?[\w.-]+")  # gymnasium's ENV_ID_RE without the colons it lets through
 
@@ -96,3 +104,52 @@ def split_wrapper(name: str, field: str) -> tuple[str, str]:
         raise ConfigError(f"{field}: {why}")
     module, _, attr = name.partition(":") if ":" in name else name.rpartition(".")
     return module, attr
+
+
+# ---- config fields that name code ---------------------------------------------------------------------------
+TRUSTED_MODULES_ENV = "AGILERL_TRUSTED_MODULES"  # comma-separated modules a worker also allows in parameters
+
+
+def code_references(cfg: ExperimentConfig) -> dict[str, str]:
+    """The config fields that make the pipeline import code, as {field: module}: an env id's module
+    (``module:EnvId``, a multi-agent ``module:env``), ``env_entry_point`` and python rewards. Code by design:
+    trusted in the user's own files, checked against an allowlist when a config arrives as a flow-run
+    parameter (:func:`check_code_allowed`)."""
+    refs: dict[str, str] = {}
+    env_id = getattr(cfg, "env_id", None)  # parsed as its importer reads it (a ConfigError for what it cannot)
+    if env_id and ":" in env_id:
+        refs["env_id"] = (split_ref(env_id, "env_id") if getattr(cfg, "kind", None) == "multi_agent"
+                          else split_env_id(env_id))[0]
+    entry = getattr(cfg, "env_entry_point", None)
+    if entry:
+        refs["env_entry_point"] = split_ref(entry, "env_entry_point")[0]
+    for name in ("env_wrappers", "vector_wrappers"):
+        for i, w in enumerate(getattr(cfg, name, None) or []):
+            refs[f"{name}[{i}].wrapper"] = split_wrapper(w.wrapper, f"{name}[{i}].wrapper")[0]
+    for i, reward in enumerate(getattr(cfg, "rewards", None) or []):
+        if reward.function and reward.kind == "python":
+            refs[f"rewards[{i}].function"] = split_ref(reward.function, f"rewards[{i}].function")[0]
+    return refs
+
+
+def module_allowed(module: str, allowed: set[str]) -> bool:
+    """Whether `module` is in `allowed` or inside an allowed package (``a.b`` is inside ``a``)."""
+    parts = module.split(".")
+    return any(".".join(parts[:i]) in allowed for i in range(1, len(parts) + 1))
+
+
+def trusted_modules_from_env() -> set[str]:
+    """The modules ``$AGILERL_TRUSTED_MODULES`` allows (comma-separated)."""
+    return {m.strip() for m in os.environ.get(TRUSTED_MODULES_ENV, "").split(",") if m.strip()}
+
+
+def check_code_allowed(cfg: ExperimentConfig, allowed: set[str], source: str = "the flow run's config") -> None:
+    """A ConfigError naming the first field of `cfg` that names a module outside `allowed`."""
+    for field, module in code_references(cfg).items():
+        if not module_allowed(module, allowed):
+            raise ConfigError(
+                f"{field}: {source} names module {module!r}, which is not allowed in a parameter: a flow run's "
+                f"parameters come from anyone who can reach the Prefect API, so only modules the deployed config "
+                f"itself names, or those in ${TRUSTED_MODULES_ENV} on the worker, may be imported (allowed: "
+                f"{', '.join(sorted(allowed)) or 'none'}). Name it in the deployment's config, or add it to "
+                f"{TRUSTED_MODULES_ENV} in the worker's environment")

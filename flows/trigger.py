@@ -7,7 +7,8 @@ import json
 import os
 from typing import Any
 
-from agilerl_core.config import _set_dotted, parse_overrides
+from agilerl_core.config import parse_overrides
+from agilerl_core.config.overrides import _set_dotted
 from agilerl_core.errors import AgileRLError, ConfigError
 from tasks.config import validate_config
 

@@ -131,7 +131,8 @@ def test_the_config_imports_no_algorithm():
 def test_the_config_never_imports_an_algorithm_even_lazily():
     """The old config reached the algorithm classes through a function-level import of the registry's
     spaces (a circle: algorithms imported the config): the registry now holds the traits as data."""
-    for node in ast.walk(ast.parse((ROOT / "agilerl_core" / "config.py").read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("agilerl_core.algorithms."):
-            assert node.module.startswith(("agilerl_core.algorithms.hyperparameters.",
-                                           "agilerl_core.algorithms.registry")), node.module
+    for path in (ROOT / "agilerl_core" / "config").rglob("*.py"):  # the config package, every module of it
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("agilerl_core.algorithms."):
+                assert node.module.startswith(("agilerl_core.algorithms.hyperparameters.",
+                                               "agilerl_core.algorithms.registry")), f"{path.name}: {node.module}"

@@ -134,7 +134,7 @@ def test_registered_champion_loads_and_acts(servers, threads_run, monkeypatch):
     import gymnasium as gym
     import mlflow
 
-    from agilerl_core.io.checkpoint import load_member
+    from agilerl_core.algorithms.saved import load_member
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", servers.mlflow_url)
     mlflow.set_tracking_uri(servers.mlflow_url)

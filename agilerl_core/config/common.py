@@ -1,0 +1,257 @@
+"""What every kind of experiment config shares: the strict base model (unknown fields refused), the
+population's evolution (mutation weights, tournament, selection), where a run persists (storage) and which
+member it registers (champion), the rules of a run name, and :class:`_ExperimentBase`: the fields and checks
+every kind inherits (population, budget, seed, device, limits)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from agilerl_core.algorithms.hyperparameters.base import HP_TAG, BaseHyperparameters
+from agilerl_core.algorithms.registry import ALGORITHMS, algorithms_for_kind
+from agilerl_core.config.hyperparameters import _complete_space, _schema_any_hyperparameters, normalise_algorithm
+from agilerl_core.errors import ConfigError
+from agilerl_core.hpo.space import HyperparameterSpec
+from agilerl_core.io.files import quote
+from agilerl_core.limits import Limits
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class MutationConfig(_Strict):
+    """Relative weights of the mutation kinds (normalised) and their strengths."""
+
+    no_mutation: float = Field(0.4, ge=0, description="Weight of leaving a member unchanged.")
+    architecture: float = Field(0.2, ge=0, description="Weight of an architecture mutation.")
+    new_layer_share: float = Field(0.2, ge=0, le=1, description="Share of architecture mutations that change layers.")
+    parameters: float = Field(0.2, ge=0, description="Weight of Gaussian parameter noise.")
+    parameter_strength: float = Field(0.1, ge=0, description="Noise std relative to each tensor's std.")
+    activation: float = Field(0.0, ge=0, description="Weight of an activation change.")
+    rl_hp: float = Field(0.2, ge=0, description="Weight of an RL hyperparameter mutation.")
+
+    @model_validator(mode="after")
+    def _some(self) -> MutationConfig:
+        if self.no_mutation + self.architecture + self.parameters + self.activation + self.rl_hp <= 0:
+            raise ValueError("at least one mutation weight must be positive")
+        return self
+
+
+class TournamentConfig(_Strict):
+    """Tournament selection."""
+
+    size: int = Field(2, ge=1, description="Members drawn per tournament.")
+    elitism: bool = Field(True, description="Keep the best member unmutated in slot 0.")
+
+
+class SelectionConfig(_Strict):
+    """How the next generation is chosen: tournaments (``tournament:`` holds their size and elitism) or
+    multi-frequency subpopulations (MF-PBT; see :mod:`agilerl_core.hpo.multi_frequency`)."""
+
+    method: Literal["tournament", "multi_frequency"] = Field(
+        "tournament", description="tournament: every generation, tournaments with elitism; multi_frequency: the "
+                                  "population split into len(periods) subpopulations, subpopulation i evolving "
+                                  "after every periods[i]-th evaluation (MF-PBT).")
+    periods: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=lambda: [1, 4], description="multi_frequency: generations between the evolutions of each "
+                                                    "subpopulation (one entry per subpopulation, slots split "
+                                                    "contiguously, the first ones larger).")
+    winners: float = Field(0.25, ge=0, le=1, description="multi_frequency: share of a subpopulation kept as "
+                                                         "winners (at least one), the parents of its losers' "
+                                                         "replacements.")
+    losers: float = Field(0.25, ge=0, le=1, description="multi_frequency: share replaced by mutated clones of a "
+                                                        "winner (at least one in a subpopulation of two or more).")
+    migration: float = Field(0.25, ge=0, le=1, description="multi_frequency: share open to the strongest member "
+                                                           "of the other subpopulations when it scored higher "
+                                                           "(from a faster subpopulation: its weights only).")
+
+    @model_validator(mode="after")
+    def _shares(self) -> SelectionConfig:
+        if self.winners + self.losers + self.migration > 1:
+            raise ValueError(f"winners + losers + migration is {self.winners + self.losers + self.migration:g}; "
+                             "the three shares must add up to at most 1 (the rest are survivors)")
+        return self
+
+
+class StorageConfig(_Strict):
+    """Where a run's generations (checkpoints, experience shards, manifests) are persisted."""
+
+    uri: str | None = Field(None, description="Local directory or s3://BUCKET/PREFIX; None: $AGILERL_STORAGE_URI, "
+                                              "else output_dir.")
+    endpoint_url: str | None = Field(None, description="S3 endpoint (SeaweedFS/MinIO); None: $AWS_ENDPOINT_URL.")
+    region: str | None = Field(None, description="S3 region; None: $AWS_REGION, else us-east-1.")
+    access_key_id: SecretStr | None = Field(None, description="S3 access key; prefer $AWS_ACCESS_KEY_ID.")
+    secret_access_key: SecretStr | None = Field(None, description="S3 secret; prefer $AWS_SECRET_ACCESS_KEY.")
+    max_attempts: int | None = Field(None, ge=1, description="Attempts per S3 request: transient errors (connection "
+                                                              "refused, throttling, 5xx) are retried with exponential "
+                                                              "backoff (botocore's standard mode, each wait up to 20 s); "
+                                                              "None: $AWS_MAX_ATTEMPTS, else 10 (about a minute).")
+    keep_generations: int = Field(3, ge=1, description="Member checkpoints kept for the last K generations "
+                                                       "(every generation's elite is always kept).")
+
+
+class ChampionConfig(_Strict):
+    """Which member a run registers, and when the registered model's ``champion`` alias moves to it."""
+
+    promote: Literal["if_better", "always", "never"] = Field(
+        "if_better", description="Move NAME@champion to this run's model: if_better (only when its fitness beats the "
+                                 "fitness recorded with the version the alias points at), always, or never.")
+    eval_episodes: int | None = Field(
+        None, ge=1, description="Fresh-seed episodes each champion candidate (the final elite and the best member "
+                                "the run ever evaluated) is re-scored on before one is registered (LLM: passes over "
+                                "the held-out prompts); None: one evaluation's worth (eval_episodes; LLM: 1).")
+
+
+RUN_NAME_MAX = 128  # bytes (UTF-8) of an experiment name: the start of a run's directory and id (NAME-sSEED-TIMESTAMP)
+_RUN_NAME = re.compile(r"\w(?:[\w .-]*[\w.-])?")
+
+
+def check_run_name(value: str) -> str:
+    """`value` when it is a safe experiment name: one directory name under output_dir and the start of a run id
+    (letters, digits and _, then also spaces, - and .; no path separator, '..', control character or
+    trailing space; at most RUN_NAME_MAX bytes). A ValueError saying which characters are allowed otherwise."""
+    if len(value.encode("utf-8", "surrogatepass")) > RUN_NAME_MAX or not _RUN_NAME.fullmatch(value) \
+            or ".." in value:
+        shown = value if len(value) <= 60 else value[:60] + "..."
+        raise ValueError(f"{shown!r} is not a run name: the run's directory (output_dir/NAME-sSEED-TIMESTAMP) and id "
+                         f"are made from it, so use letters, digits and _, then also spaces, - and . (no '/', '\\', '..', "
+                         f"control characters or trailing space; start with a letter, digit or _), at most "
+                         f"{RUN_NAME_MAX} bytes, e.g. cartpole-dqn")
+    return value
+
+
+class _ExperimentBase(_Strict):
+    """What every kind of experiment shares: the population, its evolution, the budget and where it runs."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, json_schema_extra=_schema_any_hyperparameters)
+    default_algorithm: ClassVar[str]
+
+    name: str = Field("experiment", min_length=1, description="Experiment name (tracking groups runs by it; the "
+                                                              "run's directory and id start with it): letters, "
+                                                              "digits, _ and, after the first character, "
+                                                              "spaces, - and . (no '..'); at most "
+                                                              "128 bytes.")
+    population_size: int = Field(4, ge=1, description="Members in the population.")
+    hp_space: dict[str, HyperparameterSpec | dict[str, Any] | None] = Field(
+        default_factory=dict, description="Overrides of the algorithm's mutable hyperparameters (null removes one).")
+    mutation: MutationConfig = Field(default_factory=MutationConfig, description="Mutation probabilities.")
+    tournament: TournamentConfig = Field(default_factory=TournamentConfig, description="Tournament selection's "
+                                                                                      "settings.")
+    selection: SelectionConfig = Field(default_factory=SelectionConfig, description="Selection method: "
+                                                                                    "tournament or "
+                                                                                    "multi_frequency (MF-PBT).")
+    evo_steps: int = Field(10_000, ge=1, description="Env steps per member per generation "
+                                                     "(offline: gradient steps).")
+    max_env_steps: int = Field(150_000, ge=1, description="Global training env-step budget (whole population; "
+                                                            "offline: gradient steps). The last generation "
+                                                            "shrinks to fit it.")
+    target_fitness: float | None = Field(None, description="Stop once the best fitness reaches this.")
+    seed: int = Field(0, ge=0, description="Master seed: same config + seed gives the same result on CPU.")
+    output_dir: str = Field("runs", min_length=1, description="Where checkpoints are written.")
+    device: str = Field("cpu", description="Torch device of every member's networks, optimiser state and sampled batches: "
+                                    "cpu, cuda (the task's first visible GPU: under Ray or a GPU Dask worker, "
+                                    "the one it was given), cuda:N, or auto (cuda when one is visible). "
+                                    "Checkpoints are written from CPU tensors and load onto the reader's device.")
+    tf32: bool = Field(False, description="On CUDA, let float32 matmuls use TF32 tensor cores (faster on "
+                                          "Ampere and later, ~1e-3 relative error); off keeps full float32.")
+    torch_threads: int = Field(1, ge=1, description="Torch intra-op threads (small nets run fastest on 1).")
+    storage: StorageConfig = Field(default_factory=StorageConfig, description="Pipeline persistence.")
+    champion: ChampionConfig = Field(default_factory=ChampionConfig, description="The registered champion: "
+                                                                                "candidates and promotion.")
+    limits: Limits = Field(default_factory=Limits, description="The largest sizes accepted from this config, "
+                                                             "the checkpoints and datasets it reads (raise one "
+                                                             "here when a size is meant: docs/security.md).")
+
+    @field_validator("name")
+    @classmethod
+    def _run_name(cls, value: str) -> str:
+        return check_run_name(value)
+
+    @model_validator(mode="after")
+    def _subpopulations_fit(self) -> _ExperimentBase:
+        sel = self.selection
+        if sel.method == "multi_frequency" and len(sel.periods) > self.population_size:
+            raise ValueError(f"selection.periods: {len(sel.periods)} subpopulations need at least as many members; "
+                             f"population_size is {self.population_size}: list at most {self.population_size} "
+                             "periods or raise population_size")
+        if sel.method == "tournament" and sel.periods != SelectionConfig().periods:
+            raise ValueError("selection.periods: only multi_frequency selection has subpopulations; set "
+                             "selection.method: multi_frequency or drop periods")
+        return self
+
+    @model_validator(mode="after")
+    def _within_limits(self) -> _ExperimentBase:
+        """Sizes this config asks for (population, envs, buffer, layer widths) against its own `limits`, before
+        anything is allocated from them; the refusal names the field and the limit to raise."""
+        from agilerl_core.limits import check
+
+        net = getattr(self, "network", None)
+        sizes: list[tuple[str, str, Any]] = [("population_size", "population_size", self.population_size),
+                                             ("num_envs", "num_envs", getattr(self, "num_envs", None)),
+                                             ("hyperparameters.buffer_size", "buffer_size",
+                                              getattr(getattr(self, "hyperparameters", None), "buffer_size", None))]
+        if net is not None:
+            sizes += [(f"network.hidden_sizes[{i}]", "layer_width", h) for i, h in enumerate(net.hidden_sizes)]
+            sizes += [("network.max_nodes", "layer_width", net.max_nodes),
+                      ("network.max_hidden_layers", "layer_count", net.max_hidden_layers),
+                      ("network.cnn.max_channels", "layer_width", net.cnn.max_channels),
+                      ("network.cnn.max_layers", "layer_count", net.cnn.max_layers),
+                      ("network.cnn.latent_dim", "layer_width", getattr(net.cnn, "latent_dim", None)),
+                      ("network.vector_encoder.latent_dim", "layer_width", getattr(net.vector_encoder, "latent_dim", None)),
+                      ("network.rnn.hidden_size", "layer_width", net.rnn.hidden_size if net.rnn else None)]
+            sizes += [(f"network.cnn.channels[{i}]", "layer_width", h) for i, h in enumerate(net.cnn.channels or ())]
+            sizes += [(f"network.vector_encoder.hidden_sizes[{i}]", "layer_width", h)
+                      for i, h in enumerate(net.vector_encoder.hidden_sizes)]
+        for name, limit, value in sizes:
+            if value is not None:
+                try:
+                    check(limit, value, name, limits=self.limits)
+                except ConfigError as err:
+                    raise ValueError(str(err)) from None
+        return self
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        if not re.fullmatch(r"cpu|auto|cuda(:\d+)?", value):
+            raise ValueError(f"{quote(value)} is not a device: use cpu, cuda, cuda:N (a GPU index) or auto")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _algorithm_sections(cls, data: Any) -> Any:
+        """Route `hyperparameters` to the chosen algorithm's model, and complete partial `hp_space`
+        overrides ({min, max}) from the algorithm's declared space, keeping its kind and factors (so an
+        int hyperparameter stays int): runs before pydantic would fill the omitted fields with
+        HyperparameterSpec's generic defaults."""
+        if not isinstance(data, dict):
+            return data
+        algo = data.get("algorithm", cls.default_algorithm)
+        kind = cls.model_fields["kind"].annotation.__args__[0]
+        if isinstance(algo, str) and algo != normalise_algorithm(algo):  # DQN, PPO, Rainbow: the registry's names
+            algo = normalise_algorithm(algo)
+            data = {**data, "algorithm": algo}
+        info = ALGORITHMS.get(algo) if isinstance(algo, str) else None
+        if info is not None and kind not in info.arenas:
+            if info.offline_only:
+                raise ValueError(f"algorithm: {algo} learns only from a dataset; set kind: offline and add a "
+                                 f"dataset section (dataset.uri: a file made with `agilerl-flow dataset collect`)")
+            why = "is on-policy and cannot learn from a fixed dataset" if info.on_policy and kind == "offline" else \
+                f"does not train in {kind} experiments"
+            raise ValueError(f"algorithm: {algo} {why}; use one of {', '.join(algorithms_for_kind(kind))}")
+        if info is None:
+            return data  # the algorithm field reports it
+        data = dict(data)
+        hp = data.get("hyperparameters")
+        model = ALGORITHMS[algo].hp_model
+        if hp is None or isinstance(hp, dict):
+            data["hyperparameters"] = {**(hp or {}), HP_TAG: algo}
+        elif isinstance(hp, BaseHyperparameters) and type(hp) is not model:
+            data["hyperparameters"] = {**hp.model_dump(), HP_TAG: algo}
+        if isinstance(data.get("hp_space"), dict):
+            data["hp_space"] = _complete_space(algo, data["hp_space"])
+        return data
