@@ -6,7 +6,7 @@ offline dataset; multi-agent and LLM arenas plug in the same way). It owns every
 and seed give the same result whoever runs the steps (the in-process loop, thread or process tasks)::
 
     evo.begin_generation()
-    results = [evo.train(slot) for slot in slots]        # arena.train, on a shard of slots
+    results = [evo.train(slot) for slot in slots]        # arena.train_group (a group of one), on a shard of slots
     fitnesses = [evo.evaluate(slot) for slot in slots]   # arena.evaluate (or evaluate_group, per group)
     evo.finish_generation(results, fitnesses)           # experience commit, fitness, history
     evo.commit(store, shard_refs)                       # the generation to storage, manifest last
@@ -99,8 +99,16 @@ class Arena(Protocol):
     def begin_generation(self, slots: int) -> None:
         """Prepare `slots` members' fresh-experience areas (the committed experience stays)."""
 
-    def train(self, member: Evolvable, slot: int, seed: int, steps: int) -> TrainResult:
-        """Train `member` (in slot `slot`) for `steps` budget units."""
+    def batch_key(self, member: Evolvable) -> Any:
+        """Members with equal keys may train and evaluate as one group (None: this member alone)."""
+
+    def train_group(self, members: list[Evolvable], slots: list[int], seeds: list[int], steps: int
+                    ) -> list[TrainResult]:
+        """Train `members` (in `slots`, one batch key) for `steps` budget units each; a member alone is a group
+        of one."""
+
+    def evaluate_group(self, members: list[Evolvable], seed: int, slots: list[int]) -> list[float]:
+        """Fitness of `members` (one batch key) at once, each as it would score alone."""
 
     def evaluate(self, member: Evolvable, seed: int, slot: int | None = None) -> float:
         """Fitness of `member` (its evaluation env is keyed by `slot`, so slots evaluate concurrently)."""
@@ -116,11 +124,6 @@ class Arena(Protocol):
 
     def restore_experience(self, store: RunStore, generation: int) -> None:
         """The shared experience exactly as committed after `generation`."""
-
-    # optional, population-batched learning: an arena without these trains every member on its own
-    # def batch_key(self, member) -> Hashable | None: members with equal keys may learn as one group
-    # def train_group(self, members, slots, seeds, steps) -> list[TrainResult]: train such a group at once
-    # def evaluate_group(self, members, seed, slots) -> list[float]: evaluate such a group at once
 
 
 @dataclass(frozen=True)
@@ -203,8 +206,8 @@ class Evolution:
         """Train member `slot` (thread-safe across distinct slots)."""
         gen = self.generation if generation is None else generation
         seed = derive_seed(self.settings.seed, TRAIN_SEED, gen, slot)
-        return self._finite(gen, lambda: [self.arena.train(self.population.members[slot].agent, slot, seed,
-                                                           self.generation_steps() if steps is None else steps)])[0]
+        return self._finite(gen, lambda: self.arena.train_group([self.population.members[slot].agent], [slot], [seed],
+                                                                self.generation_steps() if steps is None else steps))[0]
 
     def _finite(self, generation: int, train: Callable[[], list[TrainResult]]) -> list[TrainResult]:
         """`train()`'s results once every trained member's weights (and mean loss) are finite; a
@@ -248,18 +251,15 @@ class Evolution:
         """The slots that train together (one task each): members with equal batch keys (the arena's, when
         it batches and batching is on), at most the settings' cap per group. A deterministic function of
         the population, so every runner and a resumed run group alike."""
-        key_of = getattr(self.arena, "batch_key", None) if self.settings.batch_members else None
-        keys = [None if key_of is None else key_of(m.agent) for m in self.population.members]
+        keys = [self.arena.batch_key(m.agent) if self.settings.batch_members else None for m in self.population.members]
         return groups_of(keys, self.settings.group_cap)
 
     def batching_note(self) -> str:
         """What the run's summary says about batching (which members could not batch, and why)."""
         if not self.settings.batch_members:
             return "off (batch_members: false)"
-        key_of = getattr(self.arena, "batch_key", None)
-        if key_of is None:
-            return f"off: {self.arena.kind} members train one by one"
-        refusals = sorted({m.agent.batch_refusal() for m in self.population.members if key_of(m.agent) is None})
+        refusals = sorted({m.agent.batch_refusal() for m in self.population.members
+                           if self.arena.batch_key(m.agent) is None})
         scope = getattr(self.arena, "batch_scope", None)
         on = "on" if scope is None else f"on ({scope})"
         return on if not refusals else "groups of one: " + "; ".join(refusals)
@@ -279,14 +279,12 @@ class Evolution:
     @_under_limits
     def evaluate_group(self, slots: tuple[int, ...] | list[int], generation: int | None = None,
                        own_env: bool = False) -> list[float]:
-        """Fitness of the members in `slots` (one of :meth:`groups`): at once where the arena evaluates a
-        group together (LLM: shared generation), else one by one."""
-        many = getattr(self.arena, "evaluate_group", None)
-        if many is None or len(slots) == 1 or not self.settings.batch_members:
+        """Fitness of the members in `slots` (one of :meth:`groups`): at once (one by one when batching is off)."""
+        if len(slots) == 1 or not self.settings.batch_members:
             return [self.evaluate(s, generation, own_env) for s in slots]
         gen = self.generation if generation is None else generation
-        return many([self.population.members[s].agent for s in slots], derive_seed(self.settings.seed, EVAL_SEED, gen),
-                    list(slots))
+        return self.arena.evaluate_group([self.population.members[s].agent for s in slots],
+                                         derive_seed(self.settings.seed, EVAL_SEED, gen), list(slots))
 
     @_under_limits
     def evaluate(self, slot: int, generation: int | None = None, own_env: bool = False) -> float:

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 def group_matches_alone(device: str) -> dict:
     from agilerl_core.algorithms.ppo import PPO
-    from tests.test_recurrent import _sequences, rppo
+    from tests.test_recurrent import _sequences, rppo, stack_sequence_rows
 
     out = {}
     for cell in ("lstm", "gru"):
@@ -51,7 +51,7 @@ def group_matches_alone(device: str) -> dict:
             cpu.learn_rollout(r, 10, adv, ret)
         group = PPO.group(together)
         rows = [a.rollout_rows(r, 10, adv, ret) for a, (r, adv, ret) in zip(together, data, strict=True)]
-        group.learn_rollouts([d for d, _, _ in rows], [a for _, a, _ in rows], [x for _, _, x in rows])
+        group.learn_stacked(*stack_sequence_rows(rows))
         group.write_back()
 
         def diff(x, y):

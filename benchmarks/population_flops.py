@@ -85,15 +85,16 @@ def dqn_step(k: int):
 
 
 def _ppo_step(k: int, spec: ObsSpec, net: NetworkConfig, obs: torch.Tensor):
+    """One minibatch step of K members (an update of one epoch and one minibatch)."""
     arch = initial_arch(spec, 3, net)
-    group = PPO.group([PPO(spec, 3, arch, PPOHyperparameters(lr=1e-3 * (1 + i % 3)), i) for i in range(k)])
+    group = PPO.group([PPO(spec, 3, arch, PPOHyperparameters(lr=1e-3 * (1 + i % 3), update_epochs=1,
+                                                             num_minibatches=1), i) for i in range(k)])
     g = torch.Generator().manual_seed(0)
     b = obs.shape[0]
-    datas = [{"obs": {"obs": obs}, "actions": torch.randint(0, 3, (b,), generator=g),
-              "logprobs": -torch.rand(b, generator=g), "values": torch.randn(b, generator=g)} for _ in range(k)]
-    adv, ret = [torch.randn(b, generator=g) for _ in range(k)], [torch.randn(b, generator=g) for _ in range(k)]
-    idxs = [torch.arange(b)] * k
-    return lambda: group.minibatch_step(datas, adv, ret, idxs)
+    data = {"obs": {"obs": obs.unsqueeze(0).expand(k, *obs.shape)}, "actions": torch.randint(0, 3, (k, b), generator=g),
+            "logprobs": -torch.rand(k, b, generator=g), "values": torch.randn(k, b, generator=g)}
+    adv, ret = torch.randn(k, b, generator=g), torch.randn(k, b, generator=g)
+    return lambda: group.learn_stacked(data, adv, ret)
 
 
 def ppo_step(k: int):

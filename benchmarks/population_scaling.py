@@ -40,7 +40,7 @@ PHASES = {  # phase -> (module path suffix, function names): where its time is s
     "act": ("algorithms/", {"act", "explore_group"}),
     "buffer": ("buffers/", {"add", "add_group"}),
     "gae": ("buffers/rollout.py", {"compute_gae"}),
-    "learn": ("", {"learn_step", "learn_stacked", "learn_rollouts"}),
+    "learn": ("", {"learn_step", "learn_stacked"}),
 }
 
 

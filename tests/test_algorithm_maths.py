@@ -280,14 +280,14 @@ def test_td3_delays_actor_and_target_updates_per_member():
 
 
 def test_ou_noise_resets_per_finished_episode():
-    agent = _td3(noise_type="ou", expl_noise=0.5)
-    agent.begin_rollout(3)
+    agent = _td3(noise_type="ou", expl_noise=0.5, random_steps=0)
+    group = type(agent).group([agent])
     obs = {"obs": torch.zeros(3, 3)}
     for _ in range(5):
-        agent.explore_action(obs)
-    assert (agent._noise.x != 0).all()
-    agent.episodes_done(np.array([False, True, False]))
-    assert (agent._noise.x[1] == 0).all() and (agent._noise.x[[0, 2]] != 0).all()
+        group.explore_group(obs, None)
+    assert (group.ou_state != 0).all()
+    group.episodes_done(torch.tensor([False, True, False]))
+    assert (group.ou_state[0, 1] == 0).all() and (group.ou_state[0, [0, 2]] != 0).all()
 
 
 def test_box_actions_scale_in_and_out():

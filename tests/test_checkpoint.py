@@ -29,7 +29,7 @@ def _trained_member():
     b = Transition(obs, torch.randint(0, 2, (16,)), torch.randn(16), obs, torch.zeros(16))
     for _ in range(4):
         agent.learn(b)
-    agent.act(obs, 0.5)
+    type(agent).group([agent]).explore_group(obs, None)  # exploring moves the member's generator
     return Member(7, agent, 3, "hp:lr=0.01", 2, [1.0, 2.5]), b
 
 
@@ -40,7 +40,8 @@ def test_member_round_trip_acts_and_trains_identically(tmp_path):
     assert env == ENV and loaded.member_id == 7 and loaded.parent_id == 3 and loaded.fitness_history == [1.0, 2.5]
     a, c = member.agent, loaded.agent
     obs = {"obs": torch.randn(64, 3)}
-    assert (a.act(obs, 0.5) == c.act(obs, 0.5)).all()  # same weights and same exploration RNG
+    explore = [type(x).group([x]).explore_group(obs, None) for x in (a, c)]
+    assert torch.equal(*explore)  # same weights and the same exploration draws
     for _ in range(3):
         torch.testing.assert_close(a.learn(b), c.learn(b), rtol=0, atol=0)
     for p, q in zip(a.networks["q"].parameters(), c.networks["q"].parameters(), strict=True):

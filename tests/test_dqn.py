@@ -123,14 +123,15 @@ def test_epsilon_schedule():
 
 
 def test_act_never_picks_masked_actions():
-    agent = make_dqn()
     obs = {"obs": torch.zeros(64, 3)}
-    mask = np.zeros((64, 2), dtype=bool)
+    mask = torch.zeros((64, 2), dtype=torch.bool)
     mask[:, 1] = True
+    assert (make_dqn().greedy_action(obs, mask.numpy()) == 1).all()
     for eps in (0.0, 1.0):
-        assert (agent.act(obs, eps, mask) == 1).all()
-    acts = agent.act(obs, 1.0, None)
-    assert set(acts.tolist()) == {0, 1}
+        group = DQN.group([make_dqn(eps_start=eps, eps_end=eps)])
+        assert (group.explore_group(obs, mask) == 1).all()
+    acts = DQN.group([make_dqn(eps_start=1.0, eps_end=1.0)]).explore_group(obs, None)
+    assert set(acts.view(-1).tolist()) == {0, 1}
 
 
 def test_stacked_adam_matches_torch_adam():

@@ -228,16 +228,18 @@ def _sac(seed):
 
 
 @pytest.mark.parametrize("make", [lambda s: dqn(s, eps_start=0.5, eps_end=0.5), lambda s: td3(s, random_steps=0),
-                                  _sac], ids=["dqn", "td3", "sac"])
+                                  _sac, lambda s: ppo(s), lambda s: ppo(s, continuous=True)],
+                         ids=["dqn", "td3", "sac", "ppo", "ppo-box"])
 def test_group_explores_as_each_member_would(make):
-    """One batched forward for every member's envs; each member's own exploration draws on top."""
+    """One batched forward for every member's envs; each member's own exploration draws on top: a member explores
+    alone (a group of one, what Policy.predict(deterministic=False) calls) as it does in any group."""
     agents = [make(s) for s in range(3)]
     twins = [a.clone() for a in agents]
     obs = [{"obs": torch.rand(4, 3, generator=torch.Generator().manual_seed(s))} for s in range(3)]
-    own = [a.explore_action(o) for a, o in zip(agents, obs, strict=True)]
-    together = type(twins[0]).group(twins).explore(obs, [None] * 3)
+    own = [type(a).group([a]).explore_group(o, None)[0] for a, o in zip(agents, obs, strict=True)]
+    together = type(twins[0]).group(twins).explore_group({"obs": torch.cat([o["obs"] for o in obs])}, None)
     for x, y in zip(own, together, strict=True):
-        np.testing.assert_allclose(x, y, atol=1e-6)
+        torch.testing.assert_close(x, y, atol=1e-6, rtol=0)
 
 
 def ppo(seed, continuous=False, hidden=(16, 16), **hp):
@@ -273,39 +275,52 @@ class _Flat:
         return self.data
 
 
-@pytest.mark.parametrize(("continuous", "mask"), [(False, False), (False, True), (True, False)])
-def test_ppo_group_update_equals_each_members_own(continuous, mask):
+@pytest.mark.parametrize(("continuous", "mask", "padded"),
+                         [(False, False, False), (False, True, False), (True, False, False), (False, True, True)])
+def test_ppo_group_update_equals_each_members_own(continuous, mask, padded):
     """Own lr, clip range, entropy/value coefficients, epochs, minibatch count and KL early stop, other widths:
-    a batched update of three rollouts equals each member's own learn_rollout."""
+    a batched update of three rollouts equals each member's own learn_rollout (a group of one). `padded`: each
+    member learns only from some of its rows (a multi-agent member's where its agent acted), a different number
+    each, gathered to the front of its stacked rows (the rest garbage that must never be drawn)."""
     hps = [{"lr": 1e-3, "clip_coef": 0.2, "update_epochs": 3, "num_minibatches": 4, "ent_coef": 0.01},
            {"lr": 3e-3, "clip_coef": 0.1, "update_epochs": 2, "num_minibatches": 2, "vf_coef": 1.0},
            {"lr": 5e-4, "clip_coef": 0.3, "update_epochs": 4, "num_minibatches": 3, "target_kl": 0.002}]
     solo = [ppo(30 + i, continuous, hidden=(16, 16) if i != 2 else (24, 8), **hp) for i, hp in enumerate(hps)]
     together = [a.clone() for a in solo]
     rollouts = [rollout_data(40 + i, 48, continuous, mask) for i in range(3)]
-    own = [a.learn_rollout(_Flat(d), 48, adv, ret) for a, (d, adv, ret) in zip(solo, rollouts, strict=True)]
+    valid = [torch.rand(48, 1, generator=torch.Generator().manual_seed(i)) < 0.3 + 0.2 * i if padded else None
+             for i in range(3)]
+    own = [a.learn_rollout(_Flat(d), 48, adv.view(48, 1), ret.view(48, 1), v)
+           for a, (d, adv, ret), v in zip(solo, rollouts, valid, strict=True)]
     assert len({a.batch_key() for a in together}) == 1
     group = type(together[0]).group(together)
-    stats = group.learn_rollouts([d for d, _, _ in rollouts], [adv for _, adv, _ in rollouts],
-                                 [ret for _, _, ret in rollouts])
+    order = [torch.argsort((~v.view(-1)).to(torch.int8), stable=True) if padded else torch.arange(48) for v in valid]
+    rows = [int(v.sum()) for v in valid] if padded else None
+
+    def stacked(get):
+        return torch.stack([get(i)[order[i]] for i in range(3)])
+
+    data = {"obs": {"obs": stacked(lambda i: rollouts[i][0]["obs"]["obs"])},
+            **{key: stacked(lambda i, key=key: rollouts[i][0][key]) for key in rollouts[0][0] if key != "obs"}}
+    stats = group.learn_stacked(data, stacked(lambda i: rollouts[i][1]), stacked(lambda i: rollouts[i][2]), rows)
     group.write_back()
+    for a, u in zip(together, stats["updates"].tolist(), strict=True):
+        a.learn_steps += u  # (the arenas count them: one read per phase)
     assert_same_members(solo, together, atol=1e-5)
-    assert [s["updates"] for s in stats] == [s["updates"] for s in own]
-    for s, o in zip(stats, own, strict=True):
-        assert s["loss"] == pytest.approx(o["loss"], rel=1e-4, abs=1e-6)
+    assert stats["updates"].tolist() == [s["updates"] for s in own]
+    for i, o in enumerate(own):
+        assert float(stats["loss_sum"][i]) / o["updates"] == pytest.approx(o["loss"], rel=1e-4, abs=1e-6)
 
 
 def test_ppo_group_samples_as_each_member_would():
     agents = [ppo(s, continuous=True) for s in range(3)]
     twins = [a.clone() for a in agents]
     obs = [{"obs": torch.rand(4, 3, generator=torch.Generator().manual_seed(s))} for s in range(3)]
-    own = [a.policy_step(o) for a, o in zip(agents, obs, strict=True)]
-    group = type(twins[0]).group(twins)
-    for (a1, l1, v1), (a2, l2, v2) in zip(own, group.policy_step(obs, [None] * 3), strict=True):
-        np.testing.assert_allclose(a1, a2, atol=1e-6)
-        torch.testing.assert_close(l1, l2, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(v1, v2, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(group.value(1, obs[1]), own[1][2], atol=1e-5, rtol=1e-5)
+    own = [type(a).group([a]).act(o, None)[:3] for a, o in zip(agents, obs, strict=True)]
+    together = type(twins[0]).group(twins).act({"obs": torch.cat([o["obs"] for o in obs])}, None)[:3]
+    for i, mine in enumerate(own):
+        for x, y in zip(mine, together, strict=True):
+            torch.testing.assert_close(x[0], y[i], atol=1e-5, rtol=1e-5)
 
 
 def test_sac_group_update_equals_each_members_own():
@@ -431,13 +446,19 @@ def test_team_group_explores_as_each_member_would():
     g = torch.Generator().manual_seed(1)
     obs = [{"pointer_0": torch.rand(4, 1, generator=g), "chooser_0": torch.randint(0, 2, (4,), generator=g)}
            for _ in range(3)]
-    masks = [{"pointer_0": None, "chooser_0": np.array([[True, False]] * 4)}, None, None]
-    own = [a.explore_action(o, m) for a, o, m in zip(agents, obs, masks, strict=True)]
-    together = type(twins[0]).group(twins).explore(obs, masks)
-    for x, y in zip(own, together, strict=True):
+    masks = [torch.tensor([[True, False]] * 4), torch.ones(4, 2, dtype=torch.bool), torch.ones(4, 2, dtype=torch.bool)]
+
+    def explore(members, obs, masks):  # the first step of a phase: fresh keys and noise processes
+        group = type(members[0]).group(members)
+        group.begin_acting(4)
+        return group.explore_group({x: torch.cat([o[x] for o in obs]) for x in obs[0]}, {"chooser_0": torch.cat(masks)})
+
+    own = [explore([a], [o], [m]) for a, o, m in zip(agents, obs, masks, strict=True)]
+    together = explore(twins, obs, masks)
+    for i, x in enumerate(own):
         for agent in x:
-            np.testing.assert_allclose(x[agent], y[agent], atol=1e-6)
-    assert (together[0]["chooser_0"] == 0).all()  # the mask held
+            torch.testing.assert_close(x[agent], together[agent][4 * i: 4 * (i + 1)], atol=1e-6, rtol=0)
+    assert (together["chooser_0"][:4] == 0).all()  # the mask held
 
 
 @pytest.mark.parametrize("family", ["dqn", "td3", "sac", "matd3"])
@@ -531,8 +552,9 @@ def test_ppo_updates_with_the_hand_written_trunk_backward_as_with_autograd(conti
 
     def update(agents):
         group = type(agents[0]).group(agents)
-        stats = group.learn_rollouts([d for d, _, _ in rollouts], [adv for _, adv, _ in rollouts],
-                                     [ret for _, _, ret in rollouts])
+        data = {"obs": {"obs": torch.stack([d["obs"]["obs"] for d, _, _ in rollouts])},
+                **{key: torch.stack([d[key] for d, _, _ in rollouts]) for key in rollouts[0][0] if key != "obs"}}
+        stats = group.learn_stacked(data, torch.stack([a for _, a, _ in rollouts]), torch.stack([r for _, _, r in rollouts]))
         group.write_back()
         return group, stats
 
@@ -542,7 +564,7 @@ def test_ppo_updates_with_the_hand_written_trunk_backward_as_with_autograd(conti
     monkeypatch.setattr(StackedNetwork, "hand_backward", property(lambda self: False))
     _, auto_stats = update(auto)
     assert_same_members(hand, auto, atol=1e-6)
-    assert [s["loss"] for s in stats] == pytest.approx([s["loss"] for s in auto_stats], rel=1e-5)
+    torch.testing.assert_close(stats["loss_sum"], auto_stats["loss_sum"], rtol=1e-5, atol=0)
 
 
 @pytest.mark.parametrize("algo", ["td3", "sac"])

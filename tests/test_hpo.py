@@ -121,7 +121,7 @@ def test_mutations_of_every_kind_leave_a_working_agent():
     for _ in range(40):
         desc = m.mutate(agent, rng)
         kinds.add(desc.split(":")[0])
-        assert agent.act(obs).shape == (4,)
+        assert agent.greedy_action(obs).shape == (4,)
         assert agent.networks["q"].arch == agent.networks["q_target"].arch == agent.arch
         assert 1e-4 <= agent.hp.lr <= 1e-2 and agent.optimizers["q"].lr == agent.hp.lr
     assert {"arch", "params", "activation", "hp"} <= kinds

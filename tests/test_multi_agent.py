@@ -546,7 +546,7 @@ def test_a_group_of_teams_trains_as_each_team_alone(algorithm, env):
     seeds = [11, 12, 13]
     if arena.shares_experience:
         arena.begin_generation(3)
-    own = [arena.train(m, s, seed, 240) for s, (m, seed) in enumerate(zip(alone, seeds, strict=True))]
+    own = [arena.train_group([m], [s], [seed], 240)[0] for s, (m, seed) in enumerate(zip(alone, seeds, strict=True))]
     together = arena.train_group(members, [0, 1, 2], seeds, 240)
     assert_same_members(alone, members, atol=1e-4)
     for a, b in zip(own, together, strict=True):

@@ -141,7 +141,7 @@ def test_a_team_collects_and_learns_the_same_alone_and_in_any_group(algorithm, n
     together = arena.train_group(members, [0, 1, 2], seeds, 64)
     in_group = arena.shard(1)
     arena.begin_generation(3)
-    alone = arena.train(twins[1], 1, 102, 64)
+    alone = arena.train_group([twins[1]], [1], [102], 64)[0]
     own = arena.shard(1)
     arena.begin_generation(3)
     arena.train_group([others[1], others[0]], [1, 2], [102, 103], 64)  # another partner, another order

@@ -150,7 +150,7 @@ def test_registered_champion_loads_and_acts(servers, threads_run, monkeypatch):
     elite, _ = load_member(local)
     from agilerl_core.envs.spaces import ObsSpec
 
-    greedy = elite.agent.act(ObsSpec(env.observation_space).to_tensors(obs), 0.0)
+    greedy = elite.agent.greedy_action(ObsSpec(env.observation_space).to_tensors(obs))
     assert actions.tolist() == greedy.tolist()
     # the champion plays a whole episode
     o, _ = env.reset(seed=123)

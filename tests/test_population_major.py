@@ -54,7 +54,7 @@ def test_a_member_trains_the_same_alone_and_in_a_group(backend):
     members = arena.build_members([11, 12, 13])
     alone = members[1].clone()
     together = arena.train_group(members, [0, 1, 2], [101, 102, 103], cfg.evo_steps)
-    own = arena.train(alone, 1, 102, cfg.evo_steps)
+    own = arena.train_group([alone], [1], [102], cfg.evo_steps)[0]
     assert together[1].episodes == own.episodes and together[1].learn_steps == own.learn_steps
     assert together[1].mean_return == pytest.approx(own.mean_return, rel=1e-6)
     assert torch.allclose(_weights(members[1]), _weights(alone), atol=1e-5)
@@ -84,7 +84,7 @@ def test_an_off_policy_member_collects_and_learns_the_same_alone_and_in_a_group(
     together = arena.train_group(members, [0, 1, 2], [101, 102, 103], cfg.evo_steps)
     group_shard = arena.shard(1)
     arena.begin_generation(3)
-    own = arena.train(alone, 1, 102, cfg.evo_steps)
+    own = arena.train_group([alone], [1], [102], cfg.evo_steps)[0]
     assert together[1].learn_steps == own.learn_steps > 0 and together[1].episodes == own.episodes
     # the same exploration, alone or not (continuous actions up to the stacked forward's rounding)
     assert torch.allclose(group_shard["action"].float(), arena.shard(1)["action"].float(), atol=1e-5)

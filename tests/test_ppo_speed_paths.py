@@ -113,10 +113,10 @@ def test_a_stacked_update_of_recurrent_sequences_equals_the_per_member_one():
            "values": torch.zeros(10, 3, 3), "masks": None, "starts": torch.zeros(10, 3, 3, dtype=torch.bool),
            "states": {name: torch.zeros(10, 3, 3, 1, 2, width) for name in ("actor", "critic")}}
     adv, ret = torch.zeros(10, 3, 3), torch.zeros(10, 3, 3)
-    rows = []
-    for i, (a, h) in enumerate(zip(solo, (16, 24, 8), strict=True)):
+    sequences = []
+    for i, h in enumerate((16, 24, 8)):
         r, a_i, r_i = _sequences(80 + i, hidden=h)
-        rows.append(a.rollout_rows(r, 10, a_i, r_i))
+        sequences.append((r, a_i, r_i))
         for key, dst in (("actions", buf["actions"]), ("logprobs", buf["logprobs"]), ("values", buf["values"]),
                          ("starts", buf["starts"])):
             dst[:, i] = getattr(r, key)
@@ -124,16 +124,14 @@ def test_a_stacked_update_of_recurrent_sequences_equals_the_per_member_one():
         for name, st in r.states.items():
             buf["states"][name][:, i, :, :, :, :h] = st
         adv[:, i], ret[:, i] = a_i, r_i
-    per_member = PPO.group(solo)
-    own = per_member.learn_rollouts([d for d, _, _ in rows], [a for _, a, _ in rows], [x for _, _, x in rows])
-    per_member.write_back()
+    own = [a.learn_rollout(r, 10, a_i, r_i) for a, (r, a_i, r_i) in zip(solo, sequences, strict=True)]  # alone
     group = PPO.group(stacked)
     stats = group.learn_stacked(*_members_sequences(buf, 10, 4, adv, ret))
     group.write_back()
     updates = stats["updates"].tolist()
     assert [o["updates"] for o in own] == updates and updates[1] < 9  # member 1 stopped early (its KL target)
     for a, u in zip(stacked, updates, strict=True):
-        a.learn_steps += u  # (the arena counts them; learn_rollouts counts on the member)
+        a.learn_steps += u  # (the arena counts them; learn_rollout counts on the member)
     assert_same_members(solo, stacked, atol=1e-5)
     for o, s, u in zip(own, stats["loss_sum"].tolist(), updates, strict=True):
         assert s / u == pytest.approx(o["loss"], rel=1e-4, abs=1e-6)

@@ -107,6 +107,21 @@ def test_sequences_cut_a_rollout_into_whole_padded_chunks():
     assert not data["valid"][5, 2:].any()
 
 
+def stack_sequence_rows(rows: list) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """Members' sequence rows (:meth:`PPO.rollout_rows`) stacked as :meth:`PPOGroup.learn_stacked` takes them, a
+    narrower core's stored states zero-padded to the widest."""
+    width = max(d["state/actor"].shape[-1] for d, _, _ in rows)
+
+    def stacked(get):
+        parts = [get(d) for d, _, _ in rows]
+        return torch.stack([torch.nn.functional.pad(x, (0, width - x.shape[-1])) for x in parts]) \
+            if parts[0].dim() == 4 else torch.stack(parts)
+
+    data = {"obs": {"obs": stacked(lambda d: d["obs"]["obs"])},
+            **{key: stacked(lambda d, key=key: d[key]) for key in rows[0][0] if key != "obs"}}
+    return data, torch.stack([a for _, a, _ in rows]), torch.stack([r for _, _, r in rows])
+
+
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_a_group_of_different_core_sizes_learns_as_each_member_alone(cell):
     hps = [{"lr": 1e-3, "update_epochs": 2, "num_minibatches": 2, "ent_coef": 0.01},
@@ -126,12 +141,14 @@ def test_a_group_of_different_core_sizes_learns_as_each_member_alone(cell):
     assert len({a.batch_key() for a in together}) == 1
     group = PPO.group(together)
     rows = [a.rollout_rows(r, 10, adv, ret) for a, (r, adv, ret) in zip(together, rollouts, strict=True)]
-    stats = group.learn_rollouts([d for d, _, _ in rows], [a for _, a, _ in rows], [r for _, _, r in rows])
+    stats = group.learn_stacked(*stack_sequence_rows(rows))
     group.write_back()
+    for a, u in zip(together, stats["updates"].tolist(), strict=True):
+        a.learn_steps += u  # (the arenas count them)
     assert_same_members(solo, together, atol=1e-5)
-    for s, o in zip(stats, own, strict=True):
-        assert s["updates"] == o["updates"]
-        assert s["loss"] == pytest.approx(o["loss"], rel=1e-4, abs=1e-6)
+    assert stats["updates"].tolist() == [o["updates"] for o in own]
+    for s, u, o in zip(stats["loss_sum"].tolist(), stats["updates"].tolist(), own, strict=True):
+        assert s / u == pytest.approx(o["loss"], rel=1e-4, abs=1e-6)
 
 
 def test_greedy_acting_remembers_until_reset():

@@ -62,7 +62,8 @@ def test_predict_deterministic_is_greedy_and_false_draws_reproducibly_from_the_e
     # ...which is left as it was (what the member's training draws next does not depend on predict)
     after = _generators(agent)
     assert before[0] == after[0] and torch.equal(before[1], after[1])
-    assert not np.array_equal(policy.predict(obs, deterministic=False), sampled)  # the Policy's stream goes on
+    # the Policy's stream goes on (a noisy net's draw moves all rows together: a few calls to see it)
+    assert any(not np.array_equal(policy.predict(obs, deterministic=False), sampled) for _ in range(5))
     differs = np.any(np.asarray(sampled != greedy).reshape(len(obs), -1), axis=1).mean()
     if algorithm == "Rainbow":  # epsilon 0: one noisy-net weight draw per call moves every row's Q-values together
         assert any((policy.predict(obs, deterministic=False) != greedy).any() for _ in range(5))

@@ -347,7 +347,8 @@ def test_clones_explore_and_sample_minibatches_differently():
     evo.evolve()
     members = [m.agent for m in evo.population.members]
     obs = {"obs": torch.zeros(64, 4)}
-    assert len({tuple(a.act(obs, 0.5).tolist()) for a in members}) == 3  # epsilon coin flips of their own
+    explored = [type(a).group([a]).explore_group(obs, None)[0] for a in members]
+    assert len({tuple(x.tolist()) for x in explored}) == 3  # exploration draws of their own
     batches = [a.sample(evo.arena.buffer, None) for a in members]
     assert len({tuple(b.reward.tolist()) + tuple(b.obs["obs"].sum(1).tolist()) for b in batches}) == 3
 
@@ -398,7 +399,7 @@ def test_grpo_scores_completions_at_the_sampling_temperature(tmp_path, monkeypat
         return real(*args, **kwargs)
 
     monkeypatch.setattr(grpo_module, "completion_logprobs", spy)
-    evo.arena.train(member, 0, 0, 32)
+    evo.arena.train_group([member], [0], [0], 32)
     assert seen and set(seen) == {0.5}  # reference, old and new log-probabilities alike
 
 

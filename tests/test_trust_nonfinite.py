@@ -269,15 +269,15 @@ def test_an_elite_with_nan_weights_is_never_saved_committed_or_registered(tmp_pa
 def test_nan_weights_after_training_stop_the_member(monkeypatch):
     NonFiniteEnv.poisoned = False
     evo = build_evolution(_dqn(), batch_members=False)
-    real = evo.arena.train
+    real = evo.arena.train_group
 
-    def train_then_poison(member, slot, seed, steps):
-        out = real(member, slot, seed, steps)
-        if slot == 1:
+    def train_then_poison(members, slots, seeds, steps):
+        out = real(members, slots, seeds, steps)
+        if 1 in slots:
             _poison_weights(evo.population.members[1])
         return out
 
-    monkeypatch.setattr(evo.arena, "train", train_then_poison)
+    monkeypatch.setattr(evo.arena, "train_group", train_then_poison)
     evo.begin_generation()
     evo.train(0)
     _raises_naming(lambda: evo.train(1), f"env {ENV_ID}", "member 1 (slot 1) of generation 0", "weight ",

@@ -260,10 +260,6 @@ class RLAlgorithm(ABC):
 
     # ---- acting (what the training loops call) ------------------------------------------------------
     @abstractmethod
-    def explore_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
-        """Actions to take while collecting experience (agent scale: ints, or floats in [-1, 1])."""
-
-    @abstractmethod
     def greedy_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
         """The policy's best actions (evaluation, deployment), agent scale."""
 

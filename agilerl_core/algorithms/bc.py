@@ -42,8 +42,9 @@ class BCGroup(ReplayGroup):
         self.discrete = self.agents[0].action_spec.discrete
         self.max_grad_norm = self.agents[0].hp.max_grad_norm
 
-    def explore(self, obs: Sequence, masks: Sequence) -> list[np.ndarray]:
-        return [a.greedy_action(o, m) for a, o, m in zip(self.agents, obs, masks, strict=True)]
+    def explore_group(self, obs: dict[str, torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
+        """Behaviour cloning has no exploration policy: the greedy actions."""
+        return self.greedy(obs, mask)
 
     @torch.no_grad()
     def greedy(self, obs: dict[str, torch.Tensor], mask: torch.Tensor | None, starts: torch.Tensor | None = None
@@ -92,7 +93,3 @@ class BC(RLAlgorithm):
                 out = out.masked_fill(~(mask | ~mask.any(dim=1, keepdim=True)), float("-inf"))
             return out.argmax(dim=1).cpu().numpy()
         return torch.tanh(out).cpu().numpy()
-
-    def explore_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
-        """BC never collects experience (the config requires a dataset); its policy acts greedily."""
-        return self.greedy_action(obs, action_mask)

@@ -265,18 +265,22 @@ class MemberGroup(ABC):
         return self._draws[salt]
 
     def begin_acting(self, num_envs: int) -> None:
-        """Called before acting in `num_envs` fresh envs per member (recurrent members zero their state).
-        Default: nothing to do.
-
-        A group that a Gymnasium arena evaluates also has ``greedy(obs, mask, starts) -> [K, N(, A)]``: every
-        member's greedy actions (agent scale) for member-major observations [K * N, ...] in one forward, as
-        each member's ``greedy_action`` (`mask` [K * N, A] allowed actions, `starts` [K, N] envs that begin
-        an episode, for recurrent members)."""
+        """Called before acting in `num_envs` fresh envs per member (recurrent members zero their state,
+        noise processes start at 0). Default: nothing to do."""
         return None
 
+    # the acting protocol: what training, evaluation and Policy.predict call (a member acts as a group of one)
     @abstractmethod
-    def explore(self, obs: Sequence, masks: Sequence) -> list:
-        """Every member's exploration actions for its envs' observations (one batched forward)."""
+    def greedy(self, obs: dict[str, torch.Tensor], mask: torch.Tensor | None, starts: torch.Tensor | None = None
+               ) -> torch.Tensor:
+        """Every member's greedy actions [K, N(, A)] (agent scale) for member-major observations [K * N, ...] in
+        one forward (`mask` [K * N, A]: allowed actions; `starts` [K, N]: envs that begin an episode, for
+        recurrent members)."""
+
+    @abstractmethod
+    def explore_group(self, obs: dict[str, torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
+        """Every member's exploration actions [K, N(, A)] (agent scale, on the device) for member-major
+        observations, drawn from :attr:`stream`: what it does while it collects experience."""
 
     @torch.no_grad()
     def write_back(self) -> None:
@@ -291,9 +295,7 @@ class MemberGroup(ABC):
 
 class ReplayGroup(MemberGroup):
     """A group of off-policy members: each gradient step draws every member's own minibatch from the shared
-    replay buffer. A group that collects in Gymnasium envs also has ``explore_group(obs, mask) -> [K, N(, A)]``:
-    every member's exploration actions (agent scale, on the device) for member-major observations, drawn from
-    :attr:`stream` (DQN family, DDPG/TD3, SAC)."""
+    replay buffer."""
 
     def returns(self, batch, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Each row's return [K, B] and bootstrap discount [K, B] (or [K, 1]) at its member's own gamma

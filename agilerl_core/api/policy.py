@@ -3,7 +3,6 @@ and :func:`load`, which reads one from a checkpoint directory, local or on S3.""
 
 from __future__ import annotations
 
-import copy
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agilerl_core.algorithms.ippo import IPPOGroup
 from agilerl_core.algorithms.saved import load_member
 from agilerl_core.errors import CheckpointError
 from agilerl_core.hpo.population import Member
@@ -29,7 +29,7 @@ class Policy:
     def __init__(self, member: Member, env: dict[str, Any]) -> None:
         self.member = member
         self.env = dict(env)  # what the member acts in, as a label: never imported or called
-        self._draws: _Draws | None = None  # predict(deterministic=False)'s own fork of the member's random state
+        self._explore: _Exploration | None = None  # predict(deterministic=False)'s group of one
 
     @property
     def agent(self) -> Any:
@@ -129,19 +129,22 @@ class Policy:
             if deterministic:
                 actions = self.agent.env_action(tensors, mask)
             else:
-                if self._draws is None:
-                    self._draws = _Draws(self.agent)
-                actions = self._draws.sample(tensors, mask)
+                if self._explore is None:
+                    self._explore = _Exploration(self.agent)
+                actions = self._explore.sample(tensors, mask)
         if isinstance(actions, dict):
             return actions if batched else {k: v[0] for k, v in actions.items()}
         actions = np.asarray(actions)
         return actions if batched else actions[0]
 
     def reset(self, done: Any = None) -> None:
-        """A recurrent member forgets every env's episode (`done` None) or those where `done` is set; a
-        no-op for feed-forward members."""
+        """New episodes: every env's (`done` None) or those where `done` is set. A recurrent member forgets them,
+        and ``predict(deterministic=False)``'s noise processes start them at 0; otherwise a no-op."""
         if self.kind == "rl":
-            self.agent.reset_memory(None if done is None else np.atleast_1d(np.asarray(done, dtype=bool)))
+            ended = None if done is None else np.atleast_1d(np.asarray(done, dtype=bool))
+            self.agent.reset_memory(ended)
+            if self._explore is not None:
+                self._explore.reset(ended)
 
     def generate(self, prompts: str | Sequence[str], max_new_tokens: int | None = None, temperature: float = 0.0,
                  seed: int = 0) -> str | list[str]:
@@ -159,57 +162,73 @@ class Policy:
         return save_member(path, self.member, self.env)
 
 
-class _Draws:
-    """A Policy's own copy of its member's random state (numpy and torch generators, exploration noise processes),
-    taken once: ``predict(deterministic=False)`` runs the member's own exploration code (``explore_action``, a
-    group of one for teams) with this copy swapped in, so its draws are reproducible and the member's stream
-    (what its training draws next) is left as it was."""
-
-    _STATE = ("np_rng", "torch_gen", "_noise")  # what an agent's exploration reads and advances
+class _Exploration:
+    """``predict(deterministic=False)``: the member's training exploration itself, a group of one's
+    ``explore_group`` (a team's: each policy unit's), drawn from a key that a copy of the member's generator gives
+    at the first call. The draws are reproducible (the same member, or its checkpoint loaded, draws the same
+    sequence) and the member's own stream, what its training draws next, is left as it was. Noise processes and a
+    recurrent member's state carry from call to call (one env per row) until the batch size changes or
+    :meth:`reset` starts every episode again."""
 
     def __init__(self, agent: Any) -> None:
         self.agent = agent
-        self.units = list(agent.learners.values()) if hasattr(agent, "learners") else [agent]  # ippo: per unit
-        self.forks = [{name: self._fork(getattr(u, name)) for name in self._STATE if hasattr(u, name)}
-                      for u in self.units]
+        members = list(agent.learners.values()) if hasattr(agent, "learners") else [agent]  # ippo: per unit
+        own = [m.torch_gen for m in members]
+        try:
+            for m in members:
+                m.torch_gen = torch.Generator(device=m.torch_gen.device)
+                m.torch_gen.set_state(own[members.index(m)].get_state())
+            self.group = type(agent).group([agent])
+            for g in self.stacks():
+                g.begin_phase()  # the phase key, from the copy
+        finally:
+            for m, gen in zip(members, own, strict=True):
+                m.torch_gen = gen
+        self.n: int | None = None
+        self.starts: torch.Tensor | None = None  # [1, N]: envs whose episode begins at the next call
 
-    @staticmethod
-    def _fork(value: Any) -> Any:
-        if isinstance(value, torch.Generator):
-            gen = torch.Generator(device=value.device)
-            gen.set_state(value.get_state())
-            return gen
-        return copy.deepcopy(value)  # a numpy Generator, a noise process (or None)
+    def stacks(self) -> list[Any]:
+        """The stacked groups that draw: the group, or an ippo/mappo team's policy units."""
+        return list(self.group.units.values()) if isinstance(self.group, IPPOGroup) else [self.group]
+
+    def reset(self, done: np.ndarray | None) -> None:
+        """Every episode begins again (`done` None) or those of the envs where `done` is set."""
+        if done is None or self.n is None:
+            self.n = None
+            return
+        ended = torch.as_tensor(done, dtype=torch.bool, device=self.group.device).view(1, -1)
+        self.starts = self.starts | ended
+        if hasattr(self.group, "episodes_done"):
+            self.group.episodes_done(ended)
 
     def sample(self, obs: Any, mask: Any) -> Any:
-        """Exploration actions as the env takes them, drawn with this copy of the random state."""
-        own = [{name: getattr(u, name) for name in fork} for u, fork in zip(self.units, self.forks, strict=True)]
-        try:
-            for u, fork in zip(self.units, self.forks, strict=True):
-                for name, value in fork.items():
-                    setattr(u, name, value)
-            if hasattr(self.agent, "learners"):  # a team of PPO learners (ippo/mappo): each unit samples its rows
-                return self.agent.env_actions(self._team_sample(obs, mask))
-            actions = self.agent.explore_action(obs, mask)
-            return self.agent.env_actions(actions) if isinstance(actions, dict) else \
-                self.agent.action_spec.to_env(actions)
-        finally:
-            for u, fork, mine in zip(self.units, self.forks, own, strict=True):
-                for name in fork:
-                    fork[name] = getattr(u, name)  # a process replaced on a new batch size is kept
-                    setattr(u, name, mine[name])
-
-    def _team_sample(self, obs: Any, mask: Any) -> dict[str, np.ndarray]:
-        """Each agent's sampled actions of an ippo/mappo team: its unit's PPO learner samples the unit's agents'
-        rows stacked (as ``greedy_action`` stacks them), a centralised critic reading the joint observation."""
-        agent, out = self.agent, {}
-        for u, learner in agent.learners.items():
-            agents = agent.units[u]
-            unit_mask = None if mask is None or mask.get(agents[0]) is None else agent.stack(u, mask)
-            acts = learner.policy_step({"obs": agent.stack(u, obs)}, unit_mask, agent.critic_input(u, obs))[0]
-            n = obs[agents[0]].shape[0]
-            out.update({a: acts[i * n:(i + 1) * n] for i, a in enumerate(agents)})
-        return out
+        """Exploration actions as the env takes them."""
+        group, agent = self.group, self.agent
+        n = next(iter(obs.values())).shape[0]
+        if n != self.n:
+            for g in self.stacks():
+                g.begin_acting(n)
+            self.n, self.starts = n, torch.ones(1, n, dtype=torch.bool, device=group.device)
+        if isinstance(group, IPPOGroup):  # an ippo/mappo team: each policy unit samples its agents' rows
+            out = {}
+            for u, unit in group.units.items():
+                first = group.unit_agents[u][0]
+                m = None if not isinstance(mask, dict) or mask.get(first) is None else \
+                    torch.as_tensor(group.rows(u, mask), dtype=torch.bool, device=group.device).flatten(0, 1)
+                out.update(group.per_agent(u, unit.explore_group({"obs": group.rows(u, obs).flatten(0, 1)}, m)))
+            return agent.env_actions({a: v.cpu().numpy() for a, v in out.items()})
+        if hasattr(agent, "env_actions"):  # a maddpg/matd3 team: one call for every agent
+            masks = {} if not isinstance(mask, dict) else \
+                {a: torch.as_tensor(np.asarray(m), dtype=torch.bool, device=group.device) for a, m in mask.items()
+                 if m is not None}
+            return agent.env_actions({a: v.cpu().numpy() for a, v in group.explore_group(obs, masks).items()})
+        m = None if mask is None else torch.as_tensor(mask, dtype=torch.bool, device=group.device)
+        if getattr(group, "rnn", None) is not None:
+            actions = group.explore_group(obs, m, self.starts)
+            self.starts = torch.zeros_like(self.starts)
+        else:
+            actions = group.explore_group(obs, m)
+        return agent.action_spec.to_env(actions[0].cpu().numpy())
 
 
 def _as_batch(obs: Any, spec: Any, wrapped: str = "") -> tuple[bool, Any]:

@@ -24,7 +24,6 @@ from agilerl_core.arenas.experience import OwnExperience
 from agilerl_core.envs.group import GroupEnv, HostGroupEnv, TorchGroupEnv
 from agilerl_core.envs.make import EnvRecipe
 from agilerl_core.envs.spaces import CODE_RANGE, ActionSpec, ObsSpec, action_spec, observed_highs
-from agilerl_core.envs.vector import action_masks
 from agilerl_core.errors import ConfigError
 from agilerl_core.hpo.space import HyperparameterSpace, merge_space
 from agilerl_core.networks.evolvable import ArchBounds, initial_arch
@@ -50,24 +49,11 @@ class EpisodeReturns:
 
 
 def evaluate_member(agent: RLAlgorithm, env: VectorEnv, seed: int, max_steps: int | None = None) -> float:
-    """Fitness: mean return of one greedy episode per sub-env of `env`, after a reset with `seed`."""
-    spec = agent.obs_spec
-    n = env.num_envs
-    obs, info = env.reset(seed=seed)
-    mask, _ = action_masks(info, n, agent.action_dim)
-    returns = np.zeros(n)
-    active = np.ones(n, dtype=bool)
-    steps = 0
-    agent.reset_memory()
-    while active.any() and (max_steps is None or steps < max_steps):
-        actions = agent.env_action(spec.to_tensors(obs, agent.device), mask)
-        obs, reward, terminated, truncated, info = env.step(actions)
-        returns += reward * active
-        agent.reset_memory(terminated | truncated)
-        active &= ~(terminated | truncated)
-        mask, _ = action_masks(info, n, agent.action_dim)
-        steps += 1
-    return float(returns.mean())
+    """Fitness: mean return of one greedy episode per sub-env of `env`, after a reset with `seed`; the member acts
+    as a group of one (:func:`evaluate_group`: the one evaluation loop there is)."""
+    group = type(agent).group([agent])
+    return evaluate_group(group, HostGroupEnv([env], [-1], agent.obs_spec, agent.action_spec, group.device), seed,
+                          max_steps)[0]
 
 
 @torch.no_grad()
@@ -274,12 +260,23 @@ class GymArena(OwnExperience, ABC):
 
     # ---- a generation ----------------------------------------------------------------------------------
     @abstractmethod
-    def train(self, member: RLAlgorithm, slot: int, seed: int, steps: int) -> TrainResult:
-        """Train `member` for `steps` budget units (rounded up to whole vector steps) from envs reset with `seed`."""
+    def train_group(self, members: list[RLAlgorithm], slots: list[int], seeds: list[int], steps: int
+                    ) -> list[TrainResult]:
+        """Train `members` (in `slots`, one batch key) for `steps` budget units each (rounded up to whole vector
+        steps), member i's envs reset with ``seeds[i]``; a member alone is a group of one."""
+
+    def batch_key(self, member: RLAlgorithm) -> Any:
+        return member.batch_key()
 
     def evaluate(self, member: RLAlgorithm, seed: int, slot: int | None = None) -> float:
-        return evaluate_member(member, self.eval_env if slot is None else self.slot_eval_env(slot), seed,
-                               self.cfg.eval_max_steps)
+        """`member`'s fitness as a group of one: in slot `slot`'s evaluation envs (None: the arena's own)."""
+        if slot is not None:
+            return self.evaluate_group([member], seed, [slot])[0]
+        group = self.algo_cls.group([member])
+        envs = TorchGroupEnv(self.recipe, 1, self.cfg.eval_episodes, self.action_spec, group.device) \
+            if self.recipe.backend == "torch" else \
+            HostGroupEnv([self.eval_env], [-1], self.obs_spec, self.action_spec, group.device)
+        return evaluate_group(group, envs, seed, self.cfg.eval_max_steps)[0]
 
     def group_env(self, slots: list[int], device: torch.device | str, evaluation: bool = False) -> GroupEnv:
         """The envs of the members in `slots` as one group vector: on-device envs for ``env_backend: torch``,
@@ -297,8 +294,8 @@ class GymArena(OwnExperience, ABC):
         evaluation episodes as one [K, E] vector, greedy actions from one batched forward, each member's envs
         reset with `seed` as :meth:`evaluate` does, so a member's fitness does not depend on its group."""
         keys = [m.batch_key() for m in members]
-        if keys[0] is None or any(key != keys[0] for key in keys):
-            return [self.evaluate(m, seed, s) for m, s in zip(members, slots, strict=True)]
+        if len(members) > 1 and any(key != keys[0] for key in keys):
+            return [self.evaluate_group([m], seed, [s])[0] for m, s in zip(members, slots, strict=True)]
         group = self.algo_cls.group(members)  # every Gymnasium algorithm's group acts greedily (group.greedy)
         return evaluate_group(group, self.group_env(slots, group.device, evaluation=True), seed,
                               self.cfg.eval_max_steps)

@@ -142,12 +142,6 @@ class OffPolicyArena(SharedReplay, GymArena):
         self.buffer = FrameReplayBuffer(fields, size, frames, self.device) if frames else \
             ReplayBuffer(fields, size, self.device)
 
-    def train(self, member: RLAlgorithm, slot: int, seed: int, steps: int) -> TrainResult:
-        return self.train_group([member], [slot], [seed], steps)[0]  # learning is written for a population
-
-    def batch_key(self, member: RLAlgorithm):
-        return member.batch_key()
-
     def train_group(self, members: list[RLAlgorithm], slots: list[int], seeds: list[int], steps: int
                     ) -> list[TrainResult]:
         for s in slots:

@@ -12,16 +12,10 @@ from agilerl_core import progress
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.arenas.base import GymArena
 from agilerl_core.arenas.experience import rollout_lengths
-from agilerl_core.buffers.rollout import Rollout, compute_gae
+from agilerl_core.buffers.rollout import Rollout, compute_gae, members_rows
 from agilerl_core.envs.group import GroupEnv
 from agilerl_core.finite import FirstBad
 from agilerl_core.results import TrainResult
-
-
-def _members_rows(x: torch.Tensor, steps: int) -> torch.Tensor:
-    """A rollout field [T, K, N, ...] as each member's rows [K, steps * N, ...] (step-major, then env)."""
-    k, n = x.shape[1], x.shape[2]
-    return x[:steps].transpose(0, 1).reshape(k, steps * n, *x.shape[3:])
 
 
 def _members_sequences(buf: dict, steps: int, seq_len: int, adv: torch.Tensor, ret: torch.Tensor
@@ -131,7 +125,7 @@ def train_group_on_policy(group, slots: list[int], envs: GroupEnv, evo_steps: in
             starts, obs, mask = done, step.obs, step.mask
             progress.advance(k * n)
         if defer_cuts:
-            final = group.values_all({key: _members_rows(v, steps).flatten(0, 1) for key, v in buf["final_obs"].items()})
+            final = group.values_all({key: members_rows(v, steps).flatten(0, 1) for key, v in buf["final_obs"].items()})
             buf["rewards"][:steps] += gamma * final.view(k, steps, n).transpose(0, 1) * buf["cuts"][:steps]
         last_value = group.values_all(obs, starts if recurrent else None)
         adv, ret = compute_gae(buf["rewards"][:steps], buf["values"][:steps], buf["dones"][:steps], last_value,
@@ -139,12 +133,12 @@ def train_group_on_policy(group, slots: list[int], envs: GroupEnv, evo_steps: in
         if recurrent:  # whole sequences per member (the update's rows are sequences, not steps)
             data, adv, ret = _members_sequences(buf, steps, group.seq_len, adv, ret)
         else:
-            data = {"obs": {key: _members_rows(v, steps) for key, v in buf["obs"].items()},
-                    "actions": _members_rows(buf["actions"], steps), "logprobs": _members_rows(buf["logprobs"], steps),
-                    "values": _members_rows(buf["values"], steps)}
+            data = {"obs": {key: members_rows(v, steps) for key, v in buf["obs"].items()},
+                    "actions": members_rows(buf["actions"], steps), "logprobs": members_rows(buf["logprobs"], steps),
+                    "values": members_rows(buf["values"], steps)}
             if buf["masks"] is not None:
-                data["masks"] = _members_rows(buf["masks"], steps)
-            adv, ret = _members_rows(adv, steps), _members_rows(ret, steps)
+                data["masks"] = members_rows(buf["masks"], steps)
+            adv, ret = members_rows(adv, steps), members_rows(ret, steps)
         stats = group.learn_stacked(data, adv, ret)
         mean = stats["loss_sum"] / stats["updates"].clamp(min=1)
         updates += stats["updates"]
@@ -179,12 +173,6 @@ class OnPolicyArena(GymArena):
         # one vector env per slot (host envs); the on-device backend builds a group's envs per phase
         self.envs = [] if self.recipe.backend == "torch" else [self.recipe.vector(cfg.num_envs)
                                                                 for _ in range(cfg.population_size)]
-
-    def train(self, member: RLAlgorithm, slot: int, seed: int, steps: int) -> TrainResult:
-        return self.train_group([member], [slot], [seed], steps)[0]  # learning is written for a population
-
-    def batch_key(self, member: RLAlgorithm):
-        return member.batch_key()
 
     def train_group(self, members: list[RLAlgorithm], slots: list[int], seeds: list[int], steps: int
                     ) -> list[TrainResult]:

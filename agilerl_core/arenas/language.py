@@ -96,9 +96,6 @@ class LanguageArena(OwnExperience):
     def batch_key(self, member: LanguageAgent):
         return member.batch_key()
 
-    def train(self, member: LanguageAgent, slot: int, seed: int, steps: int) -> TrainResult:
-        return self.train_group([member], [slot], [seed], steps)[0]
-
     def train_group(self, members: list[LanguageAgent], slots: list[int], seeds: list[int], steps: int
                     ) -> list[TrainResult]:
         """`steps` gradient steps of every member on minibatches of the games (one batched step each)."""

@@ -33,7 +33,7 @@ from agilerl_core.algorithms.maddpg import MADDPGGroup
 from agilerl_core.arenas.base import checked_space, keep_freed_memory, torch_device
 from agilerl_core.arenas.experience import LearnRounds, OwnExperience, ReplayLearning, SharedReplay, rollout_lengths
 from agilerl_core.buffers.replay import ReplayBuffer, multi_agent_fields
-from agilerl_core.buffers.rollout import Rollout, compute_gae
+from agilerl_core.buffers.rollout import compute_gae, members_rows
 from agilerl_core.envs.multi_agent import (
     ParallelVectorEnv,
     agent_group,
@@ -44,7 +44,7 @@ from agilerl_core.envs.multi_agent import (
 from agilerl_core.envs.spaces import MultiAgentSpec, Obs
 from agilerl_core.envs.team_group import AgentMasks, TeamGroupEnv, TeamStep
 from agilerl_core.errors import ConfigError
-from agilerl_core.finite import check_loss
+from agilerl_core.finite import FirstBad
 from agilerl_core.networks.evolvable import ArchBounds, ArchSpec
 from agilerl_core.networks.mlp import MLPSpec
 from agilerl_core.results import TrainResult
@@ -244,8 +244,9 @@ class MultiAgentArena(OwnExperience, ABC):
 
     # ---- a generation ----------------------------------------------------------------------------------
     @abstractmethod
-    def train(self, member, slot: int, seed: int, steps: int) -> TrainResult:
-        """Train team `member` (in slot `slot`) for `steps` env steps from envs reset with `seed`."""
+    def train_group(self, members: list, slots: list[int], seeds: list[int], steps: int) -> list[TrainResult]:
+        """Train teams `members` (in `slots`, one batch key) for `steps` env steps each, team i's envs reset with
+        ``seeds[i]``; a team alone is a group of one."""
 
     def batch_key(self, member):
         return member.batch_key()
@@ -292,9 +293,6 @@ class MultiAgentOffPolicyArena(SharedReplay, MultiAgentArena):
         self.buffer = ReplayBuffer(multi_agent_fields(self.spec), cfg.hyperparameters.buffer_size, self.device)
         self.slot_capacity = math.ceil(cfg.evo_steps / cfg.num_envs) * cfg.num_envs
 
-    def train(self, member, slot: int, seed: int, steps: int) -> TrainResult:
-        return self.train_group([member], [slot], [seed], steps)[0]  # learning is written for a population
-
     def train_group(self, members: list, slots: list[int], seeds: list[int], steps: int) -> list[TrainResult]:
         for s in slots:
             self.buffer.reset_slot(s)
@@ -305,9 +303,6 @@ class MultiAgentOffPolicyArena(SharedReplay, MultiAgentArena):
 
 class MultiAgentOnPolicyArena(MultiAgentArena):
     """On-policy teams (IPPO, MAPPO): each learns from its own rollouts only."""
-
-    def train(self, member, slot: int, seed: int, steps: int) -> TrainResult:
-        return self.train_group([member], [slot], [seed], steps)[0]  # learning is written for a population
 
     def train_group(self, members: list, slots: list[int], seeds: list[int], steps: int) -> list[TrainResult]:
         group = self.algo_cls.group(members)
@@ -385,14 +380,26 @@ class _UnitRollout:
         return compute_gae(self.rewards[:steps], self.values[:steps], self.dones[:steps], last, self.gamma,
                            self.lam)
 
-    def member(self, i: int) -> tuple[Rollout, torch.Tensor | None]:
-        """Team i's rollout (views) and which of its rows are real (None: all)."""
-        r = Rollout({"obs": self.obs[:, i]}, self.actions[:, i], self.logprobs[:, i], self.rewards[:, i],
-                    self.dones[:, i], self.values[:, i], None if self.masks is None else self.masks[:, i])
+    def stacked(self, steps: int, adv: torch.Tensor, ret: torch.Tensor) -> tuple[dict, torch.Tensor, torch.Tensor,
+                                                                                  list[int]]:
+        """What the unit's update learns from (:meth:`~agilerl_core.algorithms.ppo.PPOGroup.learn_stacked`): every
+        team's rows [K, steps * U * N, ...] with the rows where its agent acted gathered to the front (in their
+        order), its advantages and returns alike, and how many such rows each team has."""
+        real = members_rows(self.valid, steps) > 0
+        rows = real.sum(1).tolist()  # the plan's sizes: one read per update
+        order = None if min(rows) == real.shape[1] else torch.argsort((~real).to(torch.int8), dim=1, stable=True)
+
+        def member(x: torch.Tensor) -> torch.Tensor:
+            m = members_rows(x, steps)
+            return m if order is None else m.gather(1, order.view(*order.shape, *[1] * (m.dim() - 2)).expand_as(m))
+
+        data = {"obs": {"obs": member(self.obs)}, "actions": member(self.actions), "logprobs": member(self.logprobs),
+                "values": member(self.values)}
+        if self.masks is not None:
+            data["masks"] = member(self.masks)
         if self.critic_obs is not None:
-            r.critic_obs = {"obs": self.critic_obs[:, i]}
-        valid = self.valid[:, i]
-        return r, None if bool(valid.all()) else valid
+            data["critic_obs"] = {"obs": member(self.critic_obs)}
+        return data, member(adv), member(ret), rows
 
 
 def train_team_group_on_policy(group: IPPOGroup, slots: list[int], envs: TeamGroupEnv, evo_steps: int,
@@ -412,7 +419,8 @@ def train_team_group_on_policy(group: IPPOGroup, slots: list[int], envs: TeamGro
     returns = TeamReturns(group.ma.agents, k, n)
     vector_steps = math.ceil(evo_steps / n)
     rollout_steps = teams[0].hp.rollout_steps  # structural: equal within a group
-    losses: list[list[float]] = [[] for _ in teams]
+    losses: list[torch.Tensor] = []  # each update's mean loss per team [K], read once at the end
+    bad_loss = {u: FirstBad(k, group.device) for u in group.units}
     for n_rollout, steps in enumerate(rollout_lengths(vector_steps, rollout_steps), 1):
         units = [_UnitRollout(group, u, steps, obs) for u in group.units]
         for t in range(steps):
@@ -428,21 +436,20 @@ def train_team_group_on_policy(group: IPPOGroup, slots: list[int], envs: TeamGro
             returns.step(step.reward, step.env_done)
             obs, masks, alive = step.obs, step.mask, step.alive
         for r in units:
-            adv, ret = r.advantages(group, steps, obs)
-            rows = []
-            for i, team in enumerate(teams):
-                rollout, valid = r.member(i)
-                rows.append(team.learners[r.u].rollout_rows(rollout, steps, adv[:, i], ret[:, i], valid))
-            stats = r.unit.learn_rollouts([d for d, _, _ in rows], [a for _, a, _ in rows], [x for _, _, x in rows])
-            for i, st in enumerate(stats):
-                losses[i].append(st["loss"])
-                check_loss(st["loss"], slots[i], n_rollout, f"the loss of policy unit {r.u}", "update of rollout")
+            stats = r.unit.learn_stacked(*r.stacked(steps, *r.advantages(group, steps, obs)))
+            for team, updates in zip(teams, stats["updates"].tolist(), strict=True):
+                team.learners[r.u].learn_steps += updates
+            mean = stats["loss_sum"] / stats["updates"].clamp(min=1)
+            bad_loss[r.u].see(mean, n_rollout)
+            losses.append(mean)
     group.write_back()
+    for u, bad in bad_loss.items():
+        bad.check(slots, f"the loss of policy unit {u}", "update of rollout")
+    loss_means = torch.stack(losses).mean(0).tolist() if losses else [float("nan")] * k
     wall = time.perf_counter() - t0
     out = []
     for i, (team, slot) in enumerate(zip(teams, slots, strict=True)):
         team.learn_steps = sum(learner.learn_steps for learner in team.learners.values())
         out.append(TrainResult(slot, vector_steps * n, team.learn_steps - learned[i], returns.episodes(i),
-                               returns.team(i, fitness), float(np.mean(losses[i])) if losses[i] else float("nan"),
-                               wall))
+                               returns.team(i, fitness), loss_means[i], wall))
     return out

@@ -73,12 +73,6 @@ class OfflineArena(GymArena):
                 agent.observe(obs)
         return agents
 
-    def train(self, member: RLAlgorithm, slot: int, seed: int, steps: int) -> TrainResult:
-        return self.train_group([member], [slot], [seed], steps)[0]  # learning is written for a population
-
-    def batch_key(self, member: RLAlgorithm):
-        return member.batch_key()
-
     def train_group(self, members: list[RLAlgorithm], slots: list[int], seeds: list[int], steps: int
                     ) -> list[TrainResult]:
         return train_group_offline(self.learning_group(members), slots, self.dataset_buffer, steps)

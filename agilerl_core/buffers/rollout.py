@@ -113,3 +113,10 @@ class Rollout:
         if self.critic_obs is not None:
             out["critic_obs"] = {k: f(v) for k, v in self.critic_obs.items()}
         return out
+
+
+def members_rows(x: torch.Tensor, steps: int) -> torch.Tensor:
+    """A group's rollout field [T, K, N, ...] as each member's rows [K, steps * N, ...] (step-major, then env: the
+    order of :meth:`Rollout.flat`)."""
+    k, n = x.shape[1], x.shape[2]
+    return x[:steps].transpose(0, 1).reshape(k, steps * n, *x.shape[3:])

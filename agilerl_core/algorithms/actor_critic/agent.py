@@ -25,7 +25,6 @@ import torch
 
 from agilerl_core.algorithms.actor_critic.group import ActorCriticGroup, SACGroup, TD3Group
 from agilerl_core.algorithms.actor_critic.maths import LOG_STD_MAX, LOG_STD_MIN, squashed_log_prob
-from agilerl_core.algorithms.actor_critic.noise import GaussianNoise, OUNoise
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.hyperparameters.sac import SACHyperparameters
 from agilerl_core.algorithms.hyperparameters.td3 import DDPGHyperparameters, TD3Hyperparameters
@@ -56,9 +55,6 @@ class ContinuousActorCritic(RLAlgorithm):
     def q(self, name: str, obs, action: torch.Tensor) -> torch.Tensor:
         return self.networks[name](obs, action).squeeze(1)
 
-    def random_actions(self, n: int) -> np.ndarray:
-        return self.np_rng.uniform(-1.0, 1.0, (n, self.action_dim)).astype(np.float32)
-
     def in_warmup(self) -> bool:
         return self.env_steps < getattr(self.hp, "random_steps", 0)
 
@@ -82,7 +78,6 @@ class TD3(ContinuousActorCritic):
         twin = hp.twin_q
         self.online_networks = ("actor", "critic_1", "critic_2") if twin else ("actor", "critic_1")
         self.target_networks = {f"{n}_target": n for n in self.online_networks}
-        self._noise: GaussianNoise | OUNoise | None = None
         super().__init__(obs_spec, action, arch, hp, seed, device)
 
     @torch.no_grad()
@@ -91,29 +86,6 @@ class TD3(ContinuousActorCritic):
 
     def greedy_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
         return self.policy(obs).cpu().numpy()
-
-    def begin_rollout(self, num_envs: int) -> None:
-        cls = OUNoise if self.hp.noise_type == "ou" else GaussianNoise
-        self._noise = cls(num_envs, self.action_dim)
-
-    def episodes_done(self, done: np.ndarray) -> None:
-        if self._noise is not None and done.any():
-            self._noise.reset(done)
-
-    def explore_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
-        n = next(iter(obs.values())).shape[0]
-        return self.explore_from(None if self.in_warmup() else self.greedy_action(obs), n)
-
-    def explore_from(self, greedy: np.ndarray | None, n: int) -> np.ndarray:
-        """Exploration actions for `n` envs: the policy's `greedy` actions plus noise, or uniform random
-        ones during warm-up (when `greedy` is not needed)."""
-        if self.in_warmup():
-            return self.random_actions(n)
-        if self._noise is None or self._noise.shape != (n, self.action_dim):
-            self.begin_rollout(n)
-        hp = self.hp
-        noise = self._noise.sample(self.np_rng, hp.expl_noise, hp.ou_theta, hp.ou_dt)
-        return np.clip(greedy + noise, -1.0, 1.0).astype(np.float32)
 
 
 class DDPG(TD3):
@@ -167,12 +139,6 @@ class SAC(ContinuousActorCritic):
     @torch.no_grad()
     def greedy_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
         return torch.tanh(self.distribution(obs)[0]).cpu().numpy()
-
-    @torch.no_grad()
-    def explore_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
-        if self.in_warmup():
-            return self.random_actions(next(iter(obs.values())).shape[0])
-        return self.sample_action(obs)[0].cpu().numpy()
 
     def extra_tensors(self) -> dict[str, torch.Tensor]:
         return {"log_alpha": self.log_alpha, "alpha_adam": self.alpha_adam}

@@ -14,7 +14,6 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Callable, Sequence
 
-import numpy as np
 import torch
 
 from agilerl_core.algorithms.actor_critic.maths import LOG_STD_MAX, LOG_STD_MIN, squashed_log_prob
@@ -138,11 +137,6 @@ class TD3Group(ActorCriticGroup):
         return torch.tanh(self.nets["actor"](obs))
 
     @torch.no_grad()
-    def explore(self, obs: Sequence, masks: Sequence) -> list[np.ndarray]:
-        greedy = torch.tanh(self.nets["actor"](self.joined(obs))).cpu().numpy()
-        return [a.explore_from(greedy[i], greedy.shape[1]) for i, a in enumerate(self.agents)]
-
-    @torch.no_grad()
     def target(self, batch: Transition, rows: StackedRows, smoothing: torch.Tensor | None = None) -> torch.Tensor:
         """y = r + discount * (1 - terminated) * min_i Q_i'(s', clip(mu'(s') + clip(noise, -c, c), -1, 1)), the
         standard normal `smoothing` noise [K, B, dim] drawn from each member's generator when not given and
@@ -202,18 +196,6 @@ class SACGroup(ActorCriticGroup):
         z, u = self.stream.normal(n, a), self.stream.uniform(n, a)
         warm = torch.tensor([ag.in_warmup() for ag in self.agents], device=self.device).view(k, 1, 1)
         return torch.where(warm, 2.0 * u - 1.0, torch.tanh(mean + log_std.exp() * z))
-
-    @torch.no_grad()
-    def explore(self, obs: Sequence, masks: Sequence) -> list[np.ndarray]:
-        mean, log_std = self.distribution("actor", self.joined(obs))
-        out = []
-        for i, a in enumerate(self.agents):
-            if a.in_warmup():
-                out.append(a.random_actions(mean.shape[1]))
-                continue
-            noise = torch.randn(mean[i].shape, generator=a.torch_gen).to(self.device)
-            out.append(torch.tanh(mean[i] + log_std[i].exp() * noise).cpu().numpy())
-        return out
 
     @torch.no_grad()
     def target(self, batch: Transition, rows: StackedRows, noise: torch.Tensor | None = None) -> torch.Tensor:

@@ -81,37 +81,12 @@ class DQN(RLAlgorithm):
         return linear_epsilon(self.env_steps, hp.eps_start, hp.eps_end, hp.eps_decay_steps)
 
     @torch.no_grad()
-    def act(self, obs: Obs, epsilon: float = 0.0, action_mask: np.ndarray | None = None) -> np.ndarray:
-        """Epsilon-greedy actions for a batch of observations (masked actions never chosen)."""
-        return self.epsilon_greedy(self.q_values(obs), epsilon, action_mask)
-
-    def epsilon_greedy(self, q: torch.Tensor, epsilon: float, action_mask: np.ndarray | None = None) -> np.ndarray:
-        """The greedy actions of Q-values `q` [N, A] (masked actions never chosen), each replaced by a random
-        valid one with probability `epsilon` (drawn from this member's generator)."""
-        mask_t = None if action_mask is None else torch.as_tensor(action_mask, dtype=torch.bool, device=q.device)
-        actions = mask_invalid(q, mask_t).argmax(dim=1).cpu().numpy()
-        if epsilon > 0.0:
-            n = actions.shape[0]
-            explore = self.np_rng.random(n) < epsilon
-            if explore.any():
-                if action_mask is None:
-                    random = self.np_rng.integers(0, self.action_dim, n)
-                else:
-                    m = np.asarray(action_mask, dtype=bool)
-                    m = m | ~m.any(axis=1, keepdims=True)
-                    random = (self.np_rng.random((n, self.action_dim)) * m + m).argmax(axis=1)
-                actions = np.where(explore, random, actions)
-        return actions
-
-    def explore_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
-        if self.hp.noisy:  # fresh parameter noise for every step's actions
-            self.networks["q"].resample_noise(self.torch_gen)
-        return self.act(obs, self.epsilon(), action_mask)
-
     def greedy_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
+        """The greedy actions (masked actions never chosen; noisy layers at their means)."""
         if self.hp.noisy:
             self.networks["q"].noise_off()
-        return self.act(obs, 0.0, action_mask)
+        mask = None if action_mask is None else torch.as_tensor(action_mask, dtype=torch.bool, device=self.device)
+        return mask_invalid(self.q_values(obs), mask).argmax(dim=1).cpu().numpy()
 
     # ---- prioritised replay ---------------------------------------------------------------------------
     def per_beta(self) -> float:

@@ -112,14 +112,6 @@ class DQNGroup(ReplayGroup):
             random = (u[..., 1:] * ok + ok).argmax(dim=2)
         return torch.where(u[..., 0] < eps.unsqueeze(1), random, greedy)
 
-    @torch.no_grad()
-    def explore(self, obs: Sequence, masks: Sequence) -> list[np.ndarray]:
-        """Every member's epsilon-greedy actions (fresh parameter noise first, for noisy members)."""
-        if self.noisy:
-            self.online.resample_noise(self.member_draws(SALT_NOISY), self._everyone)
-        q = self.q_values(self.online(self.joined(obs)))
-        return [a.epsilon_greedy(q[i], a.epsilon(), masks[i]) for i, a in enumerate(self.agents)]
-
     # ---- targets --------------------------------------------------------------------------------------
     @torch.no_grad()
     def td_target(self, batch: Transition, k: int, next_online: torch.Tensor | None = None) -> torch.Tensor:

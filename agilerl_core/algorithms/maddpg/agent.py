@@ -124,12 +124,6 @@ class MADDPG(RLAlgorithm):
         """Agent-scale actions -> what the env takes (a Box's bounds and shape)."""
         return {a: self.action_specs[a].to_env(x) for a, x in actions.items()}
 
-    def explore_action(self, obs: Obs, action_mask: dict[str, np.ndarray | None] | None = None
-                       ) -> dict[str, np.ndarray]:
-        """Exploration actions as this team alone (a group of one) takes them at the first step of a training
-        phase: its keyed draws for the phase, fresh noise processes."""
-        return self.group([self]).explore([obs], [action_mask])[0]
-
     def env_action(self, obs: Obs, action_mask=None) -> dict[str, np.ndarray]:
         return self.env_actions(self.greedy_action(obs, action_mask))
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -200,21 +199,6 @@ class MADDPGGroup(ReplayGroup):
                 below = cdf < u[..., j: j + 1] * cdf[..., -1:]
                 out[x] = below.sum(-1).clamp(max=cdf.shape[-1] - 1).reshape(-1)
         return out
-
-    def explore(self, obs: Sequence, masks: Sequence) -> list[dict[str, np.ndarray]]:
-        """:meth:`explore_group` for one batch of observations per member (the same size; `masks`: per member a
-        dict of each Discrete agent's masks, or None): the first step of fresh noise processes. Returns each
-        member's actions as host arrays."""
-        n = next(iter(obs[0].values())).shape[0]
-        self.begin_acting(n)
-        joined = {x: torch.cat([o[x] for o in obs]).to(self.device) for x in self.names}
-        mask = {}
-        for x in self.discrete:
-            rows = [torch.ones(n, self.specs[x].dim, dtype=torch.bool) if m is None or m.get(x) is None
-                    else torch.as_tensor(np.asarray(m[x]), dtype=torch.bool) for m in masks]
-            mask[x] = torch.cat(rows).to(self.device)
-        acts = self.explore_group(joined, mask)
-        return [{x: a[i * n: (i + 1) * n].cpu().numpy() for x, a in acts.items()} for i in range(self.k)]
 
     # ---- targets ------------------------------------------------------------------------------------------
     def batch(self, buffer, index: torch.Tensor) -> MultiAgentBatch:

@@ -26,7 +26,6 @@ from agilerl_core.algorithms.hyperparameters.ppo import PPOHyperparameters
 from agilerl_core.algorithms.ppo.group import PPOGroup
 from agilerl_core.buffers.rollout import Rollout
 from agilerl_core.envs.spaces import Obs, ObsSpec
-from agilerl_core.rng import KeyedStream, member_keys
 
 
 class PPO(RLAlgorithm):
@@ -49,7 +48,7 @@ class PPO(RLAlgorithm):
         # Gaussian log std (Box actions): a plain tensor with its own Adam moments, saved as extra state
         self.log_std = torch.full((self.action_dim,), float(self.hp.log_std_init), device=self.device)
         self.log_std_adam = torch.zeros(2 * self.action_dim + 1, device=self.device)  # m, v, step
-        # a recurrent member's state per network while it acts step by step (greedy_action, policy_step):
+        # a recurrent member's state per network while it acts step by step (greedy_action):
         # episode-local, never checkpointed; see reset_memory
         self.memory: dict[str, torch.Tensor] = {}
 
@@ -141,31 +140,6 @@ class PPO(RLAlgorithm):
         return logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
 
     @torch.no_grad()
-    def policy_step(self, obs: Obs, action_mask: np.ndarray | None = None, critic_obs: Obs | None = None
-                    ) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
-        """Sampled actions (agent scale), their log-probs and the state values (a centralised critic reads
-        `critic_obs`), for collection."""
-        mask = None if action_mask is None else torch.as_tensor(action_mask, dtype=torch.bool, device=self.device)
-        actions, logp = self.sample_from(*self._dist_params(obs, mask))
-        return actions, logp, self._net("critic", obs if critic_obs is None else critic_obs).squeeze(1)
-
-    @torch.no_grad()
-    def sample_from(self, p: torch.Tensor, log_std: torch.Tensor | None) -> tuple[np.ndarray, torch.Tensor]:
-        """Actions sampled from distribution parameters [N, A] and their log-probs: one draw of a keyed stream
-        whose key comes from this member's generator, as its group draws them (:meth:`PPOGroup.sample`)."""
-        stream = KeyedStream(member_keys([self.torch_gen], p.device))
-        if self.continuous:
-            actions = p + log_std.exp() * stream.normal(p.shape[0], p.shape[1])[0]
-        else:
-            u = stream.uniform(p.shape[0], 1)[0]
-            cdf = torch.softmax(p, dim=1).cumsum(dim=1)
-            actions = (u > cdf).sum(dim=1).clamp(max=self.action_dim - 1)
-        return actions.cpu().numpy(), self.log_prob_from(p, log_std, actions)
-
-    def explore_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
-        return self.policy_step(obs, action_mask)[0]
-
-    @torch.no_grad()
     def greedy_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
         mask = None if action_mask is None else torch.as_tensor(action_mask, dtype=torch.bool, device=self.device)
         p, _ = self._dist_params(obs, mask)
@@ -202,14 +176,16 @@ class PPO(RLAlgorithm):
 
     def learn_rollout(self, rollout: Rollout, steps: int, advantages: torch.Tensor, returns: torch.Tensor,
                       valid: torch.Tensor | None = None) -> dict[str, float]:
-        """The PPO update on the first `steps` rows of `rollout` (only those where `valid`, [T, N], is set:
-        a multi-agent rollout pads the steps of agents that are out of their episode), as a group of one;
-        returns loss statistics."""
+        """The PPO update on the first `steps` rows of `rollout` (only those where `valid`, [T, N], is set), as a
+        group of one (:meth:`PPOGroup.learn_stacked`: the only update there is); returns its loss statistics."""
         data, adv, ret = self.rollout_rows(rollout, steps, advantages, returns, valid)
         group = self.group([self])
-        stats = group.learn_rollouts([data], [adv], [ret])[0]
+        stats = group.learn_stacked(_one(data), adv.unsqueeze(0), ret.unsqueeze(0))
         group.write_back()
-        return stats
+        updates = int(stats["updates"][0])
+        self.learn_steps += updates
+        return {"loss": float(stats["loss_sum"][0]) / max(updates, 1), "approx_kl": float(stats["approx_kl"][0]),
+                "updates": updates}
 
     # ---- state ----------------------------------------------------------------------------------------
     def extra_tensors(self) -> dict[str, torch.Tensor]:
@@ -219,3 +195,8 @@ class PPO(RLAlgorithm):
         if "log_std" in tensors:
             self.log_std = tensors["log_std"].to(self.device).clone()
             self.log_std_adam = tensors["log_std_adam"].to(self.device).clone()
+
+
+def _one(data: dict) -> dict:
+    """One member's rows as a group of one's ([1, ...] every field, dicts of fields included)."""
+    return {k: _one(v) if isinstance(v, dict) else v.unsqueeze(0) for k, v in data.items()}

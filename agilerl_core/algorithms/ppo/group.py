@@ -12,12 +12,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 
 from agilerl_core.algorithms.group import MemberGroup, clipped_step, gradients
 from agilerl_core.algorithms.optim import adam_update_stacked_
-from agilerl_core.algorithms.ppo.maths import MinibatchSchedule, minibatch_bounds, normalized_advantages, ppo_loss, value_loss
+from agilerl_core.algorithms.ppo.maths import minibatch_bounds, normalized_advantages, ppo_loss, value_loss
 from agilerl_core.networks.stacked import StackedNetwork, sequences
 from agilerl_core.rng import normal, uniform
 
@@ -52,35 +51,6 @@ class PPOGroup(MemberGroup):
             self.act_state = {n: torch.zeros(self.k, num_envs, *self.rnn, device=self.device) for n in self.nets}
 
     # ---- acting ---------------------------------------------------------------------------------------
-    @torch.no_grad()
-    def policy_step(self, obs: Sequence, masks: Sequence, starts: Sequence | None = None,
-                    critic_obs: Sequence | None = None) -> list[tuple]:
-        """Every member's (actions, log-probs, values) for its envs' observations (one batch each, the same
-        size), as :meth:`PPO.policy_step`: the actions sampled from each member's own generator. Recurrent
-        members also give each network's state before the step ({name: [N, layers, S, H]}), and `starts`
-        (per member, [N] bool) says which envs begin an episode at this step (their state is zeroed first).
-        A centralised critic (MAPPO) values each member's `critic_obs` instead of its observations."""
-        joined = self.joined(obs)
-        before = None
-        if self.rnn is None:
-            out = self.nets["actor"](joined)
-            values = self.nets["critic"](joined if critic_obs is None else self.joined(critic_obs)).squeeze(2)
-        else:
-            begin = torch.as_tensor(np.stack(starts), device=self.device).view(self.k, -1, 1)
-            before = self.act_state
-            (out, actor_state), (values, critic_state) = sequences(
-                [self.nets["actor"], self.nets["critic"]], joined, [before["actor"], before["critic"]], begin, 1)
-            values = values.squeeze(2)
-            self.act_state = {"actor": actor_state, "critic": critic_state}
-        mask = None if masks[0] is None else torch.stack(
-            [torch.as_tensor(m, dtype=torch.bool, device=self.device) for m in masks])
-        actions, logp = self.sample(out, mask)
-        acts = actions.cpu().numpy()  # one read for the group: its callers step host envs with them
-        states = None if before is None else {name: st.cpu() for name, st in before.items()}
-        return [(acts[i], logp[i], values[i]) if states is None else
-                (acts[i], logp[i], values[i], {name: st[i] for name, st in states.items()})
-                for i in range(self.k)]
-
     @torch.no_grad()
     def sample(self, out: torch.Tensor, mask: torch.Tensor | None, draw: torch.Tensor | None = None
                ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -137,12 +107,7 @@ class PPOGroup(MemberGroup):
     @torch.no_grad()
     def greedy(self, obs: dict[str, torch.Tensor], mask: torch.Tensor | None, starts: torch.Tensor | None = None
                ) -> torch.Tensor:
-        if self.rnn is None:
-            out = self.nets["actor"](obs)
-        else:  # the acting state advances (evaluation keeps no rollout)
-            begin = starts.view(self.k, -1, 1)
-            out, actor_state = self.nets["actor"].sequence(obs, self.act_state["actor"], begin, 1)
-            self.act_state = {**self.act_state, "actor": actor_state}
+        out = self._actor_out(obs, starts)  # a recurrent acting state advances (evaluation keeps no rollout)
         if self.continuous:
             return out
         p, _ = self.agents[0].dist_from(out, None if mask is None else mask.view(self.k, out.shape[1], -1))
@@ -158,53 +123,28 @@ class PPOGroup(MemberGroup):
         begin = None if starts is None else starts.view(self.k, -1, 1)
         return critic.sequence(obs, self.act_state["critic"], begin, 1)[0].squeeze(2)
 
-    def explore(self, obs: Sequence, masks: Sequence) -> list[np.ndarray]:
-        return [r[0] for r in self.policy_step(obs, masks)]
-
     @torch.no_grad()
-    def value(self, i: int, obs, starts: np.ndarray | None = None) -> torch.Tensor:
-        """Member i's V(s) [N] for a batch of its observations (a recurrent critic: from its current acting
-        state, zeroed first where `starts` is set; the state is not advanced)."""
-        critic = self.nets["critic"].member(i)
+    def explore_group(self, obs: dict[str, torch.Tensor], mask: torch.Tensor | None,
+                      starts: torch.Tensor | None = None) -> torch.Tensor:
+        """Every member's sampled actions [K, N(, A)]: :meth:`act`'s, without the values a rollout records (the
+        actor alone: a centralised critic's input is not needed)."""
+        return self.sample(self._actor_out(obs, starts), None if mask is None else mask.view(self.k, -1, mask.shape[-1]))[0]
+
+    def _actor_out(self, obs: dict[str, torch.Tensor], starts: torch.Tensor | None) -> torch.Tensor:
+        """The stacked actor's outputs [K, N, A] (a recurrent one steps its acting state, zeroed where `starts`)."""
         if self.rnn is None:
-            return critic(obs)[0, :, 0]
-        begin = None if starts is None else torch.as_tensor(starts, device=self.device).view(1, -1, 1)
-        return critic.sequence(obs, self.act_state["critic"][i: i + 1], begin, 1)[0][0, :, 0]
+            return self.nets["actor"](obs)
+        out, actor_state = self.nets["actor"].sequence(obs, self.act_state["actor"], starts.view(self.k, -1, 1), 1)
+        self.act_state = {**self.act_state, "actor": actor_state}
+        return out
 
     # ---- learning -------------------------------------------------------------------------------------
-    def learn_rollouts(self, datas: list[dict], advantages: list[torch.Tensor], returns: list[torch.Tensor]
-                       ) -> list[dict[str, float]]:
-        """Every member's PPO update on its own rollout rows (:meth:`PPO.rollout_rows`: their number may differ
-        between members), advantages and returns; returns each member's statistics (mean loss, last approximate
-        KL, updates taken)."""
-        base = self.reserve_shuffles(max(a.hp.update_epochs for a in self.agents))
-        keys = self.stream.keys
-        schedules = [MinibatchSchedule(a, adv.shape[0], lambda e, n, i=i, dev=adv.device: torch.argsort(
-                         uniform(keys[i], base + 1 + e, n), stable=True).to(dev))  # where the rows live
-                     for i, (a, adv) in enumerate(zip(self.agents, advantages, strict=True))]
-        stats = [{"loss": 0.0, "approx_kl": 0.0, "updates": 0} for _ in self.agents]
-        while True:
-            idxs = [s.next() for s in schedules]
-            if all(i is None for i in idxs):
-                break
-            kl, loss = self.minibatch_step(datas, advantages, returns, idxs)
-            for i, (s, idx) in enumerate(zip(schedules, idxs, strict=True)):
-                if idx is None:
-                    continue
-                st = stats[i]
-                st["loss"] += float(loss[i])
-                st["approx_kl"] = float(kl[i])
-                st["updates"] += 1
-                target = self.agents[i].hp.target_kl
-                if target is not None and st["approx_kl"] > target:
-                    s.stopped = True
-        for st in stats:
-            st["loss"] /= max(st["updates"], 1)
-        return stats
-
-    def learn_stacked(self, data: dict, advantages: torch.Tensor, returns: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Every member's PPO update on its own rollout rows, stacked: `data` fields [K, R, ...] (``obs`` a dict
-        of them), `advantages` and `returns` [K, R]. Recurrent members' rows are sequences (:meth:`
+    def learn_stacked(self, data: dict, advantages: torch.Tensor, returns: torch.Tensor,
+                      rows: Sequence[int] | None = None) -> dict[str, torch.Tensor]:
+        """Every member's PPO update on its own rollout rows, stacked: `data` fields [K, R, ...] (``obs``, and a
+        centralised critic's ``critic_obs``, dicts of them), `advantages` and `returns` [K, R]; `rows` (host ints,
+        None: R each): how many leading rows of each member are real (a multi-agent member's rows where its agent
+        acted, gathered to the front), the rest padding that is never drawn. Recurrent members' rows are sequences (:meth:`
         agilerl_core.buffers.rollout.Rollout.sequences`, stacked): every field [K, R, L, ...] with ``valid`` and
         ``starts`` [K, R, L] and each network's state before the sequence ``state/<name>`` [K, R, ...], and each
         real step weighs alike in its member's minibatch.
@@ -214,15 +154,17 @@ class PPOGroup(MemberGroup):
         epochs are one draw, every round's rows one index, the per-row fields of all rounds one gather each
         (the observations, the bulk, one gather per round). Nothing is read back to the host: returns each
         member's summed loss, last approximate KL and updates taken ([K] tensors on the device)."""
-        k, rows = advantages.shape[0], advantages.shape[1]
+        k, width = advantages.shape[0], advantages.shape[1]
         dev = self.device
-        sizes_of = [[e - s for s, e in minibatch_bounds(rows, a.hp.num_minibatches)] for a in self.agents]
+        rows = [width] * k if rows is None else [int(r) for r in rows]
+        sizes_of = [[e - s for s, e in minibatch_bounds(r, a.hp.num_minibatches)] if r else []
+                    for r, a in zip(rows, self.agents, strict=True)]
         epochs = [a.hp.update_epochs for a in self.agents]
         # the plan (host ints): each member's minibatches in order, as (epoch, start, size); round r takes each
         # member's r-th (a member past its last sits the round out)
         plans = [[(r // len(sz), sum(sz[: r % len(sz)]), sz[r % len(sz)]) for r in range(e * len(sz))]
                  for sz, e in zip(sizes_of, epochs, strict=True)]
-        rounds, batch = max(len(p) for p in plans), max(max(sz) for sz in sizes_of)
+        rounds, batch = max(len(p) for p in plans), max(max(sz, default=1) for sz in sizes_of)
         idle = (0, 0, 1)  # a member past its last minibatch: any rows (they weigh nothing)
         epoch_of, start, size = (torch.tensor([[p[r][j] if r < len(p) else idle[j] for p in plans]
                                                for r in range(rounds)], device=dev) for j in range(3))  # [rounds, K]
@@ -231,12 +173,17 @@ class PPOGroup(MemberGroup):
         targets = [a.hp.target_kl for a in self.agents]
         kl_target = torch.tensor([math.inf if t is None else float(t) for t in targets], device=dev)
         may_stop = any(t is not None for t in targets)
-        # epoch e of member i permutes its rows by its stream's uniforms at counter base + 1 + e: [K, epochs, R]
+        # epoch e of member i permutes its real rows by its stream's uniforms at counter base + 1 + e (the first
+        # rows of [K, epochs, R]: a draw's leading values do not depend on its length); padding sorts last
         base = self.reserve_shuffles(max(epochs))
-        perms = torch.argsort(uniform(self.stream.keys.unsqueeze(1), base + 1 + torch.arange(max(epochs), device=dev),
-                                      rows), dim=2, stable=True)
+        real_rows = torch.tensor(rows, device=dev)
+        u = uniform(self.stream.keys.unsqueeze(1), base + 1 + torch.arange(max(epochs), device=dev), width)
+        if min(rows) < width:
+            u = u.masked_fill(torch.arange(width, device=dev) >= real_rows.view(k, 1, 1), 2.0)
+        perms = torch.argsort(u, dim=2, stable=True)
         col = torch.arange(batch, device=dev)
-        position = epoch_of.unsqueeze(2) * rows + (start.unsqueeze(2) + col).clamp(max=rows - 1)
+        last = (real_rows - 1).clamp(min=0).view(1, k, 1)
+        position = epoch_of.unsqueeze(2) * width + torch.minimum(start.unsqueeze(2) + col, last)
         member = torch.arange(k, device=dev).view(k, 1)
         idx = perms.view(k, -1)[member, position]  # [rounds, K, batch]: each round's rows of every member
 
@@ -264,6 +211,8 @@ class PPOGroup(MemberGroup):
         for r in range(rounds):
             f = {key: v[r] for key, v in mb.items()}
             f["obs"] = {key: v[member, idx[r]].flatten(0, row_dims) for key, v in data["obs"].items()}
+            if "critic_obs" in data:
+                f["critic_obs"] = {key: v[member, idx[r]].flatten(0, row_dims) for key, v in data["critic_obs"].items()}
             on, w, real = planned[r], weight[r], valid[r]
             if may_stop:
                 on = on & ~stopped
@@ -282,58 +231,6 @@ class PPOGroup(MemberGroup):
         base = self.stream.counter
         self.stream.counter += epochs + 1
         return base
-
-    def stack_rows(self, datas, advantages, returns, idxs) -> tuple[dict, torch.Tensor]:
-        """Each member's minibatch rows padded to the largest: (fields [K, B, ...], weights [K, B]: 1 / its
-        minibatch size, 0 on padding and for members without a minibatch)."""
-        k = self.k
-        b = max(i.shape[0] for i in idxs if i is not None)
-        pad = [torch.zeros(b, dtype=torch.long, device=advantages[m].device) if i is None
-               else torch.cat([i, i.new_zeros(b - i.shape[0])]) for m, i in enumerate(idxs)]
-        w = torch.zeros(k, b, device=self.device)
-        for m, i in enumerate(idxs):
-            if i is not None:
-                w[m, : i.shape[0]] = 1.0 / i.shape[0]
-
-        def pick(get):
-            return torch.stack([get(m).index_select(0, pad[m]) for m in range(k)]).to(self.device)
-
-        f = {"obs": {key: pick(lambda m, key=key: datas[m]["obs"][key]) for key in datas[0]["obs"]},
-             "actions": pick(lambda m: datas[m]["actions"]), "logp": pick(lambda m: datas[m]["logprobs"]),
-             "values": pick(lambda m: datas[m]["values"]), "adv": pick(lambda m: advantages[m]),
-             "ret": pick(lambda m: returns[m])}
-        if "masks" in datas[0]:
-            f["masks"] = pick(lambda m: datas[m]["masks"])
-        if self.rnn is None:
-            f["obs"] = {key: v.flatten(0, 1) for key, v in f["obs"].items()}
-            if "critic_obs" in datas[0]:
-                f["critic_obs"] = {key: pick(lambda m, key=key: datas[m]["critic_obs"][key]).flatten(0, 1)
-                                   for key in datas[0]["critic_obs"]}
-            return f, w
-        # recurrent: rows are sequences [K, b, L]; each real step weighs 1 / its member's count of real steps
-        steps = pick(lambda m: datas[m]["valid"]).float() * (w > 0).unsqueeze(2)
-        w = (steps / steps.sum((1, 2), keepdim=True).clamp(min=1)).flatten(1)
-        width = self.rnn[2]
-        for name in self.nets:  # a state a member stored alone is as wide as its own core: padded with zeros
-            f[f"state/{name}"] = pick(lambda m, name=name: torch.nn.functional.pad(
-                datas[m][f"state/{name}"], (0, width - datas[m][f"state/{name}"].shape[-1])))
-        f["starts"] = pick(lambda m: datas[m]["starts"])
-        f["obs"] = {key: v.flatten(0, 2) for key, v in f["obs"].items()}
-        for key in ("actions", "logp", "values", "adv", "ret", "masks"):
-            if key in f:
-                f[key] = f[key].flatten(1, 2)
-        return f, w
-
-    def minibatch_step(self, datas, advantages, returns, idxs) -> tuple[torch.Tensor, torch.Tensor]:
-        """One gradient step of every member that has a minibatch (`idxs[i]`: its rows, or None); returns each
-        member's ([K] approximate KL, [K] loss)."""
-        f, w = self.stack_rows(datas, advantages, returns, idxs)
-        active = torch.tensor([i is not None for i in idxs], device=self.device)
-        kl, loss = self._update(f, w, w > 0, active, None if all(i is not None for i in idxs) else active)
-        for i, a in enumerate(self.agents):
-            if idxs[i] is not None:
-                a.learn_steps += 1
-        return kl, loss
 
     def _update(self, f: dict, w: torch.Tensor, valid: torch.Tensor, active: torch.Tensor,
                 step_active: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:

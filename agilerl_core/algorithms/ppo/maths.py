@@ -48,30 +48,3 @@ def minibatch_bounds(n: int, num_minibatches: int) -> list[tuple[int, int]]:
         out.append((start, end))
         start = end
     return out
-
-
-class MinibatchSchedule:
-    """One member's minibatches of a rollout update: a fresh permutation (its keyed stream's) at each epoch's
-    start, split into ``num_minibatches`` near-equal minibatches, until its epochs end or its approximate KL
-    passes ``target_kl`` (:attr:`stopped`)."""
-
-    def __init__(self, agent, n: int, permutation) -> None:
-        """`permutation(epoch, n)`: epoch's shuffle of the n rows (a long tensor)."""
-        self.agent, self.n, self.permutation = agent, n, permutation
-        self.bounds = minibatch_bounds(n, agent.hp.num_minibatches)
-        self.epoch, self.pos, self.perm, self.stopped = 0, len(self.bounds), None, False
-
-    def next(self) -> torch.Tensor | None:
-        """The next minibatch's row indices, or None once this member's update is over."""
-        if self.stopped:
-            return None
-        if self.pos >= len(self.bounds):
-            if self.perm is not None:
-                self.epoch += 1
-            if self.epoch >= self.agent.hp.update_epochs:
-                self.stopped = True
-                return None
-            self.perm, self.pos = self.permutation(self.epoch, self.n), 0
-        start, end = self.bounds[self.pos]
-        self.pos += 1
-        return self.perm[start: end]
