@@ -79,6 +79,8 @@ def below(key: torch.Tensor | int, counter: torch.Tensor | int, n: int, bound: t
     x = bits(key, counter, n, device)
     x >>= 1
     x &= (1 << 63) - 1
+    if isinstance(bound, int):  # one bound for all: a scalar argument, no tensor to copy to the device
+        return x.remainder_(max(bound, 1))
     return x.remainder_(torch.as_tensor(bound, dtype=torch.int64, device=x.device).clamp(min=1).unsqueeze(-1))
 
 

@@ -16,6 +16,7 @@ from agilerl_core.buffers.memory import replay_bytes
 from agilerl_core.buffers.prioritized import MemberPriorities
 from agilerl_core.buffers.replay import ReplayBuffer, shard_rows, transition_fields
 from agilerl_core.envs.spaces import ObsSpec
+from tests.test_replay_memory import per_draw
 
 S, H, W = 4, 12, 10
 
@@ -100,8 +101,10 @@ def test_frame_buffer_samples_what_whole_stacks_sample_in_a_fraction_of_the_memo
         assert framed.size == plain.size
     assert plain.size == 300
     # the batched draw maps alike
-    rows_a = plain.sample_rows_group([0, 1], lambda bound: torch.zeros(2, 4, dtype=torch.int64) + bound[:, None] - 1)
-    rows_b = framed.sample_rows_group([0, 1], lambda bound: torch.zeros(2, 4, dtype=torch.int64) + bound[:, None] - 1)
+    def last(bound):  # every member's last row (one bound for all when the slots stage alike)
+        return torch.zeros(2, 4, dtype=torch.int64) + torch.as_tensor(bound).view(-1, 1) - 1
+
+    rows_a, rows_b = plain.sample_rows_group([0, 1], last), framed.sample_rows_group([0, 1], last)
     assert torch.equal(rows_a, rows_b)
     assert framed.memory_bytes < plain.memory_bytes / 3
     assert framed.memory_bytes == replay_bytes(framed.fields, 300, 3, 120, parts)
@@ -165,13 +168,13 @@ def test_short_episodes_drop_the_oldest_rows_never_serve_overwritten_frames():
             for r, o, x in zip(t.reward[staged].tolist(), t.obs["obs"][staged],
                                t.next_obs["obs"][staged], strict=True):
                 assert torch.equal(o, truth[int(r)][0]) and torch.equal(x, truth[int(r)][1])
-        rows, _, _ = per.sample_rows(framed, 0, 512, 0.4, torch.Generator().manual_seed(0))
+        rows, _, _ = per_draw(per, framed, 0, 512, 0.4, torch.Generator().manual_seed(0))
         held = set((framed.capacity + (np.arange(framed.written_count(0)) % framed.slot_rows))[-framed.staged_count(0):]
                    .tolist())
         assert set(rows.tolist()) - set(range(framed.capacity)) <= held  # dropped rows carry no mass
         first = framed.pos
         framed.commit([framed.shard(s) for s in (0, 1)])
-        per.committed(first, 0, framed.dead_committed_rows().numpy())
+        per.committed(first, 0, framed.dead_committed_rows())
     assert 0 < framed.size < 200
     t = framed.sample(400, None, torch.Generator().manual_seed(5))
     assert (t.index < framed.capacity).all()

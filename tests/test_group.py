@@ -158,6 +158,27 @@ def test_every_dqn_variant_learns_batched_as_alone(options):
     assert_same_members(solo, batched)
 
 
+def test_a_group_folds_each_members_own_observations_into_its_statistics():
+    """normalize_obs in a group: one update for every member's rows equals each member's own update (float64
+    statistics, up to the reduction's rounding); the members' own normalisers change only at write_back."""
+    solo = [dqn(30 + i, normalize_obs=True) for i in range(3)]
+    together = [a.clone() for a in solo]
+    first = {"obs": torch.randn(3 * 20, 3, generator=torch.Generator().manual_seed(0)) * 4 + 1}
+    then = {"obs": torch.randn(3 * 7, 3, generator=torch.Generator().manual_seed(1)) - 2}
+    for i, a in enumerate(solo):
+        a.observe({"obs": first["obs"][20 * i: 20 * (i + 1)]})
+        a.observe({"obs": then["obs"][7 * i: 7 * (i + 1)]})
+    group = DQN.group(together)
+    group.observe(first)
+    group.observe(then)
+    assert all(float(a.obs_norm.count) == 0 for a in together)  # not yet: the group holds the statistics
+    group.write_back()
+    for a, b in zip(solo, together, strict=True):
+        assert float(b.obs_norm.count) == 27
+        torch.testing.assert_close(b.obs_norm.mean, a.obs_norm.mean, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(b.obs_norm.var, a.obs_norm.var, rtol=1e-12, atol=1e-12)
+
+
 def test_batch_keys_split_by_architecture_and_structure():
     a, b = dqn(0), dqn(1, lr=5e-3, batch_size=64)  # hyperparameters that are tensors: same group
     wide = dqn(2, hidden=(32, 8))  # other widths, same depth: stacks zero-padded

@@ -275,7 +275,7 @@ def test_a_stacked_network_computes_what_each_member_computes(case):
     from dataclasses import replace
 
     from agilerl_core.algorithms.group import padded_shapes, param_shapes, stack_flats
-    from agilerl_core.networks.obs_norm import RunningObsNorm
+    from agilerl_core.networks.obs_norm import RunningObsNorm, StackedObsNorm
     from agilerl_core.networks.stacked import StackedNetwork
 
     space, net_cfg, opts = case
@@ -292,6 +292,8 @@ def test_a_stacked_network_computes_what_each_member_computes(case):
     shapes = [param_shapes(n) for n in nets]
     padded = padded_shapes(shapes)
     flats = [torch.cat([p.detach().reshape(-1) for p in n.parameters()]) for n in nets]
+    if opts.get("norm"):  # a group stacks its members' normalisers before it builds its networks
+        StackedObsNorm([n.obs_norm for n in nets], "cpu")
     stacked = StackedNetwork(nets, stack_flats(flats, shapes, padded), padded)
     keys = list(space.spaces) if isinstance(space, spaces.Dict) else ["obs"]
     sub = (lambda k: space[k]) if isinstance(space, spaces.Dict) else (lambda k: space)

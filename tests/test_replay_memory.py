@@ -19,7 +19,7 @@ from agilerl_core.buffers.memory import (
     largest_buffer_size,
     replay_bytes,
 )
-from agilerl_core.buffers.prioritized import MemberPriorities
+from agilerl_core.buffers.prioritized import GroupPriorities, MemberPriorities
 from agilerl_core.buffers.replay import ReplayBuffer, multi_agent_fields, transition_fields
 from agilerl_core.envs.spaces import MultiAgentSpec, ObsSpec, action_spec
 from agilerl_core.errors import ConfigError
@@ -193,6 +193,19 @@ def test_identical_to_the_old_layout_when_slot_capacity_fits(capacity, slot_capa
         assert buf.memory_bytes == replay_bytes(VECTOR, capacity, slots, ref.slot_capacity)
 
 
+def per_draw(per, buf, slot: int, b: int, beta: float, generator: torch.Generator):
+    """One member's stratified draw (a group of one): (storage rows [B], weights [B], tree leaves [B])."""
+    rows, weights, leaves = GroupPriorities([per]).sample_rows(
+        buf, [slot], [b], torch.tensor([beta], dtype=torch.float64), torch.rand(1, b, generator=generator,
+                                                                                dtype=torch.float64))
+    return rows[0], weights[0], leaves[0]
+
+
+def per_learned(per, leaves: list[int], priorities: list[float]) -> None:
+    """The priorities a learn step gives `leaves` (alpha 1, eps 0: the errors themselves)."""
+    GroupPriorities([per]).update(torch.tensor([leaves]), torch.tensor([priorities]), [len(leaves)])
+
+
 def test_prioritised_replay_unchanged_without_wrap_and_refreshed_after_it():
     buf = ReplayBuffer(VECTOR, 4)
     buf.extend(_step([0, 1, 2, 3]))
@@ -200,8 +213,8 @@ def test_prioritised_replay_unchanged_without_wrap_and_refreshed_after_it():
     per = MemberPriorities(capacity=4, staging=0, alpha=1.0, eps=0.0)
     per.committed(0, 4)
     buf.add(1, _step([10, 11]))
-    rows, _, leaves = per.sample_rows(buf, 1, 64, beta=1.0, generator=torch.Generator().manual_seed(0))
-    expect = np.where(leaves < 4, leaves, 4 + 1 * 4 + (leaves - 4))
+    rows, _, leaves = per_draw(per, buf, 1, 64, beta=1.0, generator=torch.Generator().manual_seed(0))
+    expect = np.where(leaves.numpy() < 4, leaves.numpy(), 4 + 1 * 4 + (leaves.numpy() - 4))
     assert rows.tolist() == expect.tolist() and per.tree.leaves.tolist() == [1, 1, 1, 1, 1, 1, 0, 0]
     assert set(buf.transitions(rows).reward.tolist()) == {0, 1, 2, 3, 10, 11}
 
@@ -209,21 +222,21 @@ def test_prioritised_replay_unchanged_without_wrap_and_refreshed_after_it():
     buf.reserve_staging(2, 16)  # a generation of 16: slots of 4 rows
     _fill(buf, 1, [10, 11, 12, 13, 14, 15], num_envs=2)
     g = torch.Generator().manual_seed(0)
-    rows, _, leaves = per.sample_rows(buf, 1, 256, beta=1.0, generator=g)
+    rows, _, leaves = per_draw(per, buf, 1, 256, beta=1.0, generator=g)
     assert per.staging == 4 and per.tree.leaves.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
     assert set(buf.transitions(rows).reward.tolist()) == {12, 13, 14, 15}  # the slot's newest rows
-    per.update(np.arange(4, 8), np.full(4, 0.5))  # learned: lower priorities
-    per.update(np.array([4]), np.array([3.0]))  # max_priority 3
+    per_learned(per, [4, 5, 6, 7], [0.5] * 4)  # learned: lower priorities
+    per_learned(per, [4], [3.0])  # max_priority 3
     buf.add(1, _step([16, 17]))  # overwrite slot rows 2 and 3 (the oldest)
-    rows, _, leaves = per.sample_rows(buf, 1, 256, beta=1.0, generator=g)
+    rows, _, leaves = per_draw(per, buf, 1, 256, beta=1.0, generator=g)
     assert per.tree.leaves[4:].tolist() == [3.0, 0.5, 3.0, 3.0]  # the new rows enter at the largest priority
     assert set(buf.transitions(rows).reward.tolist()) <= {14, 15, 16, 17}
     _fill(buf, 1, [18, 19, 20, 21], num_envs=4)  # a whole slot at once: every row is new
-    per.sample_rows(buf, 1, 8, beta=1.0, generator=g)
+    per_draw(per, buf, 1, 8, beta=1.0, generator=g)
     assert per.tree.leaves[4:].tolist() == [3.0, 3.0, 3.0, 3.0]
-    per.update(np.arange(4, 8), np.full(4, 0.25))
+    per_learned(per, [4, 5, 6, 7], [0.25] * 4)
     buf.add(1, _step([22, 23]))  # 14 written: slot rows 0 and 1
-    rows, _, _ = per.sample_rows(buf, 1, 256, beta=1.0, generator=g)
+    rows, _, _ = per_draw(per, buf, 1, 256, beta=1.0, generator=g)
     assert per.tree.leaves[4:].tolist() == [3.0, 3.0, 0.25, 0.25]
     assert set(buf.transitions(rows).reward.tolist()) == {20, 21, 22, 23}
 
@@ -314,3 +327,49 @@ def test_available_bytes_on_the_host(monkeypatch, tmp_path):
     (tmp_path / "memory.stat").write_text(f"anon {GB - 4096}\nfile {GB}\nshmem 4096\n")
     if meminfo > 3 * GB:
         assert available_bytes("cpu") == 2 * GB
+
+
+def test_sum_trees_on_tensors_keep_the_last_write_and_find_by_cumulative_mass():
+    """A group's trees as one tensor: updates with repeated leaves (the last value wins) and padding (left out)
+    leave every internal node the sum of its children, and a draw lands on the leaf whose cumulative mass holds
+    it, as a plain search over the leaves finds."""
+    pers = [MemberPriorities(capacity=13, staging=0, alpha=1.0, eps=0.0) for _ in range(3)]
+    g = torch.Generator().manual_seed(0)
+    for i, per in enumerate(pers):
+        per.tree.set_all(torch.rand(13, generator=g, dtype=torch.float64) + i)
+    group = GroupPriorities(pers)
+    leaves = torch.tensor([[3, 5, 3, 12], [0, 0, 7, 1], [9, 2, 2, 2]])
+    errors = torch.tensor([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0], [0.5, 0.25, 9.0, 10.0]])
+    before = [p.tree.leaves.clone() for p in pers]
+    group.update(leaves, errors, [4, 3, 2])  # member 1's last and member 2's last two are padding
+    want = [before[0].clone(), before[1].clone(), before[2].clone()]
+    want[0][[5, 3, 12]] = torch.tensor([2.0, 3.0, 4.0], dtype=torch.float64)  # leaf 3: its last value, 3
+    want[1][[0, 7]] = torch.tensor([6.0, 7.0], dtype=torch.float64)
+    want[2][[9, 2]] = torch.tensor([0.5, 0.25], dtype=torch.float64)
+    for per, w in zip(pers, want, strict=True):
+        assert torch.equal(per.tree.leaves, w)
+        t, base = per.tree.tree, per.tree.base
+        assert torch.equal(t[1:base], t[2: 2 * base: 2] + t[3: 2 * base: 2])  # every node its children's sum
+    assert [float(p.max_priority) for p in pers] == [4.0, 7.0, 1.0]
+    buf = ReplayBuffer(VECTOR, 13)
+    buf.extend(_step(list(range(13))))
+    buf.reserve_staging(3, 1)  # (a staging leaf each, empty: no mass)
+    u = torch.rand(3, 64, generator=g, dtype=torch.float64)
+    rows, weights, drawn = group.sample_rows(buf, [0, 1, 2], [64, 64, 32], torch.ones(3, dtype=torch.float64), u)
+    for i, per in enumerate(pers):
+        cum = torch.cumsum(per.tree.leaves, 0)
+        mass = (torch.arange(64, dtype=torch.float64) + u[i]) * (cum[-1] / (64 if i < 2 else 32))
+        expect = torch.searchsorted(cum, mass, right=True).clamp(max=per.tree.size - 1)
+        n = 64 if i < 2 else 32
+        assert torch.equal(drawn[i, :n], expect[:n]) and torch.equal(rows[i, :n], expect[:n])
+        assert (weights[i, n:] == 0).all() and float(weights[i, :n].max()) == 1.0
+    group.check()
+    empty = MemberPriorities(capacity=4, staging=0, alpha=1.0, eps=0.0)
+    lone = GroupPriorities([empty])
+    small = ReplayBuffer(VECTOR, 4)
+    small.extend(_step([0, 1]))
+    small.reserve_staging(1, 1)
+    lone.sample_rows(small, [0], [8], torch.ones(1, dtype=torch.float64), torch.rand(1, 8, generator=g,
+                                                                                       dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="empty prioritised buffer"):
+        lone.check()

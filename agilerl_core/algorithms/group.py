@@ -26,6 +26,7 @@ import torch
 
 from agilerl_core.algorithms.optim import FlatAdam
 from agilerl_core.buffers.replay import n_step_return
+from agilerl_core.networks.obs_norm import StackedObsNorm
 from agilerl_core.networks.stacked import Layers
 from agilerl_core.rng import SALT_NOISE, SALT_SAMPLE, KeyedStream, MemberDraws, member_keys
 
@@ -195,7 +196,14 @@ class MemberGroup(ABC):
         self.k = len(self.agents)
         first = self.agents[0]
         self.device = first.device
+        self._consts: dict[tuple, torch.Tensor] = {}
         self.activation = first.arch.activation
+        # every member's env steps at the start, on the device: a group's members step together, so the phase's
+        # schedules (epsilon, warm-up) read them as these plus the steps the first member took since
+        self._steps0 = torch.tensor([float(a.env_steps) for a in self.agents], dtype=torch.float64, device=self.device)
+        self._first0 = first.env_steps
+        norms = [getattr(a, "obs_norm", None) for a in self.agents]
+        self.obs_norm = None if norms[0] is None else StackedObsNorm(norms, self.device)
         self.adams = {n: StackedAdam(*spec) for n, spec in self.stacked_optimizers().items()}
         self.targets: dict[str, torch.Tensor] = {}
         self._stream: KeyedStream | None = None
@@ -221,6 +229,34 @@ class MemberGroup(ABC):
     def joined(obs: Sequence) -> dict[str, torch.Tensor]:
         """Every member's observations (one batch each, the same size) as one member-major batch [K * N, ...]."""
         return {key: torch.cat([o[key] for o in obs]) for key in obs[0]}
+
+    def const(self, values: Sequence, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+        """`values` as a tensor on the group's device, made once per distinct value: a step's plan (who steps, the
+        batch sizes) reused without a host-to-device copy per step."""
+        key = (tuple(values), dtype)
+        t = self._consts.get(key)
+        if t is None:
+            t = self._consts[key] = torch.tensor(key[0], dtype=dtype, device=self.device)
+        return t
+
+    def env_steps(self) -> torch.Tensor:
+        """Every member's env steps so far [K] (float64, on the device; no host list per step)."""
+        return self._steps0 + float(self.agents[0].env_steps - self._first0)
+
+    def hp_tensor64(self, name: str, default: float = 0.0) -> torch.Tensor:
+        """Hyperparameter `name` of every member (`default` where it has none), [K] float64: a schedule computed
+        on the device as a member computes it on the host."""
+        return torch.tensor([float(getattr(a.hp, name, default)) for a in self.agents], dtype=torch.float64,
+                            device=self.device)
+
+    def observe(self, obs: dict[str, torch.Tensor]) -> None:
+        """Fold every member's training observations (member-major [K * B, ...], or [K, B, ...]) into its
+        normalisation statistics at once (a no-op unless normalize_obs)."""
+        if self.obs_norm is None:
+            return
+        spec = self.agents[0].obs_spec
+        vector, _ = spec.preprocess({p.key: obs[p.key].reshape(-1, *p.shape) for p in spec.parts})
+        self.obs_norm.update(vector.view(self.k, -1, vector.shape[-1]))
 
     def hp_tensor(self, name: str) -> torch.Tensor:
         """Hyperparameter `name` of every member, [K] float32."""
@@ -287,6 +323,8 @@ class MemberGroup(ABC):
         """Every member's weights, Adam state and targets back into its own buffers (end of the phase)."""
         for adam in self.adams.values():
             adam.write_back()
+        if self.obs_norm is not None:
+            self.obs_norm.write_back()
         for tname, flat in self.targets.items():
             online, flats = self._target_sources[tname]
             adam = self.adams[online]
@@ -314,10 +352,10 @@ class ReplayGroup(MemberGroup):
         own learn steps) and one gather. Returns each member's loss [K] (0 for members that sat out).
         Prioritised replay draws its own way (:class:`~agilerl_core.algorithms.dqn.group.DQNGroup`)."""
         sizes = [a.hp.batch_size if on else 0 for a, on in zip(self.agents, active, strict=True)]
-        who = torch.tensor(list(active), device=self.device)
+        who = self.const(active, torch.bool)
         draw = self.member_draws(SALT_SAMPLE)
         rows = buffer.sample_rows_group(list(slots), lambda bound: draw.below(who, max(sizes), bound))
-        stacked = StackedRows.of_matrix(rows, sizes, self.device)
+        stacked = StackedRows.of_matrix(rows, sizes, self.device, self.const(sizes))
         return self.learn(self.batch(buffer, stacked.index), stacked)
 
     def batch(self, buffer, index: torch.Tensor):
@@ -415,15 +453,16 @@ class StackedRows:
         self._valid: torch.Tensor | None = None
 
     @classmethod
-    def of_matrix(cls, index: torch.Tensor, counts: Sequence[int], device: torch.device) -> StackedRows:
+    def of_matrix(cls, index: torch.Tensor, counts: Sequence[int], device: torch.device,
+                  count: torch.Tensor | None = None) -> StackedRows:
         """Rows drawn for every member at once: `index` [K, B] storage rows, member i's first ``counts[i]``
-        real (the rest weigh 0)."""
+        real (the rest weigh 0); `count`: `counts` already on the device."""
         rows = cls.__new__(cls)
         k, b = index.shape
         rows.k, rows.b, rows.counts = k, b, list(counts)
         rows.all_active = all(rows.counts)
         rows.who = [n > 0 for n in rows.counts]
-        count = torch.tensor(rows.counts, device=device)
+        count = torch.tensor(rows.counts, device=device) if count is None else count
         real = torch.arange(b, device=device) < count.unsqueeze(1)
         rows.index, rows.weight = index.reshape(-1), real / count.clamp(min=1).unsqueeze(1)
         rows._device, rows._active, rows._valid = device, None, real

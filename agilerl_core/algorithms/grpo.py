@@ -239,7 +239,8 @@ class GRPO(LLMAlgorithm):
                     ref = [forward(piece, reference=True) for piece in parts]
                 if any(h.update_epochs > 1 for h in hps):
                     old = [forward(piece) for piece in parts]
-            sums = [[0.0, 0.0] for _ in members]  # loss, KL
+            # loss, KL: summed on the device in float64 (as host floats would), read once after the update
+            sums = torch.zeros(k, 2, dtype=torch.float64, device=base.device)
             norms = [0.0] * k
             for epoch in range(max(h.update_epochs for h in hps)):
                 for j, piece in enumerate(parts):
@@ -256,14 +257,15 @@ class GRPO(LLMAlgorithm):
                                               h.clip, h.beta)
                         losses.append((tok * fmask[i][s]).sum() / ntok[i])
                         if epoch == 0:
-                            sums[i][0] += float(losses[-1].detach())
+                            sums[i, 0] += losses[-1].detach().double()
                             if ref_s is not None:
-                                sums[i][1] += float((k3_kl(logp.detach(), ref_s) * fmask[i][s]).sum() / ntok[i])
+                                sums[i, 1] += ((k3_kl(logp.detach(), ref_s) * fmask[i][s]).sum() / ntok[i]).double()
                     (losses[0] if len(losses) == 1 else torch.stack(losses).sum()).backward()
                 for i, m in enumerate(members):
                     if epoch < hps[i].update_epochs:
                         norms[i] = m._step()
         out = []
+        sums = sums.tolist()
         for i, m in enumerate(members):
             loss_sum, kl_sum = m.summed(*sums[i])
             out.append({"reward": float(np.mean(r[i])), "reward_std": float(np.std(r[i])), "loss": loss_sum,

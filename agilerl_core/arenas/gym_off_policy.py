@@ -52,14 +52,11 @@ def train_group(group: ReplayGroup, slots: list[int], envs: GroupEnv, buffer: Re
     nstep = NStepCollector(k * n, n_step) if n_step > 1 else None  # the group's K x N sub-envs at once
     rounds = LearnRounds(group, [ReplayLearning(a, buffer, s) for a, s in zip(agents, slots, strict=True)],
                          buffer, slots)
-    observes = agents[0].obs_norm is not None
     running = torch.zeros(k, n, device=dev)
     ep_sum, ep_count = torch.zeros(k, device=dev), torch.zeros(k, device=dev)
     vector_steps = math.ceil(evo_steps / n)
     for t in range(vector_steps):
-        if observes:  # each member folds its own envs' observations into its statistics
-            for i, a in enumerate(agents):
-                a.observe({key: v[i * n: (i + 1) * n] for key, v in obs.items()})
+        group.observe(obs)  # each member folds its own envs' observations into its statistics
         actions = group.explore_group(obs, mask)
         step = envs.step(actions)
         done = step.terminated | step.truncated

@@ -144,9 +144,8 @@ def train_group_on_policy(group, slots: list[int], envs: GroupEnv, evo_steps: in
         updates += stats["updates"]
         bad_loss.see(mean, r + 1)
         loss_means.append(mean)
-        if first.obs_norm is not None:  # the statistics move between rollouts only: a rollout's log-probs
-            for i, a in enumerate(agents):  # and its update see one scale
-                a.observe({key: v[:steps, i] for key, v in buf["obs"].items()})
+        # the statistics move between rollouts only: a rollout's log-probs and its update see one scale
+        group.observe({key: members_rows(v, steps) for key, v in buf["obs"].items()})
     group.write_back()
     envs.check(slots)
     bad_loss.check(slots, "the loss", "update of rollout")

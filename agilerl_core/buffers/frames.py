@@ -344,8 +344,9 @@ class FrameReplayBuffer(ReplayBuffer):
         staged = [self._staged[s] if self._staged else 0 for s in slots]
         if self.size + max(staged) == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
-        idx = draw(torch.tensor([self.size + st for st in staged], device=self.device))
-        return self._map_draws(idx, slots)
+        bound = self.size + staged[0] if min(staged) == max(staged) else \
+            torch.tensor([self.size + st for st in staged], device=self.device)
+        return self._map_draws(draw(bound), slots)
 
     def _map_draws(self, idx: torch.Tensor, slots: list) -> torch.Tensor:
         """Draws [K, B] (or [B] for one slot) in [0, committed + staged) -> storage rows."""

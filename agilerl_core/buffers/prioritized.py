@@ -9,133 +9,119 @@ committed ring [0, capacity) plus its own staging rows (leaf ``capacity + j`` is
 that wrapped around gives each overwritten row the largest priority again). They are part of the member's state (its
 checkpoint, its clones), so that members never race on a shared structure and the result does not
 depend on the runner. Sampling is stratified (one draw per equal segment of the total mass) through a
-:class:`SumTree`.
+:class:`SumTree`. Every tree is a float64 tensor on the member's device: a group's draw, its priority update
+and the new rows' entry are tensor ops (no host read in a learn step).
 """
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from agilerl_core.buffers.replay import ReplayBuffer
 
 
 class SumTree:
-    """A complete binary tree of float64 sums over `size` leaves; every node is recomputed from its
-    two children, so the tree is a pure function of its leaves (rebuilt identically from them)."""
+    """A complete binary tree of float64 sums over `size` leaves (a tensor, root at 1, leaves from `base`);
+    every node is recomputed from its two children, so the tree is a pure function of its leaves (rebuilt
+    identically from them)."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, device: torch.device | str = "cpu") -> None:
         self.size = int(size)
-        self.base = 1 << max(0, int(np.ceil(np.log2(max(self.size, 1)))))
-        self.tree = np.zeros(2 * self.base, dtype=np.float64)
+        self.depth = max(0, (max(self.size, 1) - 1).bit_length())
+        self.base = 1 << self.depth
+        self.tree = torch.zeros(2 * self.base, dtype=torch.float64, device=device)
 
     @property
-    def total(self) -> float:
-        return float(self.tree[1])
-
-    @property
-    def leaves(self) -> np.ndarray:
+    def leaves(self) -> torch.Tensor:
         return self.tree[self.base: self.base + self.size]
 
-    def update(self, idx: np.ndarray, values: np.ndarray) -> None:
+    def update(self, idx: torch.Tensor, values: torch.Tensor) -> None:
         """Set leaves `idx` to `values` (the last value wins for a repeated index) and refresh their sums."""
-        idx = np.asarray(idx, dtype=np.int64)
-        if idx.size == 0:
-            return
-        self.tree[self.base + idx] = np.asarray(values, dtype=np.float64)
-        nodes = np.unique((self.base + idx) // 2)
-        while nodes.size and nodes[0] >= 1:
-            self.tree[nodes] = self.tree[2 * nodes] + self.tree[2 * nodes + 1]
-            if nodes[0] == 1:
-                break
-            nodes = np.unique(nodes // 2)
+        set_leaves(self.tree.unsqueeze(0), self.base, self.depth, torch.zeros_like(idx), idx, values)
 
-    def set_all(self, values: np.ndarray) -> None:
+    def set_all(self, values: torch.Tensor) -> None:
         """Replace every leaf and rebuild the sums level by level."""
-        self.tree[:] = 0.0
-        self.tree[self.base: self.base + self.size] = np.asarray(values, dtype=np.float64)
+        self.tree.zero_()
+        self.tree[self.base: self.base + self.size] = values
         level = self.base
         while level > 1:
-            parents = np.arange(level // 2, level)
-            self.tree[parents] = self.tree[2 * parents] + self.tree[2 * parents + 1]
+            self.tree[level // 2: level] = self.tree[level: 2 * level: 2] + self.tree[level + 1: 2 * level: 2]
             level //= 2
 
-    def find(self, mass: np.ndarray) -> np.ndarray:
-        """Leaf index holding each cumulative `mass` (in [0, total)): descend left when the mass fits in
-        the left subtree, else subtract it and go right."""
-        mass = np.asarray(mass, dtype=np.float64).copy()
-        node = np.ones(mass.shape, dtype=np.int64)
-        while node[0] < self.base:
-            left = 2 * node
-            go_right = mass >= self.tree[left]
-            mass -= np.where(go_right, self.tree[left], 0.0)
-            node = left + go_right
-        return np.minimum(node - self.base, self.size - 1)
+
+def set_leaves(trees: torch.Tensor, base: int, depth: int, rows: torch.Tensor, leaves: torch.Tensor,
+               values: torch.Tensor, valid: torch.Tensor | None = None) -> None:
+    """In the trees [K, 2 * base], set leaf ``leaves[j]`` of tree ``rows[j]`` to ``values[j]`` (the last value wins
+    for a repeated one; entries where `valid` is False are left out) and recompute the sums above them, level by
+    level. No host read: a left-out or overwritten write goes to its tree's unused node 0, and a repeated parent is
+    written twice with the same sum."""
+    if leaves.numel() == 0:
+        return
+    width = trees.shape[1]
+    flat = trees.view(-1)
+    scratch = rows * width  # node 0 of each tree: never read (the root is node 1)
+    ok = torch.ones_like(leaves, dtype=torch.bool) if valid is None else valid
+    at = torch.where(ok, scratch + base + leaves, scratch)
+    order = torch.argsort(at, stable=True)  # the last write of each leaf, in the order given
+    sorted_at = at[order]
+    last = torch.ones_like(sorted_at, dtype=torch.bool)
+    last[:-1] = sorted_at[1:] != sorted_at[:-1]
+    flat[torch.where(last, sorted_at, scratch[order])] = values.to(flat.dtype)[order]
+    node = torch.where(ok, (base + leaves) // 2, 0)
+    for _ in range(depth):
+        flat[scratch + node] = flat[scratch + 2 * node] + flat[scratch + 2 * node + 1]
+        node = node // 2
 
 
 class MemberPriorities:
     """One member's priorities over the committed ring plus its staging rows."""
 
-    def __init__(self, capacity: int, staging: int, alpha: float, eps: float) -> None:
+    def __init__(self, capacity: int, staging: int, alpha: float, eps: float,
+                 device: torch.device | str = "cpu") -> None:
         self.capacity, self.staging = int(capacity), int(staging)
         self.alpha, self.eps = float(alpha), float(eps)
-        self.tree = SumTree(self.capacity + self.staging)
-        self.max_priority = 1.0
+        self.device = torch.device(device)
+        self.tree = SumTree(self.capacity + self.staging, self.device)
+        self.max_priority = torch.ones((), dtype=torch.float64, device=self.device)
         self.staged_seen = 0  # staged transitions already given a priority (the slot's written count)
+
+    def _rows(self, start: int, stop: int) -> torch.Tensor:
+        return torch.arange(start, stop, device=self.device)
 
     def resize_staging(self, staging: int) -> None:
         """Make room for a (larger) staging area, keeping the committed priorities."""
         if staging == self.staging:
             return
-        committed = self.tree.leaves[: self.capacity].copy()
+        committed = self.tree.leaves[: self.capacity].clone()
         self.staging = int(staging)
-        self.tree = SumTree(self.capacity + self.staging)
-        self.tree.set_all(np.concatenate([committed, np.zeros(self.staging)]))
+        self.tree = SumTree(self.capacity + self.staging, self.device)
+        self.tree.set_all(torch.cat([committed, committed.new_zeros(self.staging)]))
 
     def begin_rollout(self) -> None:
         """The member's staging area was emptied: forget its priorities."""
-        self.tree.update(np.arange(self.capacity, self.capacity + self.staging),
-                         np.zeros(self.staging))
+        rows = self._rows(self.capacity, self.capacity + self.staging)
+        self.tree.update(rows, torch.zeros(rows.shape, dtype=torch.float64, device=self.device))
         self.staged_seen = 0
 
-    def committed(self, first: int, count: int, dead: np.ndarray | None = None) -> None:
+    def committed(self, first: int, count: int, dead: torch.Tensor | None = None) -> None:
         """Ring rows [first, first + count) (mod capacity) were just written: new, so max priority; rows `dead`
         (dropped by the buffer) get none."""
         count = min(count, self.capacity)
-        rows = (first + np.arange(count)) % self.capacity
-        self.tree.update(rows, np.full(count, self.max_priority))
+        rows = (first + self._rows(0, count)) % self.capacity
+        self.tree.update(rows, self.max_priority.expand(count))
         if dead is not None and len(dead):
-            self.tree.update(dead, np.zeros(len(dead)))
+            dead = torch.as_tensor(dead, dtype=torch.int64, device=self.device)
+            self.tree.update(dead, torch.zeros(dead.shape, dtype=torch.float64, device=self.device))
 
     def _sync_staged(self, written: int) -> None:
         """Transitions staged since the last sync enter with the largest priority: slot rows
         ``seen .. written - 1`` (modulo the slot's rows once it wrapped around)."""
         if written > self.staged_seen:
-            fresh = np.arange(max(self.staged_seen, written - self.staging), written)
+            fresh = self._rows(max(self.staged_seen, written - self.staging), written)
             if written > self.staging:
                 fresh = fresh % self.staging
-            new = self.capacity + fresh
-            self.tree.update(new, np.full(new.size, self.max_priority))
+            self.tree.update(self.capacity + fresh, self.max_priority.expand(fresh.shape[0]))
             self.staged_seen = written
-
-    def sample_rows(self, buffer: ReplayBuffer, slot: int, batch_size: int, beta: float,
-                    generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
-        """A stratified prioritised draw: (storage rows, their importance weights, the tree leaves drawn)."""
-        self.prepare(buffer, slot)
-        total = self.tree.total
-        if total <= 0:
-            raise RuntimeError("cannot sample from an empty prioritised buffer")
-        u = torch.rand(batch_size, generator=generator, dtype=torch.float64).numpy()
-        mass = (np.arange(batch_size) + u) * (total / batch_size)
-        leaves = self.tree.find(mass)
-        rows = np.where(leaves < self.capacity, leaves,
-                        buffer.capacity + slot * buffer.slot_rows + (leaves - self.capacity))
-        probs = self.tree.tree[self.tree.base + leaves] / total
-        n = buffer.available(slot)
-        weights = (n * probs) ** (-beta)
-        weights = weights / weights.max()
-        weight = torch.as_tensor(weights, dtype=torch.float32).to(buffer.device)
-        return torch.as_tensor(rows, dtype=torch.int64).to(buffer.device), weight, leaves
 
     def prepare(self, buffer: ReplayBuffer, slot: int) -> None:
         """Before a draw: room for the buffer's staging rows, the slot's new rows at the largest priority, and
@@ -145,105 +131,109 @@ class MemberPriorities:
         self._sync_staged(written)
         dropped = min(written, self.staging) - buffer.staged_count(slot)
         if dropped > 0:
-            lost = (written - min(written, self.staging) + np.arange(dropped)) % max(self.staging, 1)
-            self.tree.update(self.capacity + lost, np.zeros(dropped))
-
-    def update(self, leaves: np.ndarray, errors: np.ndarray) -> None:
-        """New priorities (|error| + eps)^alpha for the drawn leaves."""
-        p = (np.abs(np.asarray(errors, dtype=np.float64)) + self.eps) ** self.alpha
-        self.tree.update(leaves, p)
-        self.max_priority = max(self.max_priority, float(p.max()))
+            lost = (written - min(written, self.staging) + self._rows(0, dropped)) % max(self.staging, 1)
+            self.tree.update(self.capacity + lost, torch.zeros(dropped, dtype=torch.float64, device=self.device))
 
     # ---- state: the committed leaves (the staging part is empty between generations) ------------------
     def state(self) -> dict[str, torch.Tensor]:
-        return {"per_leaves": torch.as_tensor(self.tree.leaves[: self.capacity].copy()),
-                "per_max": torch.tensor([self.max_priority], dtype=torch.float64)}
+        return {"per_leaves": self.tree.leaves[: self.capacity].cpu().clone(),
+                "per_max": self.max_priority.reshape(1).cpu().clone()}
 
     def load(self, tensors: dict[str, torch.Tensor]) -> None:
-        leaves = tensors["per_leaves"].double().numpy()
-        if leaves.shape[0] != self.capacity:
-            raise ValueError(f"prioritised replay state has {leaves.shape[0]} rows, the buffer {self.capacity}")
-        self.tree.set_all(np.concatenate([leaves, np.zeros(self.staging)]))
-        self.max_priority = float(tensors["per_max"][0])
+        leaves = tensors["per_leaves"].to(torch.float64)
+        if leaves.dim() != 1 or leaves.shape[0] != self.capacity:
+            raise ValueError(f"prioritised replay state has {tuple(leaves.shape)} rows, the buffer {self.capacity}")
+        leaves = leaves.to(self.device)
+        self.tree.set_all(torch.cat([leaves, leaves.new_zeros(self.staging)]))
+        self.max_priority = tensors["per_max"].to(torch.float64).reshape(-1)[0].to(self.device).clone()
         self.staged_seen = 0
 
 
 class GroupPriorities:
     """A group's members' priorities side by side for its learn steps: their sum trees become rows of one
-    [K, 2 * base] array (each member's tree a view of its row, so they stay the members' own state), every
+    [K, 2 * base] tensor (each member's tree a view of its row, so they stay the members' own state), every
     member's stratified draw is one descent of [K, B] masses, and the priorities a step learned are one update.
-    The values are those each member's :class:`MemberPriorities` gives alone for the same uniforms."""
+    A member alone is a group of one."""
 
     def __init__(self, pers: list[MemberPriorities]) -> None:
         self.pers = pers
-        self._stack: np.ndarray | None = None
-        self._views: list[np.ndarray] = []
+        self._stack: torch.Tensor | None = None
+        self._views: list[torch.Tensor] = []
+        dev = pers[0].device
+        self.alpha = torch.tensor([p.alpha for p in pers], dtype=torch.float64, device=dev)
+        self.eps = torch.tensor([p.eps for p in pers], dtype=torch.float64, device=dev)
+        self.empty = torch.zeros(len(pers), dtype=torch.bool, device=dev)  # drew from a tree without mass
+        self._consts: dict[tuple, torch.Tensor] = {}
 
-    def _trees(self) -> np.ndarray:
-        """The members' trees as one array (rebuilt when a member's tree was replaced, e.g. resized)."""
+    def _const(self, values: list, dtype: torch.dtype) -> torch.Tensor:
+        """`values` on the device, made once per distinct value (no copy to the device per step)."""
+        key = (tuple(values), dtype)
+        if key not in self._consts:
+            self._consts[key] = torch.tensor(key[0], dtype=dtype, device=self.alpha.device)
+        return self._consts[key]
+
+    def check(self) -> None:
+        """Raise when a member drew from a tree that held no mass (one read, at the end of a phase)."""
+        if bool(self.empty.any()):
+            raise RuntimeError("cannot sample from an empty prioritised buffer")
+
+    def _trees(self) -> torch.Tensor:
+        """The members' trees as one tensor (rebuilt when a member's tree was replaced, e.g. resized)."""
         trees = [p.tree for p in self.pers]
         if self._stack is None or any(t.tree is not v for t, v in zip(trees, self._views, strict=True)):
-            if len({t.tree.shape for t in trees}) != 1:
+            if len({tuple(t.tree.shape) for t in trees}) != 1:
                 raise ValueError("prioritised replay: a group's members must have sum trees of one size")
-            self._stack = np.stack([t.tree for t in trees])
-            self._views = list(self._stack)
+            self._stack = torch.stack([t.tree for t in trees])
+            self._views = list(self._stack.unbind(0))
             for t, v in zip(trees, self._views, strict=True):
                 t.tree = v
         return self._stack
 
-    def sample_rows(self, buffer: ReplayBuffer, slots: list[int], sizes: list[int], betas: list[float],
-                    u: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every member's stratified draw of ``sizes[i]`` rows (0: it sits out) from uniforms `u` [K, B]:
-        (storage rows [K, B], importance weights [K, B] (0 on padding), tree leaves [K, B])."""
+    def sample_rows(self, buffer: ReplayBuffer, slots: list[int], sizes: list[int], betas: torch.Tensor,
+                    u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Every member's stratified draw of ``sizes[i]`` rows (0: it sits out) from uniforms `u` [K, B] at its
+        ``betas[i]`` [K]: (storage rows [K, B], importance weights [K, B] (0 on padding), tree leaves [K, B]).
+        A member whose tree holds no mass draws leaf 0 with weight 0 and is remembered (:meth:`check`)."""
         for p, slot, n in zip(self.pers, slots, sizes, strict=True):
             if n:  # as when it draws alone: a member that sits out syncs at its own next draw
                 p.prepare(buffer, slot)
         stack = self._trees()
         first = self.pers[0].tree
+        dev = stack.device
         k, b = u.shape
         total = stack[:, 1]
-        size = np.asarray(sizes, dtype=np.float64)
-        active = size > 0
-        if (total[active] <= 0).any():
-            raise RuntimeError("cannot sample from an empty prioritised buffer")
-        mass = (np.arange(b) + u) * (total / np.maximum(size, 1.0))[:, None]
-        node = np.ones((k, b), dtype=np.int64)
-        while node[0, 0] < first.base:  # every leaf lies at one depth: the members descend in step
-            left = np.take_along_axis(stack, 2 * node, 1)
+        size = self._const(sizes, torch.float64)
+        self.empty |= (total <= 0) & (size > 0)
+        mass = (torch.arange(b, dtype=torch.float64, device=dev) + u.to(torch.float64)) * \
+            (total / size.clamp(min=1.0)).unsqueeze(1)
+        node = torch.ones((k, b), dtype=torch.int64, device=dev)
+        for _ in range(first.depth):  # every leaf lies at one depth: the members descend in step
+            left = stack.gather(1, 2 * node)
             go_right = mass >= left
-            mass -= np.where(go_right, left, 0.0)
+            mass = mass - torch.where(go_right, left, 0.0)
             node = 2 * node + go_right
-        leaves = np.minimum(node - first.base, first.size - 1)
+        leaves = (node - first.base).clamp(max=first.size - 1)
         cap = self.pers[0].capacity
-        slot_base = np.array([buffer.capacity + s * buffer.slot_rows for s in slots])[:, None]
-        rows = np.where(leaves < cap, leaves, slot_base + (leaves - cap))
-        probs = np.take_along_axis(stack, first.base + leaves, 1) / np.where(total > 0, total, 1.0)[:, None]
-        n = np.array([buffer.available(s) for s in slots], dtype=np.float64)[:, None]
-        real = np.arange(b) < size[:, None]
-        with np.errstate(divide="ignore"):
-            weights = np.where(real, (n * probs) ** (-np.asarray(betas)[:, None]), 0.0)
-        weights = weights / np.maximum(weights.max(1, keepdims=True), np.finfo(np.float64).tiny)
+        slot_base = self._const([buffer.capacity + s * buffer.slot_rows for s in slots], torch.int64).unsqueeze(1)
+        rows = torch.where(leaves < cap, leaves, slot_base + (leaves - cap))
+        probs = stack.gather(1, first.base + leaves) / torch.where(total > 0, total, 1.0).unsqueeze(1)
+        n = self._const([buffer.available(s) for s in slots], torch.float64).unsqueeze(1)
+        real = torch.arange(b, device=dev) < size.unsqueeze(1)
+        weights = torch.where(real, (n * probs).pow(-betas.to(torch.float64).unsqueeze(1)), 0.0)
+        weights = torch.where(real & (probs > 0), weights, 0.0)
+        weights = weights / weights.amax(1, keepdim=True).clamp(min=torch.finfo(torch.float64).tiny)
         return rows, weights, leaves
 
-    def update(self, leaves: np.ndarray, errors: np.ndarray, sizes: list[int]) -> None:
-        """New priorities (|error| + eps)^alpha for each member's first ``sizes[i]`` drawn leaves."""
+    def update(self, leaves: torch.Tensor, errors: torch.Tensor, sizes: list[int]) -> None:
+        """New priorities (|error| + eps)^alpha for each member's first ``sizes[i]`` drawn leaves [K, B]."""
         stack = self._trees()
-        width = stack.shape[1]
-        base = self.pers[0].tree.base
-        members, cols = np.nonzero(np.arange(leaves.shape[1]) < np.asarray(sizes)[:, None])
-        alpha = np.array([p.alpha for p in self.pers])[members]
-        eps = np.array([p.eps for p in self.pers])[members]
-        p = (np.abs(errors[members, cols].astype(np.float64)) + eps) ** alpha
-        flat = stack.reshape(-1)
-        flat[members * width + base + leaves[members, cols]] = p  # the last value wins for a repeated leaf
+        k, b = leaves.shape
+        real = torch.arange(b, device=stack.device) < self._const(sizes, torch.int64).unsqueeze(1)
+        p = (errors.to(torch.float64).abs() + self.eps.unsqueeze(1)).pow(self.alpha.unsqueeze(1))
+        members = torch.arange(k, device=stack.device).unsqueeze(1).expand(k, b)
+        set_leaves(stack, self.pers[0].tree.base, self.pers[0].tree.depth, members.reshape(-1), leaves.reshape(-1),
+                   p.reshape(-1), real.reshape(-1))
+        top = torch.where(real, p, 0.0).amax(1)
         for i, per in enumerate(self.pers):
-            mine = members == i
-            if mine.any():
-                per.max_priority = max(per.max_priority, float(p[mine].max()))
-        nodes = np.unique(members * width + (base + leaves[members, cols]) // 2)
-        while nodes.size and nodes[0] % width >= 1:
-            row, node = np.divmod(nodes, width)
-            flat[nodes] = flat[row * width + 2 * node] + flat[row * width + 2 * node + 1]
-            if node[0] == 1:
-                break
-            nodes = np.unique(row * width + node // 2)
+            if sizes[i]:
+                per.max_priority = torch.maximum(per.max_priority, top[i])

@@ -169,6 +169,8 @@ class ReplayBuffer:
         self.slot_rows = 0  # rows a slot holds: min(slot_capacity, capacity), a ring of its newest rows
         self._staged: list[int] = []  # rows of each slot its member may sample (<= slot_rows)
         self._written: list[int] = []  # transitions added to each slot since it was emptied (>= _staged)
+        self._targets: dict = {}  # a group step's write rows, made once per slots and size (_write_group)
+        self._offsets: dict = {}  # a group draw's staging offsets, made once per slots and buffer size
         check_replay_fits(self.fields, self.capacity, 0, 0, self.device, "replay buffer", frames=self.frame_parts)
         self._storage = self._alloc(self.capacity)
         self._obs_keys = [k.split(".", 1)[1] for k in fields if k.startswith("obs.")]
@@ -262,8 +264,11 @@ class ReplayBuffer:
             for i, s in enumerate(slots):  # unusual layouts: slot by slot
                 self._write(s, {key: v[i * n: (i + 1) * n] for key, v in data.items()})
             return
-        base = self.capacity + torch.tensor(slots, dtype=torch.int64, device=self.device) * rows
-        at = ((written + torch.arange(n, device=self.device)) % rows + base.unsqueeze(1)).reshape(-1)
+        key = (tuple(slots), self.capacity, rows, n)
+        if self._targets.get("key") != key:  # where each slot's rows start, and the step's n rows: made once
+            self._targets = {"key": key, "arange": torch.arange(n, device=self.device), "base": (
+                self.capacity + torch.tensor(slots, dtype=torch.int64, device=self.device) * rows).unsqueeze(1)}
+        at = ((self._targets["arange"] + written) % rows + self._targets["base"]).reshape(-1)
         for key, t in self._storage.items():
             t.index_copy_(0, at, data[key].to(t.dtype))
         for s in slots:
@@ -337,11 +342,22 @@ class ReplayBuffer:
         staged = [self._staged[s] if self._staged else 0 for s in slots]
         if self.size + max(staged) == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
-        idx = draw(torch.tensor([self.size + st for st in staged], device=self.device))
+        # a group's slots stage alike: one bound for all (a scalar, no per-step copy to the device)
+        bound = self.size + staged[0] if min(staged) == max(staged) else \
+            torch.tensor([self.size + st for st in staged], device=self.device)
+        idx = draw(bound)
         if any(staged):
-            offset = torch.tensor([self.capacity + s * self.slot_rows - self.size for s in slots], device=self.device)
-            idx = idx + (idx >= self.size) * offset.unsqueeze(1)
+            idx = idx + (idx >= self.size) * self._slot_offset(slots).unsqueeze(1)
         return idx
+
+    def _slot_offset(self, slots: list[int]) -> torch.Tensor:
+        """Per slot, what maps a draw past the committed rows onto the slot's staging rows [K] (made once per
+        slots and buffer size: it changes at commits only)."""
+        key = (tuple(slots), self.capacity, self.size, self.slot_rows)
+        if self._offsets.get("key") != key:
+            self._offsets = {"key": key, "offset": torch.tensor(
+                [self.capacity + s * self.slot_rows - self.size for s in slots], device=self.device)}
+        return self._offsets["offset"]
 
     def gather(self, idx: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every field at storage rows `idx`, by field name (what multi-agent batches are built from)."""

@@ -109,7 +109,8 @@ class StackedNetwork:
         self.k = len(nets)
         self.obs_spec = first.obs_spec
         self.arch = first.arch
-        self.norms = [n.obs_norm for n in nets] if first.obs_norm is not None else None
+        # the members' normalisers as their group stacked them (MemberGroup builds it before its networks)
+        self.norm = None if first.obs_norm is None else first.obs_norm.stack
         names = [name for name, _ in first.named_parameters()]
         self.padded = list(padded)
         blocks = trainable_blocks(flat, self.k, padded) if trainable else parameter_blocks(flat, self.k, padded)
@@ -216,11 +217,8 @@ class StackedNetwork:
         k = self.k
         if vector is not None:
             vector = vector.view(k, -1, vector.shape[-1])
-            if self.norms is not None:
-                shift = torch.stack([n._shift for n in self.norms]).to(vector.device).unsqueeze(1)
-                scale = torch.stack([n._scale for n in self.norms]).to(vector.device).unsqueeze(1)
-                clip = self.norms[0].clip
-                vector = ((vector - shift) * scale).clamp(-clip, clip)
+            if self.norm is not None:
+                vector = self.norm(vector)
         arch = self.arch
         if not arch.cnns and not arch.encoders:
             return vector

@@ -55,9 +55,6 @@ class ContinuousActorCritic(RLAlgorithm):
     def q(self, name: str, obs, action: torch.Tensor) -> torch.Tensor:
         return self.networks[name](obs, action).squeeze(1)
 
-    def in_warmup(self) -> bool:
-        return self.env_steps < getattr(self.hp, "random_steps", 0)
-
     # ---- population-batched learning ------------------------------------------------------------------
     def batch_key(self) -> tuple:
         """Members with equal keys learn as one group: the same network structure (widths may differ), the

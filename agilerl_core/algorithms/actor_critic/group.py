@@ -32,6 +32,7 @@ class ActorCriticGroup(ReplayGroup):
     def __init__(self, agents: Sequence) -> None:
         super().__init__(agents)
         first = self.agents[0]
+        self.random_steps = self.hp_tensor64("random_steps")  # each member's warm-up (0: none)
         self.nets: dict[str, StackedNetwork] = {}
         for name in first.online_networks:
             adam = self.adams[name]
@@ -128,7 +129,7 @@ class TD3Group(ActorCriticGroup):
         stepped = self.ou_state - theta * self.ou_state * dt + scale * dt.sqrt() * z
         self.ou_state = torch.where(self.ou, stepped, 0.0)
         act = (greedy + torch.where(self.ou, stepped, scale * z)).clamp(-1.0, 1.0)
-        warm = torch.tensor([ag.in_warmup() for ag in self.agents], device=self.device).view(k, 1, 1)
+        warm = (self.env_steps() < self.random_steps).view(k, 1, 1)
         return torch.where(warm, 2.0 * u - 1.0, act)
 
     @torch.no_grad()
@@ -194,7 +195,7 @@ class SACGroup(ActorCriticGroup):
         mean, log_std = self.distribution("actor", obs)
         k, n, a = mean.shape
         z, u = self.stream.normal(n, a), self.stream.uniform(n, a)
-        warm = torch.tensor([ag.in_warmup() for ag in self.agents], device=self.device).view(k, 1, 1)
+        warm = (self.env_steps() < self.random_steps).view(k, 1, 1)
         return torch.where(warm, 2.0 * u - 1.0, torch.tanh(mean + log_std.exp() * z))
 
     @torch.no_grad()

@@ -42,7 +42,7 @@ class DQN(RLAlgorithm):
     def __init__(self, obs_spec, action, arch, hp, seed, device="cpu") -> None:
         super().__init__(obs_spec, action, arch, hp, seed, device)
         hp = self.hp
-        self.per = MemberPriorities(hp.buffer_size, 0, hp.per_alpha, hp.per_eps) if hp.per else None
+        self.per = MemberPriorities(hp.buffer_size, 0, hp.per_alpha, hp.per_eps, self.device) if hp.per else None
         self.support = torch.linspace(hp.v_min, hp.v_max, hp.num_atoms, device=self.device) \
             if hp.distributional else None
 
@@ -89,13 +89,9 @@ class DQN(RLAlgorithm):
         return mask_invalid(self.q_values(obs), mask).argmax(dim=1).cpu().numpy()
 
     # ---- prioritised replay ---------------------------------------------------------------------------
-    def per_beta(self) -> float:
-        hp = self.hp
-        return hp.per_beta + (1.0 - hp.per_beta) * min(1.0, self.env_steps / hp.per_beta_steps)
-
     def committed(self, first: int, count: int, dead: torch.Tensor | None = None) -> None:
         if self.per is not None:
-            self.per.committed(first, count, None if dead is None else dead.numpy())
+            self.per.committed(first, count, dead)
 
     def begin_rollout(self, num_envs: int) -> None:
         if self.per is not None:

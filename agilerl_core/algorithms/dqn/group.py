@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 
 from agilerl_core.algorithms.dqn.maths import categorical_projection, mask_invalid, regression_loss, regression_loss_grad
@@ -40,8 +39,11 @@ class DQNGroup(ReplayGroup):
         self.noisy, self.support, self.per = hp.noisy, first.support, hp.per
         self.actions = first.action_dim
         self._everyone = torch.ones(len(self.agents), dtype=torch.bool, device=self.device)
+        self._eps = tuple(self.hp_tensor64(n) for n in ("eps_start", "eps_end", "eps_decay_steps"))
         self.priorities = GroupPriorities([a.per for a in self.agents]) if self.per else None
-        self._drawn: tuple[np.ndarray, list[int]] | None = None  # the leaves prioritised replay drew last
+        self._drawn: tuple[torch.Tensor, list[int]] | None = None  # the leaves prioritised replay drew last
+        if self.per:  # each member's importance-sampling exponent, annealed over its env steps (on the device)
+            self._beta = (self.hp_tensor64("per_beta"), self.hp_tensor64("per_beta_steps"))
         self.compiled: str | None = None  # the torch.compile backend every step goes through (:meth:`compile_learn`)
 
     @property
@@ -67,13 +69,14 @@ class DQNGroup(ReplayGroup):
         if self.priorities is None:
             return super().learn_step(buffer, slots, active)
         sizes = [a.hp.batch_size if on else 0 for a, on in zip(self.agents, active, strict=True)]
-        who = torch.tensor(list(active), device=self.device)
-        u = self.member_draws(SALT_SAMPLE).uniform(who, max(sizes)).cpu().numpy().astype(np.float64)
-        rows, weights, leaves = self.priorities.sample_rows(buffer, list(slots), sizes,
-                                                            [a.per_beta() for a in self.agents], u)
+        who = self.const(active, torch.bool)
+        u = self.member_draws(SALT_SAMPLE).uniform(who, max(sizes))
+        start, steps = self._beta  # per_beta of every member at once, in float64 as on the host
+        beta = start + (1.0 - start) * (self.env_steps() / steps).clamp(max=1.0)
+        rows, weights, leaves = self.priorities.sample_rows(buffer, list(slots), sizes, beta, u)
         self._drawn = (leaves, sizes)
-        stacked = StackedRows.of_matrix(torch.as_tensor(rows, device=self.device), sizes, self.device)
-        stacked.weight = stacked.weight * torch.as_tensor(weights, dtype=torch.float32, device=self.device)
+        stacked = StackedRows.of_matrix(rows, sizes, self.device, self.const(sizes))
+        stacked.weight = stacked.weight * weights.to(torch.float32)
         return self.learn(self.batch(buffer, stacked.index), stacked)
 
     # ---- values ---------------------------------------------------------------------------------------
@@ -103,7 +106,8 @@ class DQNGroup(ReplayGroup):
         k, n, a = q.shape
         allowed = None if mask is None else mask.view(k, n, a)
         greedy = mask_invalid(q, allowed).argmax(dim=2)
-        eps = torch.tensor([ag.epsilon() for ag in self.agents], dtype=torch.float32, device=self.device)
+        start, end, decay = self._eps  # linear_epsilon of every member at once, in float64 as on the host
+        eps = (start + (self.env_steps().clamp(min=0) / decay).clamp(max=1.0) * (end - start)).to(torch.float32)
         u = self.stream.uniform(n, 1 + a)
         if allowed is None:
             random = (u[..., 1] * a).long().clamp(max=a - 1)
@@ -223,10 +227,15 @@ class DQNGroup(ReplayGroup):
         for a, on in zip(self.agents, active, strict=True):
             a.learn_steps += int(on)
 
+    def write_back(self) -> None:
+        super().write_back()
+        if self.priorities is not None:
+            self.priorities.check()  # a draw from a tree without mass, read once at the end of the phase
+
     def _new_priorities(self, signal: torch.Tensor) -> None:
-        if self.priorities is not None and self._drawn is not None:  # the drawn rows' new priorities, one read
+        if self.priorities is not None and self._drawn is not None:  # the drawn rows' new priorities
             leaves, sizes = self._drawn
-            self.priorities.update(leaves, signal.cpu().numpy(), sizes)
+            self.priorities.update(leaves, signal, sizes)
             self._drawn = None
 
     def _target_weights(self, active: Sequence[bool]) -> list[float]:
