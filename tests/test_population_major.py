@@ -66,7 +66,7 @@ def test_a_member_trains_the_same_alone_and_in_a_group(backend):
 
 
 @pytest.mark.parametrize("algorithm,backend", [("dqn", "gymnasium"), ("dqn", "torch"), ("td3", "torch"),
-                                               ("sac", "gymnasium"), ("rainbow", "gymnasium")])
+                                               ("sac", "gymnasium"), ("rainbow", "gymnasium"), ("rainbow", "torch")])
 def test_an_off_policy_member_collects_and_learns_the_same_alone_and_in_a_group(algorithm, backend):
     """One env step for the group, exploration drawn on the device (epsilon-greedy; Gaussian or OU noise;
     SAC's samples and warm-up actions), one staging write for every slot, every member's minibatch in one
@@ -77,6 +77,10 @@ def test_an_off_policy_member_collects_and_learns_the_same_alone_and_in_a_group(
            "rainbow": {"hyperparameters.n_step": 3}}[algorithm]  # n-step windows for the group's envs at once
     cfg = tiny_config(algorithm=algorithm, env_backend=backend, population_size=3, evo_steps=96,
                       **{"hyperparameters.learning_delay": 32, **own})
+    if (algorithm, backend) == ("rainbow", "torch"):  # a member whose n-step windows fill first earns its first
+        # learn step alone, before the others drew (their sum trees must still stack: one size for the group)
+        cfg = tiny_config(algorithm=algorithm, env_backend=backend, population_size=3, evo_steps=128,
+                          **{"hyperparameters.learning_delay": 16, "hyperparameters.buffer_size": 2000})
     arena = build_arena(cfg)
     members = arena.build_members([11, 12, 13])
     alone = members[1].clone()

@@ -175,9 +175,9 @@ class _Exploration:
         members = list(agent.learners.values()) if hasattr(agent, "learners") else [agent]  # ippo: per unit
         own = [m.torch_gen for m in members]
         try:
-            for m in members:
-                m.torch_gen = torch.Generator(device=m.torch_gen.device)
-                m.torch_gen.set_state(own[members.index(m)].get_state())
+            for m, gen in zip(members, own, strict=True):
+                m.torch_gen = torch.Generator(device=gen.device)
+                m.torch_gen.set_state(gen.get_state())
             self.group = type(agent).group([agent])
             for g in self.stacks():
                 g.begin_phase()  # the phase key, from the copy

@@ -195,6 +195,7 @@ class GroupPriorities:
         ``betas[i]`` [K]: (storage rows [K, B], importance weights [K, B] (0 on padding), tree leaves [K, B]).
         A member whose tree holds no mass draws leaf 0 with weight 0 and is remembered (:meth:`check`)."""
         for p, slot, n in zip(self.pers, slots, sizes, strict=True):
+            p.resize_staging(buffer.slot_rows)  # every tree one size (room only: its staging leaves stay empty)
             if n:  # as when it draws alone: a member that sits out syncs at its own next draw
                 p.prepare(buffer, slot)
         stack = self._trees()

@@ -37,6 +37,8 @@ class DQNGroup(ReplayGroup):
         self.hard_every, self.double, self.huber = hp.hard_update_every, hp.double, hp.loss == "huber"
         self.max_grad_norm = hp.max_grad_norm
         self.noisy, self.support, self.per = hp.noisy, first.support, hp.per
+        # C51's support ends as host floats, read once (the projection clamps to them at every step)
+        self._ends = None if self.support is None else (float(self.support[0]), float(self.support[-1]))
         self.actions = first.action_dim
         self._everyone = torch.ones(len(self.agents), dtype=torch.bool, device=self.device)
         self._eps = tuple(self.hp_tensor64(n) for n in ("eps_start", "eps_end", "eps_decay_steps"))
@@ -140,7 +142,7 @@ class DQNGroup(ReplayGroup):
         next_probs = probs.gather(2, best[..., None, None].expand(-1, -1, 1, probs.shape[3])).squeeze(2)
         reward, discount = self.returns(batch, k)
         discount = discount * (1.0 - batch.terminated.view(k, -1))
-        return categorical_projection(next_probs, reward, discount.expand_as(reward), self.support)
+        return categorical_projection(next_probs, reward, discount.expand_as(reward), self.support, self._ends)
 
     @staticmethod
     def _next_mask(batch: Transition, k: int) -> torch.Tensor | None:

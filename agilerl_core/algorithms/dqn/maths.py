@@ -35,18 +35,19 @@ def regression_loss_grad(diff: torch.Tensor, huber: bool) -> torch.Tensor:
 
 
 def categorical_projection(next_probs: torch.Tensor, reward: torch.Tensor, discount: torch.Tensor,
-                           support: torch.Tensor) -> torch.Tensor:
+                           support: torch.Tensor, ends: tuple[float, float] | None = None) -> torch.Tensor:
     """C51's projection (Bellemare et al. 2017, Algorithm 1) of the target distribution onto `support`.
 
     Atom z_j of the next-state distribution (probability next_probs[..., j]) moves to
     Tz_j = clip(r + discount * z_j, v_min, v_max) and its mass is split between the two neighbouring atoms in
     proportion to closeness; `discount` already holds gamma^L * (1 - terminated). A Tz_j that lands exactly
     on an atom gives it all its mass. Any leading dimensions ([B] or [K, B]) on every argument but `support`.
+    `ends`: the support's first and last atoms as host floats, when the caller holds them (else read here).
     """
     atoms = support.shape[0]
     lead = next_probs.shape[:-1]
     next_probs, reward, discount = next_probs.reshape(-1, atoms), reward.reshape(-1), discount.reshape(-1)
-    v_min, v_max = float(support[0]), float(support[-1])
+    v_min, v_max = (float(support[0]), float(support[-1])) if ends is None else ends
     dz = (v_max - v_min) / (atoms - 1)
     tz = (reward.unsqueeze(1) + discount.unsqueeze(1) * support.unsqueeze(0)).clamp(v_min, v_max)
     b = ((tz - v_min) / dz).clamp(0, atoms - 1)
