@@ -99,16 +99,27 @@ def test_nstep_terminal_transition_stops_the_return():
 # ---- prioritised replay ------------------------------------------------------------------------------
 def test_sum_tree_sampling_follows_priorities():
     tree = SumTree(5)
-    tree.update(np.arange(5), np.array([1.0, 0.0, 2.0, 3.0, 4.0]))
-    assert tree.total == 10.0
-    assert tree.find(np.array([0.0, 0.999, 1.0, 2.99, 3.0, 5.99, 6.0, 9.99])).tolist() == [0, 0, 2, 2, 3, 3, 4, 4]
-    rng = np.random.default_rng(0)
-    draws = tree.find(rng.uniform(0, tree.total, 200_000))
-    freq = np.bincount(draws, minlength=5) / draws.size
-    assert freq == pytest.approx([0.1, 0.0, 0.2, 0.3, 0.4], abs=0.005)
+    tree.update(torch.arange(5), torch.tensor([1.0, 0.0, 2.0, 3.0, 4.0], dtype=torch.float64))
+    assert float(tree.total) == 10.0
+    mass = torch.tensor([0.0, 0.999, 1.0, 2.99, 3.0, 5.99, 6.0, 9.99], dtype=torch.float64)
+    assert tree.find(mass).tolist() == [0, 0, 2, 2, 3, 3, 4, 4]
+    draws = tree.find(torch.rand(200_000, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 10.0)
+    freq = torch.bincount(draws, minlength=5).double() / draws.numel()
+    assert freq.tolist() == pytest.approx([0.1, 0.0, 0.2, 0.3, 0.4], abs=0.005)
     rebuilt = SumTree(5)
-    rebuilt.set_all(tree.leaves.copy())
-    assert np.array_equal(rebuilt.tree, tree.tree)  # a pure function of the leaves (exact resume)
+    rebuilt.set_all(tree.leaves.clone())
+    assert torch.equal(rebuilt.tree[1:], tree.tree[1:])  # a pure function of the leaves (exact resume)
+
+
+def _draw(per, buf, slot: int, n: int, beta: float, u: torch.Tensor):
+    """One member's stratified draw alone (a group of one) from uniforms `u` [n]."""
+    rows, weights, leaves = GroupPriorities([per]).sample_rows(buf, [slot], [n], torch.tensor([beta], dtype=torch.float64),
+                                                              u.view(1, -1))
+    return rows[0], weights[0], leaves[0]
+
+
+def _learned(per, leaves: torch.Tensor, errors: torch.Tensor) -> None:
+    GroupPriorities([per]).update(leaves.view(1, -1), errors.view(1, -1), [leaves.numel()])
 
 
 def test_per_weights_and_priority_updates():
@@ -118,18 +129,19 @@ def test_per_weights_and_priority_updates():
     buf.extend({k: torch.zeros((4, *f.shape), dtype=f.dtype) for k, f in fields.items()})
     per = MemberPriorities(capacity=4, staging=4, alpha=0.5, eps=0.0)
     per.committed(0, 4)
-    per.update(np.arange(4), np.array([1.0, 4.0, 9.0, 16.0]))  # priorities sqrt: 1, 2, 3, 4
-    assert per.tree.total == pytest.approx(10.0)
-    rows, weight, leaves = per.sample_rows(buf, 0, 4, beta=1.0, generator=torch.Generator().manual_seed(0))
-    assert rows.tolist() == list(leaves)  # committed rows: leaf i is ring row i
-    probs = np.array([1, 2, 3, 4])[leaves] / 10.0
+    _learned(per, torch.arange(4), torch.tensor([1.0, 4.0, 9.0, 16.0]))  # priorities sqrt: 1, 2, 3, 4
+    assert float(per.tree.total) == pytest.approx(10.0)
+    rows, weight, leaves = _draw(per, buf, 0, 4, 1.0, torch.rand(4, generator=torch.Generator().manual_seed(0),
+                                                                  dtype=torch.float64))
+    assert rows.tolist() == leaves.tolist()  # committed rows: leaf i is ring row i
+    probs = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)[leaves] / 10.0
     expected = (4 * probs) ** -1.0
-    assert weight.numpy() == pytest.approx(expected / expected.max(), rel=1e-6)
-    assert list(leaves) == sorted(leaves)  # stratified: one draw per equal segment of the mass, in order
-    per.update(np.array([3]), np.array([0.0]))  # a learned transition loses its priority
-    assert per.tree.leaves[3] == 0.0 and per.max_priority == pytest.approx(4.0)
+    assert weight.tolist() == pytest.approx((expected / expected.max()).tolist(), rel=1e-6)
+    assert leaves.tolist() == sorted(leaves.tolist())  # stratified: one draw per equal segment of the mass, in order
+    _learned(per, torch.tensor([3]), torch.tensor([0.0]))  # a learned transition loses its priority
+    assert float(per.tree.leaves[3]) == 0.0 and float(per.max_priority) == pytest.approx(4.0)
     per.committed(3, 1)  # overwritten by a new transition: the largest priority seen
-    assert per.tree.leaves[3] == pytest.approx(4.0)
+    assert float(per.tree.leaves[3]) == pytest.approx(4.0)
 
 
 def test_a_groups_prioritised_draw_and_update_are_each_members_own():
@@ -139,44 +151,40 @@ def test_a_groups_prioritised_draw_and_update_are_each_members_own():
     buf.extend({k: torch.zeros((30, *f.shape), dtype=f.dtype) for k, f in fields.items()})
     for slot, n in ((0, 12), (1, 5), (2, 8)):
         buf.add(slot, {k: torch.zeros((n, *f.shape), dtype=f.dtype) for k, f in fields.items()})
-    rng = np.random.default_rng(0)
+    g = torch.Generator().manual_seed(0)
 
     def members():
         out = []
         for alpha in (0.6, 0.5, 0.7):
             per = MemberPriorities(capacity=40, staging=12, alpha=alpha, eps=1e-3)
             per.committed(0, 30)
-            per.update(np.arange(30), rng.uniform(0, 3, 30))
+            _learned(per, torch.arange(30), torch.rand(30, generator=g, dtype=torch.float64) * 3)
             out.append(per)
         return out
 
     alone, together = members(), members()
     for a, b in zip(alone, together, strict=True):
-        b.tree.set_all(a.tree.leaves.copy())
-        b.max_priority = a.max_priority
+        b.tree.set_all(a.tree.leaves.clone())
+        b.max_priority = a.max_priority.clone()
     group = GroupPriorities(together)
     sizes, betas = [6, 0, 4], [0.4, 0.5, 1.0]  # member 1 sits this step out; batch sizes differ
     for step in range(3):
-        gens = [torch.Generator().manual_seed(10 * step + i) for i in range(3)]
-        u = np.zeros((3, 6))
-        for i, n in enumerate(sizes):
-            if n:
-                u[i, :n] = torch.rand(n, generator=torch.Generator().manual_seed(10 * step + i),
-                                      dtype=torch.float64).numpy()
-        rows, weights, leaves = group.sample_rows(buf, [0, 1, 2], sizes, betas, u)
+        u = torch.rand(3, 6, generator=torch.Generator().manual_seed(step), dtype=torch.float64)
+        rows, weights, leaves = group.sample_rows(buf, [0, 1, 2], sizes, torch.tensor(betas, dtype=torch.float64), u)
         for i, n in enumerate(sizes):
             if not n:
                 continue
-            r, w, lv = alone[i].sample_rows(buf, i, n, betas[i], gens[i])
+            r, w, lv = _draw(alone[i], buf, i, n, betas[i], u[i, :n])
             assert rows[i, :n].tolist() == r.tolist() and leaves[i, :n].tolist() == lv.tolist()
-            assert np.allclose(weights[i, :n], w.numpy(), rtol=1e-6) and not weights[i, n:].any()
-        errors = rng.uniform(0, 2, (3, 6))
+            torch.testing.assert_close(weights[i, :n], w, rtol=1e-6, atol=0)
+            assert not weights[i, n:].any()
+        errors = torch.rand(3, 6, generator=g) * 2
         group.update(leaves, errors, sizes)
         for i, n in enumerate(sizes):
             if n:
-                alone[i].update(leaves[i, :n], errors[i, :n])
+                _learned(alone[i], leaves[i, :n], errors[i, :n])
     for a, b in zip(alone, together, strict=True):
-        assert np.array_equal(a.tree.tree, b.tree.tree) and a.max_priority == b.max_priority
+        assert torch.equal(a.tree.tree[1:], b.tree.tree[1:]) and torch.equal(a.max_priority, b.max_priority)
 
 
 # ---- C51 ---------------------------------------------------------------------------------------------

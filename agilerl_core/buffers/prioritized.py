@@ -35,6 +35,15 @@ class SumTree:
     def leaves(self) -> torch.Tensor:
         return self.tree[self.base: self.base + self.size]
 
+    @property
+    def total(self) -> torch.Tensor:
+        """The sum of every leaf (a 0-d tensor: read it only where a host number is needed)."""
+        return self.tree[1]
+
+    def find(self, mass: torch.Tensor) -> torch.Tensor:
+        """The leaf holding each cumulative `mass` (in [0, total)), as :func:`descend` finds it."""
+        return descend(self.tree.unsqueeze(0), mass.reshape(1, -1), self.depth, self.size)[0].view(mass.shape)
+
     def update(self, idx: torch.Tensor, values: torch.Tensor) -> None:
         """Set leaves `idx` to `values` (the last value wins for a repeated index) and refresh their sums."""
         set_leaves(self.tree.unsqueeze(0), self.base, self.depth, torch.zeros_like(idx), idx, values)
@@ -47,6 +56,20 @@ class SumTree:
         while level > 1:
             self.tree[level // 2: level] = self.tree[level: 2 * level: 2] + self.tree[level + 1: 2 * level: 2]
             level //= 2
+
+
+def descend(trees: torch.Tensor, mass: torch.Tensor, depth: int, size: int) -> torch.Tensor:
+    """The leaf [K, B] of each tree [K, 2 * base] holding each cumulative mass [K, B]: from the root, go left when
+    the mass fits in the left subtree, else subtract it and go right (every leaf lies at one depth: all trees
+    descend in step)."""
+    node = torch.ones(mass.shape, dtype=torch.int64, device=trees.device)
+    mass = mass.to(torch.float64)
+    for _ in range(depth):
+        left = trees.gather(1, 2 * node)
+        go_right = mass >= left
+        mass = mass - torch.where(go_right, left, 0.0)
+        node = 2 * node + go_right
+    return (node - (1 << depth)).clamp(max=size - 1)
 
 
 def set_leaves(trees: torch.Tensor, base: int, depth: int, rows: torch.Tensor, leaves: torch.Tensor,
@@ -201,19 +224,13 @@ class GroupPriorities:
         stack = self._trees()
         first = self.pers[0].tree
         dev = stack.device
-        k, b = u.shape
+        b = u.shape[1]
         total = stack[:, 1]
         size = self._const(sizes, torch.float64)
         self.empty |= (total <= 0) & (size > 0)
         mass = (torch.arange(b, dtype=torch.float64, device=dev) + u.to(torch.float64)) * \
             (total / size.clamp(min=1.0)).unsqueeze(1)
-        node = torch.ones((k, b), dtype=torch.int64, device=dev)
-        for _ in range(first.depth):  # every leaf lies at one depth: the members descend in step
-            left = stack.gather(1, 2 * node)
-            go_right = mass >= left
-            mass = mass - torch.where(go_right, left, 0.0)
-            node = 2 * node + go_right
-        leaves = (node - first.base).clamp(max=first.size - 1)
+        leaves = descend(stack, mass, first.depth, first.size)
         cap = self.pers[0].capacity
         slot_base = self._const([buffer.capacity + s * buffer.slot_rows for s in slots], torch.int64).unsqueeze(1)
         rows = torch.where(leaves < cap, leaves, slot_base + (leaves - cap))
