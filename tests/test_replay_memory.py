@@ -373,3 +373,34 @@ def test_sum_trees_on_tensors_keep_the_last_write_and_find_by_cumulative_mass():
                                                                                        dtype=torch.float64))
     with pytest.raises(RuntimeError, match="empty prioritised buffer"):
         lone.check()
+
+
+def test_groups_writing_and_drawing_in_threads_keep_to_their_own_slots():
+    """The threads runner trains groups at once on one buffer: each group's cached write rows and draw offsets
+    are its own (a single shared cache entry once let one group write a step into another's slot)."""
+    import sys
+    import threading
+
+    buf = ReplayBuffer(VECTOR, 400)
+    buf.extend(_step(list(range(64))))
+    buf.reserve_staging(4, 300)  # room for every row written
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+
+    def group(slots: list[int]) -> None:
+        for t in range(150):
+            values = [1000 * s + t for s in slots for _ in range(2)]  # 2 rows per slot per step
+            buf.add_group(slots, _step(values))
+            buf.sample_rows_group(slots, lambda bound: torch.zeros(len(slots), 4, dtype=torch.int64) +
+                                  torch.as_tensor(bound).view(-1, 1) - 1)
+
+    try:
+        threads = [threading.Thread(target=group, args=(s,)) for s in ([0, 1], [2, 3])]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        sys.setswitchinterval(before)
+    for s in range(4):
+        assert buf.shard(s)["reward"].tolist() == [float(1000 * s + t) for t in range(150) for _ in range(2)]

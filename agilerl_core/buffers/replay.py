@@ -169,8 +169,10 @@ class ReplayBuffer:
         self.slot_rows = 0  # rows a slot holds: min(slot_capacity, capacity), a ring of its newest rows
         self._staged: list[int] = []  # rows of each slot its member may sample (<= slot_rows)
         self._written: list[int] = []  # transitions added to each slot since it was emptied (>= _staged)
-        self._targets: dict = {}  # a group step's write rows, made once per slots and size (_write_group)
-        self._offsets: dict = {}  # a group draw's staging offsets, made once per slots and buffer size
+        # made once per group of slots (one entry each: groups training in threads never share one), emptied with
+        # the staging: a group step's write rows (_write_group), a group draw's staging offsets (_slot_offset)
+        self._targets: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._offsets: dict[tuple, tuple[int, torch.Tensor]] = {}
         check_replay_fits(self.fields, self.capacity, 0, 0, self.device, "replay buffer", frames=self.frame_parts)
         self._storage = self._alloc(self.capacity)
         self._obs_keys = [k.split(".", 1)[1] for k in fields if k.startswith("obs.")]
@@ -184,6 +186,8 @@ class ReplayBuffer:
         at most `capacity` rows: the newest, see :meth:`add`). Raises a ConfigError before allocating when
         the buffer would not fit the device's memory."""
         rows = slot_rows(self.capacity, slot_capacity)
+        self._targets.clear()  # (between generations: no group is training)
+        self._offsets.clear()
         if slots == len(self._staged) and rows <= self.slot_rows:
             self.slot_capacity = max(self.slot_capacity, int(slot_capacity))
             self._staged, self._written = [0] * slots, [0] * slots
@@ -265,10 +269,11 @@ class ReplayBuffer:
                 self._write(s, {key: v[i * n: (i + 1) * n] for key, v in data.items()})
             return
         key = (tuple(slots), self.capacity, rows, n)
-        if self._targets.get("key") != key:  # where each slot's rows start, and the step's n rows: made once
-            self._targets = {"key": key, "arange": torch.arange(n, device=self.device), "base": (
-                self.capacity + torch.tensor(slots, dtype=torch.int64, device=self.device) * rows).unsqueeze(1)}
-        at = ((self._targets["arange"] + written) % rows + self._targets["base"]).reshape(-1)
+        cached = self._targets.get(key)  # the step's n rows and where each slot's rows start
+        if cached is None:
+            cached = self._targets[key] = (torch.arange(n, device=self.device), (
+                self.capacity + torch.tensor(slots, dtype=torch.int64, device=self.device) * rows).unsqueeze(1))
+        at = ((cached[0] + written) % rows + cached[1]).reshape(-1)
         for key, t in self._storage.items():
             t.index_copy_(0, at, data[key].to(t.dtype))
         for s in slots:
@@ -353,11 +358,12 @@ class ReplayBuffer:
     def _slot_offset(self, slots: list[int]) -> torch.Tensor:
         """Per slot, what maps a draw past the committed rows onto the slot's staging rows [K] (made once per
         slots and buffer size: it changes at commits only)."""
-        key = (tuple(slots), self.capacity, self.size, self.slot_rows)
-        if self._offsets.get("key") != key:
-            self._offsets = {"key": key, "offset": torch.tensor(
-                [self.capacity + s * self.slot_rows - self.size for s in slots], device=self.device)}
-        return self._offsets["offset"]
+        key = (tuple(slots), self.capacity, self.slot_rows)
+        cached = self._offsets.get(key)
+        if cached is None or cached[0] != self.size:
+            cached = self._offsets[key] = (self.size, torch.tensor(
+                [self.capacity + s * self.slot_rows - self.size for s in slots], device=self.device))
+        return cached[1]
 
     def gather(self, idx: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every field at storage rows `idx`, by field name (what multi-agent batches are built from)."""
