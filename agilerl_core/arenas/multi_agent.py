@@ -421,6 +421,7 @@ def train_team_group_on_policy(group: IPPOGroup, slots: list[int], envs: TeamGro
     rollout_steps = teams[0].hp.rollout_steps  # structural: equal within a group
     losses: list[torch.Tensor] = []  # each update's mean loss per team [K], read once at the end
     bad_loss = {u: FirstBad(k, group.device) for u in group.units}
+    updates = {u: torch.zeros(k, dtype=torch.long, device=group.device) for u in group.units}  # read at the end
     for n_rollout, steps in enumerate(rollout_lengths(vector_steps, rollout_steps), 1):
         units = [_UnitRollout(group, u, steps, obs) for u in group.units]
         for t in range(steps):
@@ -437,14 +438,15 @@ def train_team_group_on_policy(group: IPPOGroup, slots: list[int], envs: TeamGro
             obs, masks, alive = step.obs, step.mask, step.alive
         for r in units:
             stats = r.unit.learn_stacked(*r.stacked(steps, *r.advantages(group, steps, obs)))
-            for team, updates in zip(teams, stats["updates"].tolist(), strict=True):
-                team.learners[r.u].learn_steps += updates
+            updates[r.u] += stats["updates"]
             mean = stats["loss_sum"] / stats["updates"].clamp(min=1)
             bad_loss[r.u].see(mean, n_rollout)
             losses.append(mean)
     group.write_back()
     for u, bad in bad_loss.items():
         bad.check(slots, f"the loss of policy unit {u}", "update of rollout")
+        for team, taken in zip(teams, updates[u].tolist(), strict=True):
+            team.learners[u].learn_steps += taken
     loss_means = torch.stack(losses).mean(0).tolist() if losses else [float("nan")] * k
     wall = time.perf_counter() - t0
     out = []
