@@ -157,13 +157,38 @@ def test_time_limit_cuts_bootstrapped_at_the_rollouts_end_equal_those_at_each_st
     assert_same_members(a, b, atol=1e-6)
 
 
-def test_stacking_members_of_one_shape_is_a_plain_transpose():
+def test_stacking_members_is_one_row_each_and_parameters_are_views_of_their_columns():
+    from agilerl_core.networks.stacked import parameter_blocks
+
     shapes = [[(3, 2), (3,)]] * 4
     flats = [torch.arange(9.0) + 10 * i for i in range(4)]
     stacked = stack_flats(flats, shapes, shapes[0])
-    torch.testing.assert_close(stacked[:24].view(4, 3, 2)[2], flats[2][:6].view(3, 2))
-    torch.testing.assert_close(stacked[24:].view(4, 3)[1], flats[1][6:])
+    assert stacked.shape == (4, 9)
+    torch.testing.assert_close(stacked[2], flats[2])
+    weight, bias = parameter_blocks(stacked, 4, shapes[0])
+    torch.testing.assert_close(weight[2], flats[2][:6].view(3, 2))
+    torch.testing.assert_close(bias[1], flats[1][6:])
+    weight.mul_(2.0)  # a block is a view: an in-place step on the state moves it, and the other way round
+    torch.testing.assert_close(stacked[3, :6], 2.0 * flats[3][:6])
     back = [torch.zeros(9) for _ in range(4)]
     unstack_into(stacked, back, shapes, shapes[0])
+    torch.testing.assert_close(back[0][6:], flats[0][6:])
+    torch.testing.assert_close(back[0][:6], 2.0 * flats[0][:6])
+
+
+def test_padded_members_round_trip_and_multi_network_rows():
+    """Narrower members sit in the leading corner of each padded parameter (zeros around), network after network
+    when a member's buffer holds several, and unstack back exactly."""
+    shapes = [[(2, 3), (2,)], [(1, 2), (1,)]]
+    padded = [(2, 3), (2,)]
+    flats = [torch.arange(2 * 8.0), 100 + torch.arange(2 * 3.0)]  # two networks each
+    stacked = stack_flats(flats, shapes, padded, networks=2)
+    assert stacked.shape == (2, 16)
+    second = stacked[1].view(2, 8)  # member 1's two networks, each padded to 8 values
+    torch.testing.assert_close(second[1, :6].view(2, 3), torch.tensor([[103.0, 104.0, 0.0], [0.0, 0.0, 0.0]]))
+    torch.testing.assert_close(second[1, 6:], torch.tensor([105.0, 0.0]))
+    torch.testing.assert_close(stacked[0], flats[0])
+    back = [torch.zeros(16), torch.zeros(6)]
+    unstack_into(stacked, back, shapes, padded, networks=2)
     for a, b in zip(back, flats, strict=True):
         torch.testing.assert_close(a, b)

@@ -1,9 +1,10 @@
 """Population-batched learning: K members of one algorithm and one architecture learn in one call.
 
-A :class:`MemberGroup` copies the K members' flat buffers (weights, Adam moments, target weights) into
-stacked ones at the start of a training phase, laid out as :mod:`agilerl_core.networks.stacked` reads them
-(layer i of all K networks is one [K, out, in] block), so every forward, hand-written backward, Adam step
-and target update is one op for the whole group instead of K. Hyperparameters that differ between members
+A :class:`MemberGroup` holds the K members' flat buffers (weights, Adam moments, target weights) as [K, P]
+states with the member axis first, member i's buffer as row i (stacked once at the start of a training phase: one
+copy when no member is padded), and reads every layer of all K networks as a [K, out, in] view of the columns it
+occupies (:mod:`agilerl_core.networks.stacked`), so every forward, hand-written backward, Adam step and target
+update is one op for the whole group instead of K. Hyperparameters that differ between members
 (learning rates, gamma, tau, batch size...) are per-member tensors; every random draw (minibatches, action
 samples, exploration noise) is taken for the whole group at once from counter-based streams keyed per member
 (:mod:`agilerl_core.rng`), so a member's training is the same maths as when it trains alone (equal up to float
@@ -16,7 +17,6 @@ equal network shapes and the same structural options. Members that cannot batch 
 
 from __future__ import annotations
 
-import itertools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -27,7 +27,7 @@ import torch
 from agilerl_core.algorithms.optim import FlatAdam
 from agilerl_core.buffers.replay import n_step_return
 from agilerl_core.networks.obs_norm import StackedObsNorm
-from agilerl_core.networks.stacked import Layers
+from agilerl_core.networks.stacked import Layers, parameter_blocks
 from agilerl_core.rng import SALT_NOISE, SALT_SAMPLE, KeyedStream, MemberDraws, member_keys
 
 _ADAM_STATE = ("flat", "m", "v", "beta1_pow", "beta2_pow")
@@ -52,69 +52,56 @@ def plain_mlp_shape_key(arch) -> str:
     return repr(replace(arch, mlp=replace(arch.mlp, hidden=(0,) * len(arch.mlp.hidden))))
 
 
-def stack_flats(flats: Sequence[torch.Tensor], shapes: Sequence[Shapes], padded: Shapes) -> torch.Tensor:
-    """K flat buffers, each laid out parameter by parameter with its member's `shapes`, as one
-    parameter-major buffer: parameter j of all K members as one [K, *padded[j]] block, a narrower member's
-    values in the leading corner and zeros around them.
+def stack_flats(flats: Sequence[torch.Tensor], shapes: Sequence[Shapes], padded: Shapes, networks: int = 1
+                ) -> torch.Tensor:
+    """K flat buffers, each laid out parameter by parameter with its member's `shapes` (`networks` M times over,
+    network after network), as one [K, P] state: member i's buffer is row i, each parameter padded to its
+    `padded` shape (a narrower member's values in the leading corner, zeros around them). Parameter j of all K
+    members is then a [K, *shape] view of the columns it occupies (:func:`~agilerl_core.networks.stacked.
+    parameter_blocks`).
 
     Zero padding is exact for plain MLPs: a padded hidden unit has zero in- and out-weights and bias, so
     its activation is act(0) = 0 (relu, tanh, elu, leaky relu) and every gradient reaching a padded weight
     is 0; Adam then never moves it (its moments stay 0 and its bias-correction powers are 0 here, so
     0 / (0 + eps) = 0). The padded members compute exactly what they compute alone."""
-    k = len(flats)
-    if all(s == padded for s in shapes):  # nothing to pad: parameter j's block is columns of the [K, total] stack
-        whole = torch.stack(list(flats))
-        bounds = [0, *itertools.accumulate(math.prod(shape) for shape in padded)]
-        return torch.cat([whole[:, a: b].reshape(-1) for a, b in itertools.pairwise(bounds)])
-    parts = []
-    offsets = [0] * k
-    for j, big in enumerate(padded):
-        block = torch.zeros((k, *big), dtype=flats[0].dtype, device=flats[0].device)
-        for i, f in enumerate(flats):
-            shape = shapes[i][j]
-            n = math.prod(shape)
-            block[(i, *(slice(0, d) for d in shape))] = f[offsets[i]: offsets[i] + n].view(shape)
-            offsets[i] += n
-        parts.append(block.reshape(-1))
-    return torch.cat(parts)
+    if all(s == padded for s in shapes):  # nothing to pad: each member's buffer is its row
+        return torch.stack(list(flats))
+    k, net = len(flats), sum(math.prod(shape) for shape in padded)
+    out = torch.zeros((k, networks * net), dtype=flats[0].dtype, device=flats[0].device)
+    for i, f in enumerate(flats):
+        for src, dst in _padded_views(f, out[i], shapes[i], padded, networks):
+            dst.copy_(src)
+    return out
 
 
 def unstack_into(stacked: torch.Tensor, flats: Sequence[torch.Tensor], shapes: Sequence[Shapes],
-                 padded: Shapes) -> None:
+                 padded: Shapes, networks: int = 1) -> None:
     """The inverse of :func:`stack_flats`, in place into `flats`."""
-    k = len(flats)
-    if all(s == padded for s in shapes):  # nothing padded: each member's buffer is one row of the [K, total] blocks
-        sizes = [math.prod(shape) for shape in padded]
-        whole = torch.cat([block.view(k, -1) for block in stacked.split([k * n for n in sizes])], dim=1)
-        for f, row in zip(flats, whole, strict=True):
-            f.copy_(row)
-        return
-    off_s = 0
-    offsets = [0] * k
-    for j, big in enumerate(padded):
-        block = stacked[off_s: off_s + k * math.prod(big)].view(k, *big)
-        for i, f in enumerate(flats):
-            shape = shapes[i][j]
-            n = math.prod(shape)
-            f[offsets[i]: offsets[i] + n].view(shape).copy_(block[(i, *(slice(0, d) for d in shape))])
-            offsets[i] += n
-        off_s += k * math.prod(big)
+    for i, f in enumerate(flats):
+        if shapes[i] == padded:
+            f.copy_(stacked[i])
+            continue
+        for own, row in _padded_views(f, stacked[i], shapes[i], padded, networks):
+            own.copy_(row)
+
+
+def _padded_views(own: torch.Tensor, row: torch.Tensor, shapes: Shapes, padded: Shapes, networks: int
+                  ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each parameter of each network in a member's own buffer and in its padded row: (own view, the leading
+    corner of the row's view)."""
+    pairs, i, j = [], 0, 0
+    for _ in range(networks):
+        for shape, big in zip(shapes, padded, strict=True):
+            n, m = math.prod(shape), math.prod(big)
+            pairs.append((own[i: i + n].view(shape), row[j: j + m].view(big)[tuple(slice(0, d) for d in shape)]))
+            i, j = i + n, j + m
+    return pairs
 
 
 def stacked_blocks(flat: torch.Tensor, k: int, padded: Shapes) -> Layers:
-    """The (weight [K, out, in], bias [K, out]) blocks of a stacked plain-MLP buffer, in layer order."""
-    views, i = [], 0
-    for shape in padded:
-        n = k * math.prod(shape)
-        views.append(flat[i: i + n].view(k, *shape))
-        i += n
+    """The (weight [K, out, in], bias [K, out]) blocks of a stacked plain-MLP state [K, P], in layer order."""
+    views = parameter_blocks(flat, k, padded)
     return list(zip(views[0::2], views[1::2], strict=True))
-
-
-def member_index(k: int, padded: Shapes, device: torch.device) -> torch.Tensor:
-    """For each element of a stacked buffer, the member it belongs to (long [total])."""
-    members = torch.arange(k, device=device)
-    return torch.cat([members.repeat_interleave(math.prod(s)) for s in padded])
 
 
 class StackedAdam:
@@ -123,8 +110,9 @@ class StackedAdam:
 
     def __init__(self, opts: Sequence[FlatAdam], shapes: Sequence[Shapes], networks_per_member: int = 1) -> None:
         """`opts`: each member's Adam; `shapes`: each member's parameter shapes in its flat buffer's order.
-        With `networks_per_member` M > 1 each member's Adam steps M stacked networks (every shape starts
-        with M), and gradient clipping is per network, as that Adam clips alone."""
+        With `networks_per_member` M > 1 each member's Adam steps M networks of those shapes, one after another
+        in its buffer (:func:`~agilerl_core.algorithms.optim.stack_parameters`), and gradient clipping is per
+        network, as that Adam clips alone. Every state tensor is [K, P]: member i's buffer is row i."""
         first = opts[0]
         if any(o.betas != first.betas or o.eps != first.eps for o in opts):
             raise ValueError("a group's members must share Adam betas and eps")
@@ -132,16 +120,18 @@ class StackedAdam:
         self.k = len(opts)
         self.shapes = list(shapes)
         self.padded = padded_shapes(self.shapes)
+        self.networks = networks_per_member
         self.betas, self.eps = first.betas, first.eps
         for name in _ADAM_STATE:
-            setattr(self, name, stack_flats([getattr(o, name) for o in opts], self.shapes, self.padded))
+            setattr(self, name, stack_flats([getattr(o, name) for o in opts], self.shapes, self.padded,
+                                            networks_per_member))
         self.grad = torch.zeros_like(self.flat)
-        self.owner = member_index(self.k, self.padded, self.flat.device)
-        self.networks = networks_per_member
-        self._clip_owner = self.owner if networks_per_member == 1 else \
-            member_index(self.k * networks_per_member, [s[1:] for s in self.padded], self.flat.device)
-        self.lr = torch.tensor([o.lr for o in opts], dtype=torch.float32, device=self.flat.device)
-        self._lr_el = self.lr[self.owner]
+        device = self.flat.device
+        # each element's network (member i's networks are i*M .. i*M+M-1), for per-network clipping
+        self._clip_owner = torch.arange(self.k * networks_per_member, device=device).repeat_interleave(
+            self.flat.shape[1] // networks_per_member)
+        self.lr = torch.tensor([o.lr for o in opts], dtype=torch.float32, device=device)
+        self._lr_el = self.lr.unsqueeze(1)
 
     @torch.no_grad()
     def clip_grad_norm(self, max_norm: float, extra: torch.Tensor | None = None) -> None:
@@ -149,13 +139,14 @@ class StackedAdam:
         on its own). `extra` [K, ...]: each member's gradients of parameters outside the stack (PPO's log_std),
         counted in its norm and scaled with it (one network per member only)."""
         owner = self._clip_owner
-        sq = torch.zeros(self.k * self.networks, device=self.grad.device).index_add_(0, owner, self.grad * self.grad)
+        sq = torch.zeros(self.k * self.networks, device=self.grad.device).index_add_(0, owner,
+                                                                                  (self.grad * self.grad).view(-1))
         if extra is not None:
             if self.networks != 1:
                 raise ValueError("extra gradients are clipped with a stack of one network per member")
             sq = sq + extra.reshape(self.k, -1).pow(2).sum(1)
         scale = torch.clamp(max_norm / (sq.sqrt() + 1e-6), max=1.0)
-        self.grad.mul_(scale[owner])
+        self.grad.view(self.k * self.networks, -1).mul_(scale.unsqueeze(1))
         if extra is not None:
             extra.mul_(scale.view(self.k, *([1] * (extra.dim() - 1))))
 
@@ -171,7 +162,7 @@ class StackedAdam:
             denom = self.v.div(torch.rsub(self.beta2_pow, 1.0)).sqrt_().add_(self.eps)
             self.flat.sub_(self.m.div(torch.rsub(self.beta1_pow, 1.0)).mul_(self._lr_el).div_(denom))
             return
-        on = active[self.owner]
+        on = active.unsqueeze(1)
         a = on.to(self.flat.dtype)
         self.beta1_pow.mul_(torch.where(on, b1, 1.0))
         self.beta2_pow.mul_(torch.where(on, b2, 1.0))
@@ -184,7 +175,8 @@ class StackedAdam:
     @torch.no_grad()
     def write_back(self) -> None:
         for name in _ADAM_STATE:
-            unstack_into(getattr(self, name), [getattr(o, name) for o in self.opts], self.shapes, self.padded)
+            unstack_into(getattr(self, name), [getattr(o, name) for o in self.opts], self.shapes, self.padded,
+                         self.networks)
 
 
 class MemberGroup(ABC):
@@ -211,7 +203,7 @@ class MemberGroup(ABC):
         self._target_sources = self.stacked_targets()
         for t, (online, flats) in self._target_sources.items():
             adam = self.adams[online]
-            self.targets[t] = stack_flats(flats, adam.shapes, adam.padded)
+            self.targets[t] = stack_flats(flats, adam.shapes, adam.padded, adam.networks)
 
     def stacked_optimizers(self) -> dict[str, tuple]:
         """What to stack: name -> :class:`StackedAdam`'s arguments (each member's Adam, each member's
@@ -275,7 +267,7 @@ class MemberGroup(ABC):
                 if w[0] != 0.0:
                     flat.lerp_(adam.flat, w[0])
             else:
-                flat.lerp_(adam.flat, per_member[adam.owner])
+                flat.lerp_(adam.flat, per_member.unsqueeze(1))
 
     def hp_list(self, name: str) -> list[float]:
         """Hyperparameter `name` of every member as host floats."""
@@ -328,7 +320,7 @@ class MemberGroup(ABC):
         for tname, flat in self.targets.items():
             online, flats = self._target_sources[tname]
             adam = self.adams[online]
-            unstack_into(flat, flats, adam.shapes, adam.padded)
+            unstack_into(flat, flats, adam.shapes, adam.padded, adam.networks)
 
 
 class ReplayGroup(MemberGroup):
@@ -400,13 +392,13 @@ def actor_turns(agents: Sequence, active: Sequence[bool], policy_freq: Sequence[
 
 def gradients(loss: torch.Tensor, *parts: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """The gradient of `loss` for each part (a network's leaf blocks, :attr:`StackedNetwork.leaves`, or any
-    list of leaves), flattened and concatenated in the part's order: laid out as the part's stacked buffer.
-    A block the loss does not reach gets zeros."""
+    list of leaves [K, ...]), laid out as the part's stacked state: [K, P], each leaf's gradient flattened per row
+    and the leaves side by side in the part's order. A block the loss does not reach gets zeros."""
     leaves = [t for part in parts for t in part]
     grads = torch.autograd.grad(loss, leaves, materialize_grads=True)
     out, i = [], 0
     for part in parts:
-        out.append(torch.cat([g.reshape(-1) for g in grads[i: i + len(part)]]))
+        out.append(torch.cat([g.reshape(g.shape[0], -1) for g in grads[i: i + len(part)]], dim=1))
         i += len(part)
     return out
 

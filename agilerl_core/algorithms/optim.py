@@ -18,53 +18,43 @@ from agilerl_core.networks.transfer import overlap_slices
 
 def flatten_parameters(module: nn.Module, with_grad: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Move `module`'s parameters into one flat buffer (and grads into another); return both."""
-    flat, grad, _ = _into_flat([[p] for p in module.parameters()], with_grad)
+    flat, grad = _into_flat(list(module.parameters()), with_grad)
     return flat, grad
 
 
-def stack_parameters(modules: Sequence[nn.Module], with_grad: bool
-                     ) -> tuple[torch.Tensor, torch.Tensor | None, list[tuple[torch.Tensor, torch.Tensor | None]]]:
-    """Move the parameters of `modules` (the same names and shapes in each) into one flat buffer laid out
-    parameter by parameter, the modules stacked: parameter j of all K modules is one contiguous [K, *shape]
-    block, and each module's parameter j becomes row k of it. Returns the flat buffer, the flat gradient
-    (or None) and, per parameter, its (block, gradient block): what a batched forward of all K reads."""
+def stack_parameters(modules: Sequence[nn.Module], with_grad: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Move the parameters of `modules` (the same names and shapes in each) into one flat buffer, module after
+    module: module m's parameters are the m-th equal segment, laid out as :func:`flatten_parameters` lays out one
+    module (so the buffer viewed [M, P] is one row per module, as a group stacks members). Returns the flat buffer
+    and the flat gradient (or None)."""
     per_module = [list(m.parameters()) for m in modules]
     shapes = [[tuple(p.shape) for p in ps] for ps in per_module]
     if any(s != shapes[0] for s in shapes):
         raise ValueError("stacked modules must have the same parameter shapes")
-    by_param = [list(ps) for ps in zip(*per_module, strict=True)]  # parameter j of every module, in order
-    flat, grad, blocks = _into_flat(by_param, with_grad)
-    return flat, grad, blocks
+    flat, grad = _into_flat([p for ps in per_module for p in ps], with_grad)
+    return flat, grad
 
 
-def _into_flat(groups: list[list[torch.Tensor]], with_grad: bool
-               ) -> tuple[torch.Tensor, torch.Tensor | None, list[tuple[torch.Tensor, torch.Tensor | None]]]:
-    """Lay `groups` of same-shape parameters out one after another in a flat buffer (a group's parameters
-    side by side), re-pointing each to its view. Returns (flat, grad or None, [(block [len(group), *shape],
-    grad block or None)])."""
-    params = [p for g in groups for p in g]
+def _into_flat(params: list[torch.Tensor], with_grad: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Lay `params` out one after another in a flat buffer, re-pointing each to its view (and its gradient to
+    the same view of a flat gradient). Returns (flat, grad or None)."""
     total = sum(p.numel() for p in params)
     dev = params[0].device if params else torch.device("cpu")
     flat = torch.empty(total, dtype=torch.float32, device=dev)
     grad = torch.zeros(total, dtype=torch.float32, device=dev) if with_grad else None
-    blocks = []
     i = 0
     with torch.no_grad():
-        for g in groups:
-            shape, n = tuple(g[0].shape), g[0].numel()
-            block = flat[i: i + n * len(g)].view(len(g), *shape)
-            gblock = grad[i: i + n * len(g)].view(len(g), *shape) if with_grad else None
-            for k, p in enumerate(g):
-                block[k].copy_(p)
-            for k, p in enumerate(g):
-                p.data = block[k]
-                if with_grad:
-                    p.grad = gblock[k]
-                else:
-                    p.requires_grad_(False)
-            blocks.append((block, gblock))
-            i += n * len(g)
-    return flat, grad, blocks
+        for p in params:
+            n = p.numel()
+            view = flat[i: i + n].view(p.shape)
+            view.copy_(p)
+            p.data = view
+            if with_grad:
+                p.grad = grad[i: i + n].view(p.shape)
+            else:
+                p.requires_grad_(False)
+            i += n
+    return flat, grad
 
 
 def _state_view(buffer: torch.Tensor, flat: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
@@ -87,11 +77,10 @@ class FlatAdam:
         self.eps = float(eps)
         if stack:
             self.modules = list(module)
-            self.flat, self.grad, self.blocks = stack_parameters(self.modules, with_grad=True)
+            self.flat, self.grad = stack_parameters(self.modules, with_grad=True)
         else:
             self.modules = [module]
             self.flat, self.grad = flatten_parameters(module, with_grad=True)
-            self.blocks = []
         self.m = torch.zeros_like(self.flat)
         self.v = torch.zeros_like(self.flat)
         self.beta1_pow = torch.ones_like(self.flat)  # beta1^t per element

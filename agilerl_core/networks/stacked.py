@@ -1,7 +1,8 @@
 """K networks of one structure evaluated in one batched pass, each member with its own weights.
 
-The networks' parameters live stacked in one flat buffer, parameter by parameter: parameter j of all K
-networks is one [K, *shape] block (a narrower member's values in the leading corner, zeros around them).
+The networks' parameters live stacked in one [K, P] state, one row per network (its own flat buffer; a narrower
+member's values in the leading corner of each padded parameter, zeros around them): parameter j of all K networks
+is a [K, *shape] view of the columns it occupies.
 A batched forward is then one batched matmul per linear layer and one grouped convolution per conv layer
 for all K networks instead of K small ones; on a CPU the per-op overhead of small networks, and on a GPU
 the kernel count, is what this saves.
@@ -65,11 +66,13 @@ def stacked_forward(layers: Layers, x: torch.Tensor, activation: str,
 
 
 def parameter_blocks(flat: torch.Tensor, k: int, padded: Sequence[tuple[int, ...]]) -> list[torch.Tensor]:
-    """The [K, *shape] block of every parameter in a stacked flat buffer (views, in layout order)."""
+    """The [K, *shape] block of every parameter in a stacked state (`flat` [K, P]: one row per network, its
+    parameters one after another; views, in layout order)."""
+    rows = flat.view(k, -1)
     views, i = [], 0
     for shape in padded:
-        n = k * math.prod(shape)
-        views.append(flat[i: i + n].view(k, *shape))
+        n = math.prod(shape)
+        views.append(rows[:, i: i + n].view(k, *shape))
         i += n
     return views
 
@@ -96,7 +99,7 @@ class StackedNetwork:
     """K members' copies of one network (equal structure, hidden widths may differ) over a stacked flat
     buffer: :meth:`forward` gives every member's outputs [K, B, out] for its own batch of observations.
 
-    `flat` holds the parameters as :func:`parameter_blocks` reads them (`padded`: each parameter's stacked
+    `flat` [K, P] holds the parameters as :func:`parameter_blocks` reads them (`padded`: each parameter's stacked
     shape, in ``named_parameters`` order); the network only reads it, so an optimiser may step it in place.
     A `trainable` network's blocks are leaves (:attr:`leaves`, :func:`trainable_blocks`) that autograd
     differentiates.
@@ -273,7 +276,7 @@ class StackedNetwork:
             name, x = layers[i], saved[i]
             # autograd's own product (x^T g, then transposed): the same rounding as autograd's backward
             blocks[f"{name}.weight"].copy_(torch.bmm(x.transpose(1, 2), g).transpose(1, 2))
-            torch.sum(g, 1, out=blocks[f"{name}.bias"])
+            blocks[f"{name}.bias"].copy_(g.sum(1))  # (the block is a strided view: no out= for compile)
             if i:
                 g = derivative(torch.bmm(g, self.p[f"{name}.weight"]), x)
         return out

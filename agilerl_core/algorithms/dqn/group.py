@@ -260,7 +260,7 @@ def fused_td_step(group: DQNGroup, batch: Transition, weight: torch.Tensor, acti
     group.online.backward(saved, grad_out, out=group.q.grad)
     clipped_step(group.q, group.max_grad_norm, active)
     for flat in group.targets.values():
-        flat.lerp_(group.q.flat, target_weight[group.q.owner])
+        flat.lerp_(group.q.flat, target_weight.unsqueeze(1))
     return (per_sample * weight).sum(1), signal
 
 

@@ -159,7 +159,7 @@ class MADDPG(RLAlgorithm):
         self.critic_adam = FlatAdam(nets, self.lr_for(critics[0]), stack=True)
         for n in critics:
             self.optimizers[n] = self.critic_adam.view(online[n])
-        self.critic_target_flat, _, _ = stack_parameters([targets[f"{n}.target"] for n in critics], with_grad=False)
+        self.critic_target_flat, _ = stack_parameters([targets[f"{n}.target"] for n in critics], with_grad=False)
 
     @torch.no_grad()
     def update_targets(self, tau: float) -> None:

@@ -41,11 +41,6 @@ SALT_GUMBEL = 0x5A3C_0103  # the keyed draws of the actors' Gumbel noise (beside
 DRAW_BLOCK = 32  # exploration steps whose random numbers one keyed draw takes at once
 
 
-def merged(layers: Layers) -> Layers:
-    """[K, M, ...] blocks (K members' stacks of M networks each) as [K * M, ...] blocks: one network each."""
-    return [(w.reshape(-1, *w.shape[2:]), b.reshape(-1, *b.shape[2:])) for w, b in layers]
-
-
 class MADDPGGroup(ReplayGroup):
     """K MADDPG (MATD3) teams: stacked actors per agent, every critic of every team in one stack."""
 
@@ -71,14 +66,15 @@ class MADDPGGroup(ReplayGroup):
         self.policy_freq = [a.hp.policy_freq for a in self.agents]
         self.max_grad_norm = first.hp.max_grad_norm
         self.critics = self.adams["critics"]
-        self.critic_leaves = trainable_blocks(self.critics.flat, self.k, self.critics.padded)
-        # every critic of every member as a stack of K * C * N networks over the same buffer: its layers as
-        # plain views (what the target and the actors' critic term read) and its hand-written backward
-        padded = self.critics.padded
+        # every critic of every member as a stack of K * C * N networks: a member's state row holds its C * N
+        # critics one after another, so the [K, P] state viewed [K * C * N, P / (C * N)] is one row per critic
+        km, padded = self.k * self.c * self.n, self.critics.padded
+        self.critic_leaves = trainable_blocks(self.critics.flat.view(km, -1), km, padded)
+        # its layers as plain views (what the target and the actors' critic term read) and its hand-written backward
         self.critic_net = StackedNetwork([a.networks[f"{c}.{x}"] for a in self.agents for c in first.critic_names
-                                          for x in self.names], self.critics.flat, [s[1:] for s in padded])
-        self.critic_plain = merged(stacked_blocks(self.critics.flat, self.k, padded))
-        self.critic_target_layers = merged(stacked_blocks(self.targets["critics.target"], self.k, padded))
+                                          for x in self.names], self.critics.flat.view(km, -1), padded)
+        self.critic_plain = stacked_blocks(self.critics.flat.view(km, -1), km, padded)
+        self.critic_target_layers = stacked_blocks(self.targets["critics.target"].view(km, -1), km, padded)
         self.actors: dict[str, StackedNetwork] = {}
         self.actor_targets: dict[str, StackedNetwork] = {}
         for u in self.units:
@@ -97,16 +93,15 @@ class MADDPGGroup(ReplayGroup):
         """Every critic of every member as one network each, (weight, bias) per layer [K * C * N, ...]: views
         of the leaves made for each pass (a view kept across optimiser steps would lose its way to them), for
         autograd (activations without a hand-written derivative)."""
-        return merged(list(zip(self.critic_leaves[0::2], self.critic_leaves[1::2], strict=True)))
+        return list(zip(self.critic_leaves[0::2], self.critic_leaves[1::2], strict=True))
 
     # ---- what stacks --------------------------------------------------------------------------------------
     def stacked_optimizers(self) -> dict[str, tuple]:
         out = {f"actor.{u}": ([a.optimizers[f"actor.{u}"] for a in self.agents],
                               [param_shapes(a.networks[f"actor.{u}"]) for a in self.agents]) for u in self.units}
-        m = self.c * self.n  # a member's critics live as [C * N, *shape] blocks (critic-major, then agent)
+        # a member's C * N critics one after another in its buffer (critic-major, then agent)
         out["critics"] = ([a.critic_adam for a in self.agents],
-                          [[(m, *s) for s in param_shapes(a.networks[f"critic_1.{self.names[0]}"])]
-                           for a in self.agents], m)
+                          [param_shapes(a.networks[f"critic_1.{self.names[0]}"]) for a in self.agents], self.c * self.n)
         return out
 
     def stacked_targets(self) -> dict[str, tuple[str, list[torch.Tensor]]]:
@@ -301,7 +296,8 @@ class MADDPGGroup(ReplayGroup):
         else:
             q = stacked_forward(self.critic_layers(), x, self.activation).view(k, self.c, self.n, b)
             losses = (w * (q - y.unsqueeze(1)).square()).sum((1, 2, 3))
-            (self.critics.grad,) = gradients(losses.sum(), self.critic_leaves)
+            (grad,) = gradients(losses.sum(), self.critic_leaves)
+            self.critics.grad = grad.view(self.k, -1)
         clipped_step(self.critics, self.max_grad_norm, None if rows.all_active else rows.active)
         turns = actor_turns(self.agents, rows.who, self.policy_freq)
         if any(turns):  # the actors' rows weigh as their agent's critic rows, for the members whose turn it is
