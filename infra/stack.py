@@ -239,6 +239,8 @@ class Stack:
                f"-volume.port={p['volume']}", f"-volume.port.grpc={p['volume_g']}",
                f"-filer.port={p['filer']}", f"-filer.port.grpc={p['filer_g']}",
                f"-admin.port={p['admin']}", f"-admin.port.grpc={p['admin_g']}",
+               # its Iceberg and Lance catalogs are unused here, and on fixed ports two stacks would fight over
+               "-s3.port.iceberg=0", "-s3.port.lance=0",
                f"-bucket={STORAGE_BUCKET},{ARTIFACT_BUCKET}"]
         self._spawn("s3", cmd, {})
         self._wait("s3", self._s3_ready, timeout)

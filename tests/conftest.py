@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -126,12 +127,28 @@ for _id, _cls in (("agilerl_test/Image-v0", ImageEnv), ("agilerl_test/MaskedDict
 # Dask clusters); `integration` tests (which start a stack of their own) are slow too. The README's
 # `python -m pytest` runs every tier.
 SLOW_FIXTURES = frozenset({"stack", "s3", "servers", "cli", "run_page"})
+STACK_FIXTURES = frozenset({"stack", "s3", "servers"})
+#
+# Workers: `python -m pytest` and the fast tier run on every core (pytest-xdist, `-n auto` in pyproject.toml:
+# two workers here, at most four anywhere). Each test file is one unit of work, so a file's module fixtures (a
+# stack of its own, a straight run to compare with) start once, and every test of the shared local stack runs on
+# one worker, so one stack serves them all. A run that names tests (`python -m pytest tests/test_x.py -k y`) stays
+# in this process (prints, `--pdb`); `-n 0` or `-n 2` say otherwise.
+
+
+def pytest_xdist_auto_num_workers(config):
+    if config.args_source != pytest.Config.ArgsSource.TESTPATHS:
+        return 0
+    return min(os.cpu_count() or 1, 4)
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())) or item.get_closest_marker("integration"):
+        names = set(getattr(item, "fixturenames", ()))
+        if SLOW_FIXTURES.intersection(names) or item.get_closest_marker("integration"):
             item.add_marker(pytest.mark.slow)
+        group = "stack" if STACK_FIXTURES.intersection(names) else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow  # Ray and Dask clusters start in each test
 POP = 4
 
 
-def _config(tmp_path, runner: dict, evo_steps: int = 200, budget: int = 2400):
+def _config(tmp_path, runner: dict, evo_steps: int = 200, budget: int = 1600):  # two generations
     data = {"name": "scale", "env_id": "CartPole-v1", "num_envs": 4, "population_size": POP, "evo_steps": evo_steps,
             "eval_episodes": 2, "max_env_steps": budget, "seed": 3,
             "hyperparameters": {"batch_size": 32, "learning_delay": 64, "buffer_size": 5000},
@@ -26,9 +26,9 @@ def _config(tmp_path, runner: dict, evo_steps: int = 200, budget: int = 2400):
     return path
 
 
-def _run(cli, tmp_path, runner: dict, run_id: str) -> dict:
+def _run(cli, tmp_path, runner: dict, run_id: str, budget: int = 1600) -> dict:
     storage = str(tmp_path / "runs")
-    p = cli.run("run", str(_config(tmp_path, runner)), "--run-id", run_id, "--storage", storage, "--no-progress",
+    p = cli.run("run", str(_config(tmp_path, runner, budget=budget)), "--run-id", run_id, "--storage", storage, "--no-progress",
                  cwd=tmp_path, env=cli.env, timeout=600)
     return {"summary": cli_summary(p), "state": committed_state(storage, run_id)}
 
@@ -56,7 +56,8 @@ def test_ray_places_each_group_on_its_logical_gpu_and_matches_threads(threads_ru
 
 def test_ray_fractional_gpus_share_one_device(tmp_path, cli):
     """gpus_per_shard 0.5 on one logical GPU: both groups' tasks fit on it."""
-    ray = _run(cli, tmp_path, {"kind": "ray", "workers": 2, "worker_gpus": 1, "gpus_per_shard": 0.5}, "ray-half")
+    ray = _run(cli, tmp_path, {"kind": "ray", "workers": 2, "worker_gpus": 1, "gpus_per_shard": 0.5}, "ray-half",
+               budget=800)  # one generation: the placements are what it checks
     places = ray["summary"]["group_placements"]
     assert [p["ray_gpu_ids"] for p in places] == [["0"], ["0"]]
 
@@ -81,8 +82,8 @@ def test_gpu_placement_that_would_hang_is_refused_before_work(tmp_path, cli):
 
 
 def test_ray_run_resumes_after_kill_9_as_if_uninterrupted(tmp_path, cli):
-    cfg = _config(tmp_path, {"kind": "ray", "workers": 2}, evo_steps=200, budget=5600)  # 7 generations
+    cfg = _config(tmp_path, {"kind": "ray", "workers": 2}, evo_steps=200, budget=4000)  # 5 generations
     storage = str(tmp_path / "runs")
     resumed, straight = cli.crash_and_resume(cfg, storage)
-    assert resumed["generations"] == straight["generations"] == 7
+    assert resumed["generations"] == straight["generations"] == 5
     assert committed_state(storage, "crashed") == committed_state(storage, "straight")
