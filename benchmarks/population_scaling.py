@@ -11,7 +11,9 @@ their step (compile_envs; its compile happens in the warm-up generation, outside
 puts the members (and those envs) on the GPU. Prints one JSON object: per algorithm and population the median
 generation wall time, its evaluation part, env steps per second, the ratio to population 1, and the phases'
 shares of the training time (env steps, acting, buffer writes, GAE, learning; from one more generation run under
-cProfile, whose overhead inflates small calls, so the shares are indicative). Targets:
+cProfile, whose overhead inflates small calls, so the shares are indicative), and at the largest population the
+cost of one generation's selection and mutation (``evolve_s``: tournament, clones and the config's default
+mutation mix, median of ``--repeats`` calls). Targets:
 population 16 <= 3x population 1 with batching on (CPU); with the torch backend on a GPU, PPO population
 1,024 <= 2x population 1 and >= 1M env steps/s.
 """
@@ -112,6 +114,27 @@ def one(algo: str, pop: int, batch: bool, out: str, backend: str = "gymnasium", 
     return wall, spent[0], shares
 
 
+def evolve_cost(algo: str, pop: int, out: str, repeats: int, device: str = "cpu") -> dict:
+    """Median seconds of one selection-and-mutation step (`Evolution.evolve`) at population `pop`, with the
+    default mutation mix (architecture, parameters, activation, hyperparameters), after one generation trained
+    (so every member has a fitness; a child inherits its parent's)."""
+    from agilerl_core.experiment import build_evolution
+    from tasks.config import validate_config
+
+    data = {"name": f"evolve-{algo}", "population_size": pop, "eval_episodes": 1, "seed": 0, "output_dir": out,
+            "max_env_steps": 10**9, "network": {"hidden_sizes": [64, 64]}, "device": device, **CONFIGS[algo],
+            "evo_steps": 64}
+    evo = build_evolution(validate_config(data))
+    evo.run_generation()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        evo.evolve()
+        times.append(time.perf_counter() - t0)
+    return {"population": pop, "evolve_s": round(statistics.median(times), 4),
+            "per_member_ms": round(1000 * statistics.median(times) / pop, 3)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--pops", default="1,4,16,64")
@@ -151,6 +174,7 @@ def main() -> None:
                                                                                 1e-9)),
                                "vs_pop1": round(med[pop] / med[pops[0]], 2), "train_phase_shares": shares[pop]}
                     for pop in pops}
+            res["selection_and_mutation"] = evolve_cost(algo, max(pops), tmp, args.repeats, args.device)
             out["results"][algo] = res
             print(json.dumps({algo: res}), flush=True)
     print(json.dumps(out))
