@@ -14,6 +14,7 @@ from agilerl_core.buffers.replay import n_step_return
 from agilerl_core.config import NetworkConfig
 from agilerl_core.envs.spaces import ObsSpec
 from agilerl_core.evolution import groups_of
+from agilerl_core.hpo.evolvable import MutationSettings
 from agilerl_core.networks import initial_arch
 
 SPEC = ObsSpec(spaces.Box(-1, 1, (3,), np.float32))
@@ -126,6 +127,91 @@ def test_members_of_other_widths_learn_zero_padded_as_alone():
     solo = [dqn(1, hidden=(16, 16)), dqn(2, hidden=(32, 8), lr=3e-3, batch_size=20), dqn(3, hidden=(8, 24), gamma=0.9)]
     batched, _ = learn_alone_and_together(solo, filled_buffer(3), [[True, True, True]] * 4)
     assert_same_members(solo, batched)
+
+
+def _rows(agent):
+    """Every buffer a group stacks for a DQN member (weights, Adam state, target)."""
+    opt = agent.optimizers["q"]
+    return [opt.flat, opt.m, opt.v, opt.beta1_pow, opt.beta2_pow, agent.target_flat["q_target"]]
+
+
+def test_a_group_adopts_its_members_and_the_next_group_of_them_copies_nothing():
+    """A group of one shape re-points its members' buffers (and their networks' parameters) to its rows: what it
+    learns is in the members with no write-back, the next group of the same members in the same order uses the
+    same state (no stack), and a member read as data (state, clone) or mutated in place reads its row."""
+    from agilerl_core.algorithms.group import rows_of
+
+    solo = [dqn(1), dqn(2, lr=3e-3), dqn(3, gamma=0.9)]
+    copies = [a.clone() for a in solo]
+    buf = filled_buffer(3)
+    group = DQN.group(solo)
+    for buffers in zip(*(_rows(a) for a in solo), strict=True):
+        assert rows_of(list(buffers)) is not None
+    for a, row in zip(solo, group.q.flat, strict=True):  # the network's parameters are views of the row
+        weight = next(a.networks["q"].parameters())
+        assert weight.untyped_storage().data_ptr() == row.untyped_storage().data_ptr()
+    for _ in range(3):
+        group.learn_step(buf, [0, 1, 2], [True, True, True])
+    group.update_targets([1.0, 1.0, 1.0])
+    for i, a in enumerate(solo):  # no write_back: the members are the rows
+        assert torch.equal(a.optimizers["q"].flat, group.q.flat[i])
+        assert torch.equal(a.target_flat["q_target"], group.targets["q_target"][i])
+        assert torch.equal(torch.cat([p.reshape(-1) for p in a.networks["q"].parameters()]), group.q.flat[i])
+    again = DQN.group(solo)
+    assert again.q.flat is group.q.flat and again.targets["q_target"] is group.targets["q_target"]
+    # alone, the same steps: equal (the adopted members learned what they learn alone)
+    alone = [DQN.group([c]) for c in copies]
+    for _ in range(3):
+        for slot, g in enumerate(alone):
+            g.learn_step(buf, [slot], [True])
+    for g in alone:
+        g.update_targets([1.0])
+        g.write_back()
+    assert_same_members(solo, copies)
+    # a mutation in place (parameter noise) moves the member's row; its clone is its own copy
+    before = group.q.flat[1].clone()
+    solo[1].mutate("parameters", np.random.default_rng(0), MutationSettings(0.0, 0.1, None))
+    assert not torch.equal(group.q.flat[1], before) and torch.equal(group.q.flat[0], copies[0].optimizers["q"].flat)
+    twin = solo[1].clone()
+    assert_same_members([solo[1]], [twin], atol=0.0)
+    assert twin.optimizers["q"].flat.untyped_storage().data_ptr() != group.q.flat.untyped_storage().data_ptr()
+
+
+def test_a_member_taken_into_another_group_keeps_what_each_group_taught_it():
+    """Groups in turn over one member (a group of three, then the member alone, then the three again): each
+    group's steps land in the member, as write-backs did."""
+    solo = [dqn(1), dqn(2), dqn(3)]
+    copies = [a.clone() for a in solo]
+    buf = filled_buffer(3)
+    for agents in (solo, copies):
+        first = DQN.group(agents)
+        first.learn_step(buf, [0, 1, 2], [True, True, True])
+        first.write_back()
+        alone = DQN.group([agents[1]])  # adopts member 1 into a state of its own
+        alone.learn_step(buf, [1], [True])
+        alone.write_back()
+        DQN.group(agents).learn_step(buf, [0, 1, 2], [True, True, True])
+    assert_same_members(solo, copies, atol=0.0)
+    plain = [dqn(1), dqn(2), dqn(3)]  # the same steps with a fresh group each time and nothing adopted twice
+    first = DQN.group(plain)
+    first.learn_step(buf, [0, 1, 2], [True, True, True])
+    DQN.group([plain[1]]).learn_step(buf, [1], [True])
+    DQN.group(plain).learn_step(buf, [0, 1, 2], [True, True, True])
+    assert_same_members(solo, plain)
+
+
+def test_a_padded_group_writes_its_narrower_members_back():
+    """Members of other widths are copies in a padded state (not adopted): their own buffers change only at
+    write_back."""
+    solo = [dqn(1, hidden=(16, 16)), dqn(2, hidden=(32, 8))]
+    own = [a.optimizers["q"].flat for a in solo]
+    before = [f.clone() for f in own]
+    group = DQN.group(solo)
+    group.learn_step(filled_buffer(2), [0, 1], [True, True])
+    assert all(a.optimizers["q"].flat is f for a, f in zip(solo, own, strict=True))
+    assert all(torch.equal(f, b) for f, b in zip(own, before, strict=True))
+    group.write_back()
+    assert not any(torch.equal(f, b) for f, b in zip(own, before, strict=True))
 
 
 RAINBOW = {"noisy": True, "dueling": True, "distributional": True, "num_atoms": 11, "v_min": -5.0, "v_max": 5.0,

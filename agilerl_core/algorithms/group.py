@@ -8,8 +8,14 @@ update is one op for the whole group instead of K. Hyperparameters that differ b
 (learning rates, gamma, tau, batch size...) are per-member tensors; every random draw (minibatches, action
 samples, exploration noise) is taken for the whole group at once from counter-based streams keyed per member
 (:mod:`agilerl_core.rng`), so a member's training is the same maths as when it trains alone (equal up to float
-rounding: tests check it). :meth:`MemberGroup.write_back` puts
-everything back into the members at the end, so checkpoints, mutation and cloning never see the group.
+rounding: tests check it).
+
+The state persists: a group of one shape *adopts* its members, re-pointing each member's buffers (and the
+parameters of its networks) to its row of the group's state, so a member is a slice of the group and nothing is
+copied back at the end of a phase. The next group of the same members in the same order (the evaluation after a
+training phase, the next phase) finds them already rows of one state and uses it as it is: no copy at all. A
+group that pads narrower members keeps copies and :meth:`MemberGroup.write_back` returns them at the end, so
+checkpoints, mutation and cloning always read a member's own buffers.
 
 Which members may share a group is each algorithm's call (:meth:`RLAlgorithm.batch_key`): equal keys mean
 equal network shapes and the same structural options. Members that cannot batch train one by one.
@@ -76,13 +82,48 @@ def stack_flats(flats: Sequence[torch.Tensor], shapes: Sequence[Shapes], padded:
 
 def unstack_into(stacked: torch.Tensor, flats: Sequence[torch.Tensor], shapes: Sequence[Shapes],
                  padded: Shapes, networks: int = 1) -> None:
-    """The inverse of :func:`stack_flats`, in place into `flats`."""
+    """The inverse of :func:`stack_flats`, in place into `flats` (a member's buffer that is its row already, an
+    adopted member, is left as it is)."""
     for i, f in enumerate(flats):
         if shapes[i] == padded:
-            f.copy_(stacked[i])
+            if f.data_ptr() != stacked[i].data_ptr():
+                f.copy_(stacked[i])
             continue
         for own, row in _padded_views(f, stacked[i], shapes[i], padded, networks):
             own.copy_(row)
+
+
+def rows_of(flats: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    """The [K, P] state whose rows 0..K-1 `flats` are, in that order (members a group adopted), else None."""
+    base = flats[0]._base
+    if base is None or base.dim() != 2 or base.shape[0] != len(flats) or not base.is_contiguous():
+        return None
+    width = base.shape[1]
+    for i, f in enumerate(flats):
+        if f._base is not base or tuple(f.shape) != (width,) or f.storage_offset() != base.storage_offset() + i * width:
+            return None
+    return base
+
+
+def group_state(flats: Sequence[torch.Tensor], shapes: Sequence[Shapes], padded: Shapes, networks: int = 1
+                ) -> tuple[torch.Tensor, bool]:
+    """The [K, P] state of K members' buffers: the state they are rows of already (no copy), or a new one
+    (:func:`stack_flats`). Returns (state, whether the members may be re-pointed to its rows: every member at
+    the padded shape)."""
+    whole = all(s == padded for s in shapes)
+    base = rows_of(flats) if whole else None
+    return (base if base is not None else stack_flats(flats, shapes, padded, networks)), whole
+
+
+@torch.no_grad()
+def repoint(params: Sequence[torch.Tensor], old: torch.Tensor, new: torch.Tensor) -> None:
+    """Every parameter of `params` that is a view of buffer `old` becomes the same view of `new` (a buffer laid
+    out as `old`, holding the same values): a member's networks then read and train the group's row."""
+    ptr, start, n = old.untyped_storage().data_ptr(), old.storage_offset(), old.numel()
+    for p in params:
+        offset = p.storage_offset() - start
+        if p.untyped_storage().data_ptr() == ptr and 0 <= offset < n:
+            p.data = new.as_strided(p.shape, p.stride(), new.storage_offset() + offset)
 
 
 def _padded_views(own: torch.Tensor, row: torch.Tensor, shapes: Shapes, padded: Shapes, networks: int
@@ -123,8 +164,15 @@ class StackedAdam:
         self.networks = networks_per_member
         self.betas, self.eps = first.betas, first.eps
         for name in _ADAM_STATE:
-            setattr(self, name, stack_flats([getattr(o, name) for o in opts], self.shapes, self.padded,
-                                            networks_per_member))
+            own = [getattr(o, name) for o in opts]
+            state, adopt = group_state(own, self.shapes, self.padded, networks_per_member)
+            if adopt:  # each member's buffer becomes its row (its networks' parameters with it)
+                for o, buffer, row in zip(opts, own, state, strict=True):
+                    if buffer is not row:
+                        if name == "flat":
+                            repoint([p for m in o.modules for p in m.parameters()], buffer, row)
+                        setattr(o, name, row)
+            setattr(self, name, state)
         self.grad = torch.zeros_like(self.flat)
         device = self.flat.device
         # each element's network (member i's networks are i*M .. i*M+M-1), for per-network clipping
@@ -203,7 +251,12 @@ class MemberGroup(ABC):
         self._target_sources = self.stacked_targets()
         for t, (online, flats) in self._target_sources.items():
             adam = self.adams[online]
-            self.targets[t] = stack_flats(flats, adam.shapes, adam.padded, adam.networks)
+            self.targets[t], adopt = group_state(flats, adam.shapes, adam.padded, adam.networks)
+            if adopt:
+                for a, buffer, row in zip(self.agents, flats, self.targets[t], strict=True):
+                    if buffer is not row:
+                        repoint([p for net in a.networks.values() for p in net.parameters()], buffer, row)
+                        self.set_target(a, t, row)
 
     def stacked_optimizers(self) -> dict[str, tuple]:
         """What to stack: name -> :class:`StackedAdam`'s arguments (each member's Adam, each member's
@@ -216,6 +269,11 @@ class MemberGroup(ABC):
         Adam's). Default: every target network."""
         return {t: (online, [a.target_flat[t] for a in self.agents])
                 for t, online in self.agents[0].target_networks.items()}
+
+    @staticmethod
+    def set_target(agent, name: str, flat: torch.Tensor) -> None:
+        """Make `flat` member `agent`'s buffer of target `name` (one of :meth:`stacked_targets`)."""
+        agent.target_flat[name] = flat
 
     @staticmethod
     def joined(obs: Sequence) -> dict[str, torch.Tensor]:
@@ -312,7 +370,8 @@ class MemberGroup(ABC):
 
     @torch.no_grad()
     def write_back(self) -> None:
-        """Every member's weights, Adam state and targets back into its own buffers (end of the phase)."""
+        """Every member's weights, Adam state and targets back into its own buffers (end of the phase): a copy
+        only where the group padded a member (an adopted member's buffers are its rows already)."""
         for adam in self.adams.values():
             adam.write_back()
         if self.obs_norm is not None:

@@ -59,7 +59,7 @@ def _into_flat(params: list[torch.Tensor], with_grad: bool) -> tuple[torch.Tenso
 
 def _state_view(buffer: torch.Tensor, flat: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     """The part of `buffer` (laid out as `flat`) that belongs to parameter `p` (a view of `flat`)."""
-    return buffer.as_strided(p.shape, p.stride(), p.storage_offset() - flat.storage_offset())
+    return buffer.as_strided(p.shape, p.stride(), buffer.storage_offset() + p.storage_offset() - flat.storage_offset())
 
 
 class FlatAdam:
