@@ -301,9 +301,10 @@ class Cli:
                                 env=self.env if env is None else env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, start_new_session=True)
 
-    def crash_and_resume(self, cfg_path, storage: str, kill_after: int = 2) -> tuple[dict, dict]:
+    def crash_and_resume(self, cfg_path, storage: str, kill_after: int = 2, straight_cfg=None) -> tuple[dict, dict]:
         """Run `cfg_path` as run "crashed", kill -9 its process group once generation `kill_after` is committed,
-        resume it, then run it uninterrupted as "straight": (resumed summary, straight summary)."""
+        resume it, then run it uninterrupted as "straight" (`straight_cfg`: that config instead, e.g. the same run
+        on the threads runner, which gives every runner's result): (resumed summary, straight summary)."""
         import os
         import signal
 
@@ -322,7 +323,7 @@ class Cli:
         # the resumed run's summary covers the whole run: every attempt's steps, the committed generations' wall time
         assert resumed["resumed_after_generation"] == crashed_at and resumed["attempt_steps"] < resumed["global_steps"]
         assert resumed["wall_s"] > resumed["attempt_wall_s"]
-        straight = cli_summary(self.run("run", cfg_path, "--run-id", "straight", *common))
+        straight = cli_summary(self.run("run", straight_cfg or cfg_path, "--run-id", "straight", *common))
         return resumed, straight
 
 

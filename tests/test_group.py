@@ -545,6 +545,30 @@ def test_team_group_update_equals_each_members_own(algo, mixed):
     assert losses[1][1] == 0.0 and losses[1][0] > 0.0
 
 
+def test_a_team_group_adopts_its_critics_and_their_targets():
+    """MATD3 teams: each team's stacked critics, their targets (one buffer for the C x N critics) and its actors
+    become rows of the group's state, every network's parameters views of them; the next group of the teams
+    copies nothing."""
+    from agilerl_core.algorithms.group import rows_of
+    from tests.test_multi_agent import SPEAKER_LISTENER
+
+    teams = [team(SPEAKER_LISTENER, 70 + i) for i in range(3)]
+    group = type(teams[0]).group(teams)
+    assert rows_of([t.critic_adam.flat for t in teams]) is group.adams["critics"].flat
+    assert rows_of([t.critic_target_flat for t in teams]) is group.targets["critics.target"]
+    for i, t in enumerate(teams):
+        for name, net in t.networks.items():
+            state = group.targets["critics.target"] if name.startswith("critic") and name.endswith(".target") else \
+                group.adams["critics"].flat if name.startswith("critic") else None
+            if state is not None:
+                ptr = state.untyped_storage().data_ptr()
+                assert all(p.untyped_storage().data_ptr() == ptr for p in net.parameters()), name
+        assert torch.equal(t.critic_target_flat, group.targets["critics.target"][i])
+    again = type(teams[0]).group(teams)
+    assert again.targets["critics.target"] is group.targets["critics.target"]
+    assert all(again.adams[n].flat is group.adams[n].flat for n in group.adams)
+
+
 def test_team_group_explores_as_each_member_would():
     from tests.test_multi_agent import MIXED
 

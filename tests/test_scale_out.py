@@ -82,8 +82,11 @@ def test_gpu_placement_that_would_hang_is_refused_before_work(tmp_path, cli):
 
 
 def test_ray_run_resumes_after_kill_9_as_if_uninterrupted(tmp_path, cli):
+    """Killed mid-run and resumed on Ray, the run ends as the uninterrupted one, run on the threads runner (which
+    the Ray runner equals to the bit: the placement test above)."""
     cfg = _config(tmp_path, {"kind": "ray", "workers": 2}, evo_steps=200, budget=4000)  # 5 generations
+    straight_cfg = _config(tmp_path, {}, evo_steps=200, budget=4000)
     storage = str(tmp_path / "runs")
-    resumed, straight = cli.crash_and_resume(cfg, storage)
+    resumed, straight = cli.crash_and_resume(cfg, storage, straight_cfg=straight_cfg)
     assert resumed["generations"] == straight["generations"] == 5
     assert committed_state(storage, "crashed") == committed_state(storage, "straight")
