@@ -137,7 +137,7 @@ def test_act_never_picks_masked_actions():
 def test_stacked_adam_matches_torch_adam():
     """Two members with their own learning rates (and other widths) stepped as one stacked Adam, gradients
     clipped per member: each ends where torch.optim.Adam and clip_grad_norm_ take its own copy."""
-    from agilerl_core.algorithms.group import StackedAdam, padded_shapes, param_shapes, stack_flats
+    from agilerl_core.algorithms.group_state import StackedAdam, padded_shapes, param_shapes, stack_flats
 
     torch.manual_seed(0)
     ours = [torch.nn.Sequential(torch.nn.Linear(4, w), torch.nn.Tanh(), torch.nn.Linear(w, 2)) for w in (8, 5)]

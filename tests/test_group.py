@@ -139,7 +139,7 @@ def test_a_group_adopts_its_members_and_the_next_group_of_them_copies_nothing():
     """A group of one shape re-points its members' buffers (and their networks' parameters) to its rows: what it
     learns is in the members with no write-back, the next group of the same members in the same order uses the
     same state (no stack), and a member read as data (state, clone) or mutated in place reads its row."""
-    from agilerl_core.algorithms.group import rows_of
+    from agilerl_core.algorithms.group_state import rows_of
 
     solo = [dqn(1), dqn(2, lr=3e-3), dqn(3, gamma=0.9)]
     copies = [a.clone() for a in solo]
@@ -549,7 +549,7 @@ def test_a_team_group_adopts_its_critics_and_their_targets():
     """MATD3 teams: each team's stacked critics, their targets (one buffer for the C x N critics) and its actors
     become rows of the group's state, every network's parameters views of them; the next group of the teams
     copies nothing."""
-    from agilerl_core.algorithms.group import rows_of
+    from agilerl_core.algorithms.group_state import rows_of
     from tests.test_multi_agent import SPEAKER_LISTENER
 
     teams = [team(SPEAKER_LISTENER, 70 + i) for i in range(3)]

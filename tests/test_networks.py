@@ -274,7 +274,7 @@ def test_a_stacked_network_computes_what_each_member_computes(case):
     stacked forward equals each member's own network on its own observations."""
     from dataclasses import replace
 
-    from agilerl_core.algorithms.group import padded_shapes, param_shapes, stack_flats
+    from agilerl_core.algorithms.group_state import padded_shapes, param_shapes, stack_flats
     from agilerl_core.networks.obs_norm import RunningObsNorm, StackedObsNorm
     from agilerl_core.networks.stacked import StackedNetwork
 

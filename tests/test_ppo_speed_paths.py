@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agilerl_core.algorithms.group import stack_flats, unstack_into
+from agilerl_core.algorithms.group_state import stack_flats, unstack_into
 from agilerl_core.algorithms.ppo import PPO
 from agilerl_core.arenas import build_arena
 from agilerl_core.arenas.gym_on_policy import _members_sequences, train_group_on_policy

@@ -213,7 +213,7 @@ def test_the_config_and_the_spec_can_force_a_scaling_and_a_checkpoint_spec_recor
 
 
 def test_stacked_members_scale_a_code_grid_as_each_member_does():
-    from agilerl_core.algorithms.group import padded_shapes, param_shapes, stack_flats
+    from agilerl_core.algorithms.group_state import padded_shapes, param_shapes, stack_flats
     from agilerl_core.networks.stacked import StackedNetwork
 
     spec = ObsSpec(CODES)

@@ -432,7 +432,7 @@ def test_a_width_mutation_keeps_adam_moments_over_the_overlap_and_new_units_star
 
 
 def test_ppo_minibatches_share_the_rows_evenly_and_log_std_is_clipped_with_the_actor(monkeypatch):
-    from agilerl_core.algorithms.group import StackedAdam
+    from agilerl_core.algorithms.group_state import StackedAdam
     from agilerl_core.algorithms.optim import FlatAdam
     from agilerl_core.algorithms.ppo import minibatch_bounds
     from tests.test_group import _Flat, ppo, rollout_data
@@ -455,7 +455,7 @@ def test_ppo_minibatches_share_the_rows_evenly_and_log_std_is_clipped_with_the_a
     assert clipped.count(True) == 8  # the actor's clip counted log_std every time, the critic's did not
     # the joint norm: a module's gradient and an outside one scaled together to max_norm
     net = torch.nn.Linear(2, 1, bias=False)
-    from agilerl_core.algorithms.group import param_shapes
+    from agilerl_core.algorithms.group_state import param_shapes
 
     opt = StackedAdam([FlatAdam(net, 1e-3)], [param_shapes(net)])
     opt.grad.copy_(torch.tensor([3.0, 0.0]))

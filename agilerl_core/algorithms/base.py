@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel
 
-from agilerl_core.algorithms.group import plain_mlp_shape_key
+from agilerl_core.algorithms.group_state import plain_mlp_shape_key
 from agilerl_core.algorithms.hyperparameters.base import Hyperparameters
 from agilerl_core.algorithms.optim import FlatAdam, flatten_parameters
 from agilerl_core.envs.spaces import ActionSpec, Obs, ObsSpec

@@ -66,7 +66,7 @@ class FlatAdam:
     """A member's Adam (Kingma & Ba, 2015) state for parameters that live in one flat buffer: those of one
     module, or of several identically shaped modules stacked (``stack=True``, see :func:`stack_parameters`).
     It holds the weights, moments, step powers and scalars that checkpoints save and mutations keep; the steps
-    themselves are taken by :class:`~agilerl_core.algorithms.group.StackedAdam` for a group of members (a
+    themselves are taken by :class:`~agilerl_core.algorithms.group_state.StackedAdam` for a group of members (a
     member alone: a group of one). :meth:`view` gives each stacked module its own handle (its state and
     scalars) for checkpoints and mutations."""
 

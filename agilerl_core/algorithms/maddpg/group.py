@@ -28,9 +28,8 @@ from agilerl_core.algorithms.group import (
     actor_turns,
     clipped_step,
     gradients,
-    param_shapes,
-    stacked_blocks,
 )
+from agilerl_core.algorithms.group_state import param_shapes, stacked_blocks
 from agilerl_core.algorithms.maddpg.maths import gumbel_of, gumbel_softmax, masked_logits
 from agilerl_core.buffers.replay import AgentTensors, MultiAgentBatch
 from agilerl_core.envs.spaces import Obs
