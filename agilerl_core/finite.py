@@ -3,8 +3,9 @@ naming the env or dataset, the member, the step and the value, before anything o
 
 Checked cheaply, with no host wait added to the loop on CUDA:
 
-* rewards and observations arrive from the envs as host arrays: :func:`check_host` looks at them there, every
-  step, before they reach a buffer (an integer array, e.g. an image, is finite by construction);
+* rewards and observations from host envs are looked at on the host (`_bad`; a group's envs name the member
+  only once something is wrong), every step, before they reach a buffer (an integer array, e.g. an image, is
+  finite by construction);
 * losses of a batched learn step stay on the device: :class:`FirstBad` keeps them and finds, per member, the
   first step whose loss was not finite (a few kernels per 256 steps), read once at the end of the training phase;
 * weights are checked once per member after its training phase (:func:`nonfinite_weight`: one reduction,
@@ -16,7 +17,6 @@ the generation and the source (:func:`source_of`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -51,19 +51,6 @@ def _bad(x: Any) -> bool:
         return x.is_floating_point() and not bool(torch.isfinite(x).all())
     a = np.asarray(x)
     return a.dtype.kind in "fc" and not np.isfinite(a).all()
-
-
-def check_host(value: Any, what: str, slot: int, step: int) -> None:
-    """Raise a NonFiniteError for `what` (``reward``, ``observation``...) of the member in `slot` at env step
-    `step` (1-based, of its training phase) when `value` holds NaN or inf."""
-    if _bad(value):
-        raise NonFiniteError(None, slot, what, step, "env step")
-
-
-def check_loss(loss: float, slot: int, step: int, what: str = "the loss", step_kind: str = "learn step") -> None:
-    """Raise a NonFiniteError when a host-side loss is not finite (at `step_kind` `step`, 1-based)."""
-    if not math.isfinite(loss):
-        raise NonFiniteError(None, slot, what, step, step_kind)
 
 
 class FirstBad:

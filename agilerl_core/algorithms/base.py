@@ -9,6 +9,7 @@ architecture spec, flat-buffer Adam, target updates, hyperparameter changes, arc
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -16,7 +17,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel
 
-from agilerl_core.algorithms.group_state import plain_mlp_shape_key
+from agilerl_core.algorithms.group_state import ADAM_STATE, gather_rows, param_shapes, plain_mlp_shape_key, repoint
 from agilerl_core.algorithms.hyperparameters.base import Hyperparameters
 from agilerl_core.algorithms.optim import FlatAdam, flatten_parameters
 from agilerl_core.envs.spaces import ActionSpec, Obs, ObsSpec
@@ -374,6 +375,89 @@ class RLAlgorithm(ABC):
         """An independent copy (same weights, optimiser state, hyperparameters and RNG)."""
         tensors, meta = self.state()
         return type(self).from_state(self.obs_spec, tensors, meta, self.device, **self.init_kwargs())
+
+    @staticmethod
+    def clone_many(parents: Sequence[RLAlgorithm]) -> list[RLAlgorithm]:
+        """Independent copies of `parents` (a selection's picks, in slot order, repeats allowed), each what
+        :meth:`clone` makes. The copies of parents of one class and architecture are rows of one state: each of
+        their flat buffers (weights, Adam moments and step powers, targets) is gathered from the parents' in
+        one op (an index gather when the parents are rows of a group's state, a stack otherwise), so the next
+        group of those members adopts them without a copy. A class with a clone of its own clones itself."""
+        out: list[RLAlgorithm | None] = [None] * len(parents)
+        kinds: dict[tuple, list[int]] = {}
+        for i, p in enumerate(parents):
+            if type(p).clone is not RLAlgorithm.clone:
+                out[i] = p.clone()
+                continue
+            shapes = tuple(tuple(param_shapes(net)) for net in p.networks.values())
+            kinds.setdefault((type(p), repr(p.arch), shapes), []).append(i)
+        for slots in kinds.values():
+            children = [parents[i]._copy_shell() for i in slots]
+            buffers = [parents[i].flat_buffers() for i in slots]
+            for name in buffers[0]:
+                for child, row in zip(children, gather_rows([b[name] for b in buffers]), strict=True):
+                    child.set_flat_buffer(name, row)
+            for i, child in zip(slots, children, strict=True):
+                out[i] = child
+        return out
+
+    @torch.no_grad()
+    def _copy_shell(self) -> RLAlgorithm:
+        """A copy of everything but the flat buffers (:meth:`clone_many` gathers those): hyperparameters,
+        generators, counters, optimiser scalars, extra tensors, observation statistics (the networks hold no
+        persistent buffers: every tensor of their state is a parameter, in a flat buffer)."""
+        cls = type(self)
+        child = cls(self.obs_spec, cls.action_from_meta({"action": self.action_meta()}), self.arch, self.hp, 0,
+                    self.device, **self.init_kwargs())
+        child.torch_gen.set_state(self.torch_gen.get_state().clone())
+        child.np_rng.bit_generator.state = self.np_rng.bit_generator.state
+        child.env_steps, child.learn_steps = self.env_steps, self.learn_steps
+        for n, opt in self.optimizers.items():
+            child.optimizers[n].lr, child.optimizers[n].betas, child.optimizers[n].eps = opt.lr, opt.betas, opt.eps
+        child.load_extra_tensors({k: v.detach().clone() for k, v in self.extra_tensors().items()})
+        if self.obs_norm is not None:
+            child.obs_norm.load_tensors({k: v.clone() for k, v in self.obs_norm.tensors().items()})
+        return child
+
+    def _adams(self) -> dict[str, FlatAdam]:
+        """Each distinct Adam of :attr:`optimizers` (a view's shared one once), by the first name stepping it."""
+        out: dict[str, FlatAdam] = {}
+        for n, opt in self.optimizers.items():
+            adam = getattr(opt, "adam", opt)  # an AdamView steps with its FlatAdam
+            if all(a is not adam for a in out.values()):
+                out[n] = adam
+        return out
+
+    def target_buffers(self) -> dict[str, torch.Tensor]:
+        """Each target network's flat buffer, by name."""
+        return dict(self.target_flat)
+
+    def set_target_buffer(self, name: str, flat: torch.Tensor) -> None:
+        """Make `flat` (laid out as the old one) the buffer of target `name`: a group's row, a clone's."""
+        self.target_flat[name] = flat
+
+    def flat_buffers(self) -> dict[str, torch.Tensor]:
+        """Every flat buffer of this member by name: each Adam's weights, moments and step powers
+        (``adam/<optimiser>/<field>``) and each target's weights (``target/<name>``)."""
+        out = {f"adam/{n}/{f}": getattr(adam, f) for n, adam in self._adams().items() for f in ADAM_STATE}
+        out.update({f"target/{t}": flat for t, flat in self.target_buffers().items()})
+        return out
+
+    @torch.no_grad()
+    def set_flat_buffer(self, name: str, buffer: torch.Tensor) -> None:
+        """Make `buffer` (laid out as the old one, holding the values to keep) flat buffer `name` of
+        :meth:`flat_buffers`; the networks' parameters in a weights buffer become views of it."""
+        kind, _, rest = name.partition("/")
+        if kind == "target":
+            repoint([p for net in self.networks.values() for p in net.parameters()], self.target_buffers()[rest],
+                    buffer)
+            self.set_target_buffer(rest, buffer)
+            return
+        opt, _, field = rest.rpartition("/")
+        adam = self._adams()[opt]
+        if field == "flat":
+            repoint([p for m in adam.modules for p in m.parameters()], adam.flat, buffer)
+        setattr(adam, field, buffer)
 
     def init_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the constructor beyond the common ones (a copy is built with them). Default: none."""

@@ -114,10 +114,6 @@ class DPO(LLMAlgorithm):
         size = max(members[0].hp.micro_batch_size // 2, 1)
         return [[(i, pairs[i][s]) for i, s in piece] for piece in row_pieces([len(p) for p in pairs], size)]
 
-    def train_phase(self, data: PreferenceData, budget: int, seed: int) -> PhaseMetrics:
-        """Learn steps until `budget` pairs were used (the last step is whole): a group of one."""
-        return DPO.train_group([self], data, budget, [seed])[0]
-
     @staticmethod
     def train_group(members: list[DPO], data: PreferenceData, budget: int, seeds: list[int]) -> list[PhaseMetrics]:
         """Every member's training phase, their learn steps taken together (:meth:`learn_group`); member i's

@@ -63,7 +63,7 @@ class MemberGroup(ABC):
                 for a, buffer, row in zip(self.agents, flats, self.targets[t], strict=True):
                     if buffer is not row:
                         repoint([p for net in a.networks.values() for p in net.parameters()], buffer, row)
-                        self.set_target(a, t, row)
+                        a.set_target_buffer(t, row)
 
     def stacked_optimizers(self) -> dict[str, tuple]:
         """What to stack: name -> :class:`StackedAdam`'s arguments (each member's Adam, each member's
@@ -76,11 +76,6 @@ class MemberGroup(ABC):
         Adam's). Default: every target network."""
         return {t: (online, [a.target_flat[t] for a in self.agents])
                 for t, online in self.agents[0].target_networks.items()}
-
-    @staticmethod
-    def set_target(agent, name: str, flat: torch.Tensor) -> None:
-        """Make `flat` member `agent`'s buffer of target `name` (one of :meth:`stacked_targets`)."""
-        agent.target_flat[name] = flat
 
     @staticmethod
     def joined(obs: Sequence) -> dict[str, torch.Tensor]:

@@ -15,7 +15,7 @@ import torch
 from agilerl_core.algorithms.optim import FlatAdam
 from agilerl_core.networks.stacked import Layers, parameter_blocks
 
-_ADAM_STATE = ("flat", "m", "v", "beta1_pow", "beta2_pow")
+ADAM_STATE = ("flat", "m", "v", "beta1_pow", "beta2_pow")  # a FlatAdam's buffers
 
 Shapes = list[tuple[int, ...]]
 
@@ -72,16 +72,37 @@ def unstack_into(stacked: torch.Tensor, flats: Sequence[torch.Tensor], shapes: S
             own.copy_(row)
 
 
+def _row_indices(flats: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[int]] | None:
+    """(base, index of each buffer's row) when every buffer of `flats` is a whole row of one contiguous [K, P]
+    state `base` (members a group adopted; repeats and any order allowed), else None."""
+    base = flats[0]._base
+    if base is None or base.dim() != 2 or not base.is_contiguous():
+        return None
+    width, start, rows = base.shape[1], base.storage_offset(), []
+    for f in flats:
+        offset = f.storage_offset() - start
+        if f._base is not base or tuple(f.shape) != (width,) or offset % width:
+            return None
+        rows.append(offset // width)
+    return base, rows
+
+
 def rows_of(flats: Sequence[torch.Tensor]) -> torch.Tensor | None:
     """The [K, P] state whose rows 0..K-1 `flats` are, in that order (members a group adopted), else None."""
-    base = flats[0]._base
-    if base is None or base.dim() != 2 or base.shape[0] != len(flats) or not base.is_contiguous():
+    found = _row_indices(flats)
+    if found is None or found[0].shape[0] != len(flats) or found[1] != list(range(len(flats))):
         return None
-    width = base.shape[1]
-    for i, f in enumerate(flats):
-        if f._base is not base or tuple(f.shape) != (width,) or f.storage_offset() != base.storage_offset() + i * width:
-            return None
-    return base
+    return found[0]
+
+
+def gather_rows(flats: Sequence[torch.Tensor]) -> torch.Tensor:
+    """[S, P], row s a copy of ``flats[s]`` (a buffer may come more than once: a tournament's picks), in one op:
+    an index gather from the [K, P] state the buffers are rows of (members a group adopted), else a stack."""
+    found = _row_indices(flats)
+    if found is None:
+        return torch.stack(list(flats))
+    base, rows = found
+    return base.index_select(0, torch.tensor(rows, device=base.device))
 
 
 def group_state(flats: Sequence[torch.Tensor], shapes: Sequence[Shapes], padded: Shapes, networks: int = 1
@@ -142,7 +163,7 @@ class StackedAdam:
         self.padded = padded_shapes(self.shapes)
         self.networks = networks_per_member
         self.betas, self.eps = first.betas, first.eps
-        for name in _ADAM_STATE:
+        for name in ADAM_STATE:
             own = [getattr(o, name) for o in opts]
             state, adopt = group_state(own, self.shapes, self.padded, networks_per_member)
             if adopt:  # each member's buffer becomes its row (its networks' parameters with it)
@@ -201,6 +222,6 @@ class StackedAdam:
 
     @torch.no_grad()
     def write_back(self) -> None:
-        for name in _ADAM_STATE:
+        for name in ADAM_STATE:
             unstack_into(getattr(self, name), [getattr(o, name) for o in self.opts], self.shapes, self.padded,
                          self.networks)

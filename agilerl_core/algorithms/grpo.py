@@ -194,11 +194,6 @@ class GRPO(LLMAlgorithm):
         return (self.algorithm_name, self.hp.max_new_tokens)  # one sampling loop for the group
 
     # ---- training ----------------------------------------------------------------------------------------
-    def train_phase(self, data: PromptData, rewards: Rewards, budget: int, seed: int, kl_metric: bool = True
-                    ) -> PhaseMetrics:
-        """Learn steps until `budget` completions were sampled (the last step is whole): a group of one."""
-        return type(self).train_group([self], data, rewards, budget, [seed], kl_metric)[0]
-
     @staticmethod
     def train_group(members: list[GRPO], data: PromptData, rewards: Rewards, budget: int, seeds: list[int],
                     kl_metric: bool = True) -> list[PhaseMetrics]:

@@ -156,10 +156,6 @@ class LLMBC(LLMAlgorithm):
         """What follows the member's Adam step (ILQL: the targets' soft update)."""
 
     # ---- training -------------------------------------------------------------------------------------------
-    def train_phase(self, data: GameTranscripts, budget: int, seed: int) -> PhaseMetrics:
-        """Learn steps until `budget` games were used (the last step is whole): a group of one."""
-        return type(self).train_group([self], data, budget, [seed])[0]
-
     @classmethod
     def train_group(cls, members: list[LLMBC], data: GameTranscripts, budget: int, seeds: list[int]
                     ) -> list[PhaseMetrics]:

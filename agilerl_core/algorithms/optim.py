@@ -151,26 +151,11 @@ class AdamView:
         return self.adam.scalars()
 
 
-@torch.no_grad()
-def adam_update_(param: torch.Tensor, grad: torch.Tensor, state: torch.Tensor, lr: float,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
-    """One Adam step, in place, on a small tensor kept outside the networks (SAC's temperature, PPO's
-    log std). `state` holds [m (n), v (n), step], flattened, zeros at the start; it is updated in place."""
-    n = param.numel()
-    b1, b2 = betas
-    m, v, t = state[:n], state[n: 2 * n], state[2 * n]
-    g = grad.reshape(-1)
-    t += 1
-    m.mul_(b1).add_(g, alpha=1.0 - b1)
-    v.mul_(b2).addcmul_(g, g, value=1.0 - b2)
-    step = (m / (1 - b1 ** float(t))) / ((v / (1 - b2 ** float(t))).sqrt() + eps)
-    param.sub_(lr * step.view_as(param))
-
-
 def adam_update_stacked_(param: torch.Tensor, grad: torch.Tensor, state: torch.Tensor, lr: torch.Tensor,
                          active: torch.Tensor, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
-    """:func:`adam_update_` for K members at once: `param` and `grad` [K, n], `state` [K, 2n + 1] (each row as
-    adam_update_ keeps it), `lr` [K]; only the `active` [K] members step (the others keep parameter and state
+    """One Adam step, in place, of a small tensor kept outside the networks (SAC's temperature, PPO's log std)
+    for K members at once: `param` and `grad` [K, n], `state` [K, 2n + 1] (each row m (n), v (n), step; zeros at
+    the start), `lr` [K]; only the `active` [K] members step (the others keep parameter and state
     exactly). No host round trip."""
     n = param.shape[1]
     b1, b2 = betas

@@ -62,12 +62,6 @@ class Rollout:
                    torch.zeros(steps, num_envs),
                    None if mask_dim is None else torch.ones(steps, num_envs, mask_dim, dtype=torch.bool))
 
-    def with_critic_obs(self, obs: Obs) -> Rollout:
-        """Room for a centralised critic's input beside the actor's (`obs`: one step's [N, ...] tensors)."""
-        steps = self.rewards.shape[0]
-        self.critic_obs = {k: torch.zeros((steps, *v.shape), dtype=v.dtype) for k, v in obs.items()}
-        return self
-
     def with_states(self, shapes: dict[str, tuple[int, ...]]) -> Rollout:
         """Room for recurrent states (`shapes`: each network's state shape per env, (layers, S, H))."""
         steps, n = self.rewards.shape

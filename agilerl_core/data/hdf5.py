@@ -188,12 +188,6 @@ def load_array(dset, key: str, path: Path | str, nbytes: int) -> np.ndarray:
                            f"machine with more memory") from None
 
 
-def read_array(dset, key: str, path: Path | str, file_size: int | None = None,
-               budget: FileBudget | None = None) -> np.ndarray:
-    """The whole of `dset` after :func:`check_array` (which see)."""
-    return load_array(dset, key, path, check_array(dset, key, path, file_size, budget))
-
-
 def open_hdf5(path: Path | str, label: str | None = None):
     """(h5py.File, size) of `path` opened for reading, once it is found to be a regular file: h5py would block
     forever opening a FIFO, read a device without end. A DatasetError names the file otherwise."""

@@ -120,11 +120,6 @@ def _from_factory(label: str, factory: Callable[..., Any], env_kwargs: dict[str,
     return env
 
 
-def wrapper_module(name: str) -> tuple[str, str]:
-    """(module, class name) of a wrapper named module.Name or module:Name (a ConfigError when it is neither)."""
-    return split_wrapper(name, "wrapper")
-
-
 def resolve_wrapper(name: str, field: str, vector: bool = False) -> type:
     """The wrapper class `name` (module.Name or module:Name) names: a gymnasium.Wrapper (a VectorWrapper for
     vector wrappers); a ConfigError naming `field` otherwise."""

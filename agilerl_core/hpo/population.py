@@ -66,6 +66,14 @@ class Member:
         return self.fitness_history[-1] if self.fitness_history else None
 
 
+def clone_all(agents: list[Evolvable]) -> list[Evolvable]:
+    """Independent copies of `agents` (a selection's picks, repeats allowed): all at once where their class
+    clones many together (``clone_many``: RL agents' weights and optimiser states gathered as the rows of
+    one state), else one by one."""
+    many = getattr(type(agents[0]), "clone_many", None) if agents else None
+    return many(agents) if many is not None else [a.clone() for a in agents]
+
+
 def _event(member: Member, slot: int, generation: int) -> LineageEvent:
     return LineageEvent(generation, slot, member.member_id, member.parent_id, member.mutation,
                         member.agent.hp.model_dump(), member.agent.describe(), other_parent_id=member.other_parent_id)
@@ -104,15 +112,16 @@ class Population:
     def evolve(self, selection: Selection, mutations: Mutations,
                seed_of: Callable[[int, int], int] | None = None) -> None:
         """The next generation (in place): `selection` plans where each slot comes from (a tournament, or
-        subpopulations at several rhythms), the chosen members are cloned, and each planned mutation applied.
+        subpopulations at several rhythms), the chosen members are cloned (:func:`clone_all`: a gather over
+        their state), and each planned mutation applied.
         `seed_of(generation, slot)` seeds each new member's own generators (clones of one parent, the elite
         included, then draw differently from it and from each other)."""
         fitnesses = [m.fitness if m.fitness is not None else float("nan") for m in self.members]
         plan = selection.plan(fitnesses, self.generation, self.rng)
+        clones = clone_all([self.members[place.parent].agent for place in plan])
         new_members = []
-        for slot, place in enumerate(plan):
+        for slot, (place, agent) in enumerate(zip(plan, clones, strict=True)):
             parent = self.members[place.parent]
-            agent = parent.agent.clone()
             if seed_of is not None:
                 agent.reseed(seed_of(self.generation + 1, slot))
             other = None

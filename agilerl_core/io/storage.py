@@ -185,10 +185,6 @@ class LocalStorage(Storage):
                 parent.rmdir()
                 parent = parent.parent
 
-    def local_path(self, key: str) -> Path:
-        return self._path(key)
-
-
 _S3_HINTS = {
     "InvalidAccessKeyId": "the access key id is unknown to the store; check AWS_ACCESS_KEY_ID or "
                           "storage.access_key_id",

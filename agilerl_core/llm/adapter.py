@@ -68,12 +68,6 @@ class LoraAdapter:
     def tensors(self) -> dict[str, torch.Tensor]:
         return {k: p.detach() for k, p in zip(self.param_names(), self.parameters(), strict=True)}
 
-    @classmethod
-    def from_tensors(cls, tensors: dict[str, torch.Tensor], scale: float) -> LoraAdapter:
-        a = {k.removesuffix(".lora_A"): v for k, v in tensors.items() if k.endswith(".lora_A")}
-        b = {k.removesuffix(".lora_B"): v for k, v in tensors.items() if k.endswith(".lora_B")}
-        return cls(a, b, scale)
-
     def clone(self) -> LoraAdapter:
         return LoraAdapter({n: self.a[n] for n in self.names}, {n: self.b[n] for n in self.names}, self.scale)
 

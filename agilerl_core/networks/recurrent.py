@@ -101,10 +101,6 @@ class EvolvableRNN(nn.Module):
         return new
 
 
-def zero_state(spec: RNNSpec, batch: tuple[int, ...], device: torch.device | str = "cpu") -> torch.Tensor:
-    return torch.zeros((*batch, *spec.state_shape()), device=device)
-
-
 def run_sequence(cell: str, params: list[tuple[torch.Tensor, ...]], x: torch.Tensor, state: torch.Tensor | None,
                  starts: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """K members' sequences x [K, B, L, in] through their stacked layers (`params`: per layer (w_ih, w_hh,

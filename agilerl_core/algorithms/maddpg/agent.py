@@ -161,6 +161,15 @@ class MADDPG(RLAlgorithm):
             self.optimizers[n] = self.critic_adam.view(online[n])
         self.critic_target_flat, _ = stack_parameters([targets[f"{n}.target"] for n in critics], with_grad=False)
 
+    def target_buffers(self) -> dict[str, torch.Tensor]:
+        return {**self.target_flat, "critics.target": self.critic_target_flat}
+
+    def set_target_buffer(self, name: str, flat: torch.Tensor) -> None:
+        if name == "critics.target":
+            self.critic_target_flat = flat
+        else:
+            self.target_flat[name] = flat
+
     @torch.no_grad()
     def update_targets(self, tau: float) -> None:
         super().update_targets(tau)  # the actors'

@@ -109,13 +109,6 @@ class MADDPGGroup(ReplayGroup):
         out["critics.target"] = ("critics", [a.critic_target_flat for a in self.agents])
         return out
 
-    @staticmethod
-    def set_target(agent, name: str, flat: torch.Tensor) -> None:
-        if name == "critics.target":
-            agent.critic_target_flat = flat
-        else:
-            agent.target_flat[name] = flat
-
     # ---- acting -------------------------------------------------------------------------------------------
     def policies(self, obs: Obs) -> dict[str, torch.Tensor]:
         """Every agent's actor outputs [K, N, out] for member-major observations (every agent's [K * N, ...]):

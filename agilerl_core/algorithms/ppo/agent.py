@@ -113,11 +113,6 @@ class PPO(RLAlgorithm):
             out = out.masked_fill(~mask, -1e9)
         return out, None
 
-    def log_prob_entropy(self, obs: Obs, actions: torch.Tensor, mask: torch.Tensor | None = None,
-                         log_std: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(log pi(a|s), entropy of pi(.|s)) for a batch (differentiable)."""
-        return self.log_prob_entropy_from(*self._dist_params(obs, mask, log_std), actions)
-
     def log_prob_entropy_from(self, p: torch.Tensor, log_std: torch.Tensor | None, actions: torch.Tensor
                               ) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`log_prob_entropy` from distribution parameters (:meth:`dist_from`); leading dims kept."""
