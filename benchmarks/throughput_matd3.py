@@ -4,7 +4,8 @@ Configuration (../shared/bench/peer_agilerl_matd3.py, --hp-set yaml, i.e. AgileR
 mpe2 simple_speaker_listener_v4 with continuous actions, population 4, 16 envs per member, batch 128,
 learn_step 16 (one gradient step of every agent's critics per vector step, actors every second), lr_actor
 1e-4, lr_critic 1e-3, gamma 0.95, tau 1e-3, Ornstein-Uhlenbeck exploration (0.1, theta 0.15, dt 0.01),
-learning from the first step, replay 100k, networks of two 64-unit layers, evo_steps 10,000. Both sides
+learning from the first step, replay 100k, networks of two 64-unit layers, evo_steps 10,000. Ours steps the
+env's copies as arrays (agilerl_core/envs/mpe_batched.py, bit for bit mpe2's results), the peer mpe2. Both sides
 run on one torch thread, alternating, `--repeats` times (ours twice: the teams learning as one stacked group,
 the default, and one by one); env steps/s is training steps (one step = one
 parallel-env step of one sub-env, both agents acting) over wall time, evaluation included on both sides.

@@ -25,6 +25,7 @@ import numpy as np
 from gymnasium import spaces
 
 from agilerl_core.code_refs import ref_problem
+from agilerl_core.envs import mpe_batched
 from agilerl_core.envs.aec_direct import DirectAECParallel, direct_parallel
 from agilerl_core.envs.make import env_factory
 from agilerl_core.errors import ConfigError
@@ -373,8 +374,16 @@ class _EnvFactory:
 
 def make_parallel_vector_env(env_id: str, num_envs: int, env_kwargs: dict[str, Any] | None = None,
                              workers: int = 0) -> ParallelVectorEnv:
-    """`num_envs` copies of `env_id`, stepped in this process (`workers` 0) or in `workers` worker processes."""
+    """`num_envs` copies of `env_id`, stepped in this process (`workers` 0) or in `workers` worker processes. mpe2's
+    speaker-listener in this process is stepped for all copies at once, bit for bit as mpe2 steps each
+    (:mod:`agilerl_core.envs.mpe_batched`), unless an option asks for what only mpe2 does (rendering, benchmark
+    data)."""
     if workers:
         return ProcessParallelVectorEnv(env_id, env_kwargs, num_envs, workers)
+    kwargs = dict(env_kwargs or {})
+    if set(kwargs) <= mpe_batched.OPTIONS and env_factory(env_id) is None:
+        listener = mpe_batched.speaker_listener_fn()
+        if listener is not None and resolve_env_fn(env_id) is listener:
+            return mpe_batched.SpeakerListenerVector(num_envs, **kwargs)
     factory = _EnvFactory(env_id, env_kwargs)
     return ParallelVectorEnv([factory] * num_envs)
