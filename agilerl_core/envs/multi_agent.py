@@ -375,15 +375,14 @@ class _EnvFactory:
 def make_parallel_vector_env(env_id: str, num_envs: int, env_kwargs: dict[str, Any] | None = None,
                              workers: int = 0) -> ParallelVectorEnv:
     """`num_envs` copies of `env_id`, stepped in this process (`workers` 0) or in `workers` worker processes. mpe2's
-    speaker-listener in this process is stepped for all copies at once, bit for bit as mpe2 steps each
+    speaker-listener and spread in this process step all copies at once, bit for bit as mpe2 steps each
     (:mod:`agilerl_core.envs.mpe_batched`), unless an option asks for what only mpe2 does (rendering, benchmark
-    data)."""
+    data, spread's curriculum or partial observability)."""
     if workers:
         return ProcessParallelVectorEnv(env_id, env_kwargs, num_envs, workers)
     kwargs = dict(env_kwargs or {})
-    if set(kwargs) <= mpe_batched.OPTIONS and env_factory(env_id) is None:
-        listener = mpe_batched.speaker_listener_fn()
-        if listener is not None and resolve_env_fn(env_id) is listener:
-            return mpe_batched.SpeakerListenerVector(num_envs, **kwargs)
+    batched = mpe_batched.batched_class(resolve_env_fn(env_id)) if env_factory(env_id) is None else None
+    if batched is not None and set(kwargs) <= batched.options:
+        return batched(num_envs, **kwargs)
     factory = _EnvFactory(env_id, env_kwargs)
     return ParallelVectorEnv([factory] * num_envs)
