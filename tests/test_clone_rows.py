@@ -11,7 +11,8 @@ import torch
 from agilerl_core.algorithms.group_state import gather_rows, rows_of
 from agilerl_core.hpo.evolvable import MutationSettings
 from agilerl_core.hpo.population import clone_all
-from tests.test_group import dqn, filled_buffer, ppo, td3, team
+from tests.test_group import dqn, filled_buffer, ppo, td3
+from tests.test_group_teams import team
 
 
 def _sac(seed):

@@ -5,14 +5,11 @@ Every model here is a tiny GPT-2 built from a config with a character-level toke
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import pytest
 import torch
 
-from agilerl_core.algorithms.dpo import dpo_loss
-from agilerl_core.algorithms.grpo import group_advantages, grpo_token_loss, k3_kl
 from agilerl_core.algorithms.registry import get_algorithm
 from agilerl_core.errors import AgileRLError, CheckpointError, ConfigError, DatasetError
 from agilerl_core.experiment import build_evolution
@@ -29,6 +26,11 @@ TINY_MODEL = {"config": {"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_he
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
+    return llm_data(tmp_path_factory)
+
+
+def llm_data(tmp_path_factory):
+    """A folder of tiny prompt and preference sets (a constant target, preferences for it, prompts alone)."""
     d = tmp_path_factory.mktemp("llm-data")
     rows = [{"prompt": f"{a}+{b}=", "answer": "7"} for a in range(10) for b in range(10)]  # a constant target
     (d / "const.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -50,81 +52,6 @@ def llm_config(data_dir, **overrides):
         data["hyperparameters"] = {"lr": 0.01, "batch_size": 16, "beta": 0.5}
         data["evo_steps"], data["max_env_steps"] = 128, 512
     return validate_config(with_overrides(data, overrides))
-
-
-# ---- the maths on hand-built numbers ---------------------------------------------------------------------------
-def test_group_advantages_are_normalised_within_each_group():
-    r = torch.tensor([1.0, 0.0, 0.0, 1.0, 2.0, 2.0, 2.0, 2.0])
-    adv = group_advantages(r, 4)
-    assert torch.allclose(adv[:4], torch.tensor([1.0, -1.0, -1.0, 1.0]), atol=1e-3)  # mean .5, std .5
-    assert torch.equal(adv[4:], torch.zeros(4))  # equal rewards teach nothing
-
-
-def test_rloo_advantages_leave_each_completion_out_of_its_own_baseline():
-    from agilerl_core.algorithms.reinforce import rloo_advantages
-
-    r = torch.tensor([1.0, 0.0, 0.0, 1.0, 3.0, 3.0])  # two groups of 3
-    adv = rloo_advantages(r, 3)
-    # group 1: 1 - (0+0)/2 = 1, 0 - (1+0)/2 = -0.5, -0.5; group 2: 1 - 6/2 = -2, 3 - 4/2 = 1, 1
-    assert torch.allclose(adv, torch.tensor([1.0, -0.5, -0.5, -2.0, 1.0, 1.0]))
-    # RLOO = k/(k-1) (r - group mean): no division by the group's std, unlike GRPO's
-    assert not torch.allclose(adv, group_advantages(r, 3))
-    g = r.reshape(2, 3)
-    assert torch.allclose(adv, (1.5 * (g - g.mean(1, keepdim=True))).reshape(-1))
-    with pytest.raises(ValueError, match="group_size >= 2"):
-        rloo_advantages(torch.ones(4), 1)
-
-
-def test_token_gae_and_the_clipped_value_loss_on_hand_computed_numbers():
-    from agilerl_core.algorithms.llm_ppo import clipped_value_loss, token_gae
-
-    # two completions: 3 tokens (reward 1 on the last, -0.1 KL penalty on the first) and 1 token (reward 2)
-    r = torch.tensor([[-0.1, 0.0, 1.0], [2.0, 0.0, 0.0]])
-    v = torch.tensor([[0.5, 0.6, 0.7], [1.0, 0.0, 0.0]])
-    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
-    adv, ret = token_gae(r, v, mask, gamma=1.0, lam=0.5)
-    d2 = 1.0 - 0.7                  # last token: no value after it
-    d1 = 0.0 + 0.7 - 0.6
-    d0 = -0.1 + 0.6 - 0.5
-    a1 = d1 + 0.5 * d2
-    a0 = d0 + 0.5 * a1
-    assert torch.allclose(adv[0], torch.tensor([a0, a1, d2]))
-    assert torch.allclose(adv[1], torch.tensor([1.0, 0.0, 0.0])) and torch.allclose(ret, (adv + v) * mask)
-    vl = clipped_value_loss(torch.tensor([1.0]), torch.tensor([0.5]), torch.tensor([2.0]), 0.2)
-    assert float(vl) == pytest.approx(0.5 * max(1.0, (0.7 - 2.0) ** 2))  # the clipped value is further: it counts
-    assert float(clipped_value_loss(torch.tensor([1.0]), torch.tensor([0.5]), torch.tensor([2.0]), None)) == 0.5
-
-
-def test_grpo_token_loss_clips_the_ratio_and_adds_beta_k3():
-    old = torch.log(torch.tensor([[0.5, 0.5], [0.5, 0.5]]))
-    logp = torch.log(torch.tensor([[0.8, 0.5], [0.2, 0.5]]))  # ratios 1.6 / 1 and 0.4 / 1
-    adv = torch.tensor([1.0, -1.0])
-    loss = grpo_token_loss(logp, old, None, adv, clip=0.2, beta=0.0)
-    # positive advantage: min(1.6, 1.2) * 1 -> -1.2; negative: min(-0.4, -0.8) -> 0.8
-    assert torch.allclose(loss, torch.tensor([[-1.2, -1.0], [0.8, 1.0]]), atol=1e-6)
-    ref = torch.log(torch.tensor([[0.4, 0.5], [0.4, 0.5]]))
-    with_kl = grpo_token_loss(logp, old, ref, adv, clip=0.2, beta=0.1)
-    assert torch.allclose(with_kl - loss, 0.1 * k3_kl(logp, ref))
-    # the gradient of the unclipped token flows, that of the clipped one does not
-    lp = logp.clone().requires_grad_(True)
-    grpo_token_loss(lp, old, None, adv, 0.2, 0.0).sum().backward()
-    assert lp.grad[0, 0] == 0 and lp.grad[0, 1] == pytest.approx(-1.0) and lp.grad[1, 0] == 0
-
-
-def test_k3_is_the_kl_estimator():
-    logp, ref = torch.log(torch.tensor([0.3, 0.5])), torch.log(torch.tensor([0.6, 0.5]))
-    expected = [0.6 / 0.3 - math.log(0.6 / 0.3) - 1, 0.0]
-    assert torch.allclose(k3_kl(logp, ref), torch.tensor(expected), atol=1e-6)
-    # in expectation over the policy it is KL(policy || ref): two outcomes, sampled exactly
-    p, q = torch.tensor([0.3, 0.7]), torch.tensor([0.6, 0.4])
-    assert float((p * k3_kl(p.log(), q.log())).sum()) == pytest.approx(float((p * (p / q).log()).sum()), abs=1e-6)
-
-
-def test_dpo_loss_is_its_formula():
-    pc, pr, rc, rr = (torch.tensor([v]) for v in (-3.0, -5.0, -4.0, -4.5))
-    beta = 0.3
-    margin = (-3.0 + 4.0) - (-5.0 + 4.5)
-    assert float(dpo_loss(pc, pr, rc, rr, beta)) == pytest.approx(math.log1p(math.exp(-beta * margin)), rel=1e-6)
 
 
 # ---- adapters on one shared base ------------------------------------------------------------------------------
@@ -515,66 +442,6 @@ def test_a_group_trains_in_shared_forwards_as_each_member_alone(data_dir, algori
     assert not torch.allclose(members[0].adapter.b["lm_head"], members[1].adapter.b["lm_head"][:, :4])
     assert arena.evaluate_group(members, 0, [0, 1, 2]) == [arena.evaluate(c, 0) for c in alone]
     assert "training and evaluation" in evo.batching_note()
-
-
-# ---- reasoning-gym as a prompt source and a reward ---------------------------------------------------------------
-def _rg_config(**overrides):
-    import string
-
-    model = json.loads(json.dumps(TINY_MODEL))
-    model["config"]["n_positions"] = 96
-    model["tokenizer_chars"] = string.digits + string.ascii_letters + " +-=:.?<>/"
-    data = {"name": "rg-test", "kind": "llm", "algorithm": "reinforce", "population_size": 2, "seed": 0, "model": model,
-            "dataset": {"source": "reasoning_gym", "task": "chain_sum", "size": 60, "seed": 3, "held_out": 10,
-                        "options": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}},
-            "rewards": [{"kind": "reasoning_gym"}],
-            "hyperparameters": {"lr": 0.01, "batch_size": 8, "group_size": 4, "max_new_tokens": 2,
-                                "micro_batch_size": 64},
-            "evo_steps": 64, "max_env_steps": 256}
-    return validate_config(with_overrides(data, overrides))
-
-
-def test_a_reasoning_gym_task_is_generated_seeded_scored_by_its_own_scorer_and_trained_on():
-    evo = build_evolution(_rg_config())
-    arena = evo.arena
-    again = build_evolution(_rg_config()).arena
-    assert arena.dataset.sha256 == again.dataset.sha256 and arena.dataset.prompts == again.dataset.prompts
-    assert build_evolution(_rg_config(**{"dataset.seed": 4})).arena.dataset.sha256 != arena.dataset.sha256
-    assert arena.env_desc["dataset"]["task"] == "chain_sum" and arena.env_desc["dataset"]["reasoning_gym"]
-    prompts, answers = arena.eval_data.prompts[:4], arena.eval_data.answers[:4]
-    assert all(p.startswith("State the final answer") for p in prompts)
-    completions = [f"<answer>{answers[0]}</answer>", f"so it is {answers[1]}", answers[2], "<answer>no</answer>"]
-    assert arena.rewards(completions, answers, prompts).tolist() == [1.0, 1.0, 1.0, 0.0]
-    first = evo.run_generation()
-    evo.evolve()
-    second = evo.run_generation()
-    assert len(first.fitnesses) == 2 and second.global_steps == 256
-    assert all(0.0 <= f <= 1.0 for f in first.fitnesses + second.fitnesses)
-
-
-@pytest.mark.parametrize("overrides, error, match", [
-    ({"dataset.task": "chain_summ"}, ConfigError, "dataset.task: 'chain_summ' is not a reasoning-gym task.*chain_sum"),
-    ({"dataset.options": {"no_such_option": 1}}, ConfigError, "dataset.options: reasoning_gym.create_dataset"),
-    ({"dataset.sha256": "0" * 64}, DatasetError, "dataset.uri 'reasoning_gym:chain_sum': content hash .* differs"),
-    ({"dataset.seed": 1, "model.config.n_positions": 32}, DatasetError, "outruns the model's context of 32"),
-])
-def test_bad_reasoning_gym_input_is_refused_before_any_work(overrides, error, match):
-    with pytest.raises(error, match=match):
-        build_evolution(_rg_config(**overrides))
-
-
-def test_llm_ppo_refuses_data_parallel_training(data_dir):
-    with pytest.raises(ConfigError, match="model.data_parallel: llm_ppo whitens advantages"):
-        llm_config(data_dir, algorithm="llm_ppo", **{"model.data_parallel": 2})
-
-
-def test_reasoning_gym_config_fields_are_checked(data_dir):
-    with pytest.raises(ConfigError, match="task: a reasoning_gym dataset needs a task"):
-        _rg_config(**{"dataset.task": None})
-    with pytest.raises(ConfigError, match="uri: a reasoning_gym dataset is generated"):
-        _rg_config(**{"dataset.uri": str(data_dir / "const.jsonl")})
-    with pytest.raises(ConfigError, match="rewards\\[0\\].kind: reasoning_gym scores with the dataset's"):
-        build_evolution(llm_config(data_dir, rewards=[{"kind": "reasoning_gym"}]))
 
 
 # ---- crossover of adapters --------------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ from agilerl_core.hpo.evolvable import MutationSettings
 from agilerl_core.networks.evolvable import ArchBounds
 from tests.conftest import HostReads
 from tests.ma_envs import CueTeam
-from tests.test_group import assert_same_members, learn_alone_and_together, team, team_buffer
+from tests.test_group import assert_same_members, learn_alone_and_together
+from tests.test_group_teams import team, team_buffer
 from tests.test_multi_agent import MIXED, ma_config
 
 MASKED = {"length": 6, "chooser_dies_at": 2, "masked": True}  # a Box and a masked Discrete agent, one dying early
