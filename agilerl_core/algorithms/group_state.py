@@ -1,7 +1,8 @@
 """A group's state: K members' flat buffers (weights, Adam moments, targets) as [K, P] tensors, member i's
 buffer its row i (:func:`stack_flats`; narrower members zero-padded), a group *adopting* members of one shape
-(:func:`group_state`, :func:`repoint`: their buffers and parameters become views of its rows) and the stacked
-Adam that steps every member at once (:class:`StackedAdam`). :mod:`agilerl_core.algorithms.group` builds the
+(:func:`group_state`, :func:`repoint`: their buffers and parameters become views of its rows), a selection's
+children gathered from their parents' rows (:func:`gather_rows`) and the stacked Adam that steps every member at
+once (:class:`StackedAdam`). :mod:`agilerl_core.algorithms.group` builds the
 groups that learn on it."""
 
 from __future__ import annotations
