@@ -18,6 +18,7 @@ position += velocity x 0.1, velocity x 0.75, velocity += force x 0.1 (mass 1, no
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 import numpy as np
@@ -39,7 +40,7 @@ def batched_class(fn: Any) -> type[BatchedMPE] | None:
     return {listener.parallel_env: SpeakerListenerVector, spread.parallel_env: SpreadVector}.get(fn)
 
 
-class BatchedMPE:
+class BatchedMPE(ABC):
     """`num_envs` copies of one MPE scenario as arrays, with :class:`~agilerl_core.envs.multi_agent.
     ParallelVectorEnv`'s API and results (same-step autoreset, ``info`` keys, action checks). A scenario says its
     agents, observation widths, how a world resets (one copy, mpe2's draws), steps (all copies) and is seen."""
@@ -64,15 +65,17 @@ class BatchedMPE:
         self._pending: AgentArrays | None = None
 
     # ---- a scenario's part -------------------------------------------------------------------------------------
+    @abstractmethod
     def _reset_world(self, i: int) -> None:
-        raise NotImplementedError
+        """Copy `i`'s world anew from its own generator, drawn in mpe2's order."""
 
+    @abstractmethod
     def _world_step(self, actions: AgentArrays) -> dict[str, np.ndarray]:
         """Every copy's world one step on (checked actions); each agent's reward [N] (float64)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _observations(self) -> AgentArrays:
-        raise NotImplementedError
+        """Every agent's observation [N, dim] (float32) of every copy's world."""
 
     # ---- mpe2's mechanics for all copies --------------------------------------------------------------------------
     def _force(self, action: np.ndarray) -> np.ndarray:
@@ -158,7 +161,8 @@ class BatchedMPE:
         return {a: np.ones((self.num_envs, int(s.n)), dtype=bool) for a, s in self.action_spaces.items()}
 
     def close(self) -> None:
-        """Nothing to release (arrays only)."""
+        """Drop a started step's actions (no process or handle to release: the worlds are arrays)."""
+        self._pending = None
 
 
 SPEAKER, LISTENER = "speaker_0", "listener_0"
