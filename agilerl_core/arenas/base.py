@@ -30,24 +30,6 @@ from agilerl_core.networks.evolvable import ArchBounds, initial_arch
 from agilerl_core.results import TrainResult
 
 
-class EpisodeReturns:
-    """Running undiscounted returns per sub-env and those of the episodes that finished."""
-
-    def __init__(self, num_envs: int) -> None:
-        self.running = np.zeros(num_envs)
-        self.finished: list[float] = []
-
-    def step(self, reward: np.ndarray, done: np.ndarray) -> None:
-        self.running += reward
-        if done.any():
-            self.finished.extend(self.running[done].tolist())
-            self.running[done] = 0.0
-
-    def mean(self) -> float:
-        """Mean return of the finished episodes (nan if none)."""
-        return float(np.mean(self.finished)) if self.finished else float("nan")
-
-
 def evaluate_member(agent: RLAlgorithm, env: VectorEnv, seed: int, max_steps: int | None = None) -> float:
     """Fitness: mean return of one greedy episode per sub-env of `env`, after a reset with `seed`; the member acts
     as a group of one (:func:`evaluate_group`: the one evaluation loop there is)."""
