@@ -29,6 +29,7 @@ from agilerl_core.io.checkpoint import save_member
 from agilerl_core.limits import applied
 from agilerl_core.progress import reporting as progress_reporting
 from agilerl_core.progress import show_generation
+from agilerl_core.train_metrics import headline
 
 log = logging.getLogger(__name__)
 
@@ -143,9 +144,11 @@ def train_local(cfg: ExperimentConfig, progress: bool = True, run_dir: str | Pat
 
 def generation_line(stats: Any, run_best: float, budget: int, steps_per_s: float) -> str:
     """One line on a finished generation (what --no-progress prints): its best and mean, the run's best so far,
-    the budget spent."""
+    the budget spent, and the best member's training in two numbers (:func:`headline`)."""
+    training = headline(stats.fitnesses, stats.train_metrics)
     return (f"generation {stats.generation}: best {stats.best_fitness:.2f}, mean {stats.mean_fitness:.2f}, run best "
-            f"{run_best:.2f}; {stats.global_steps:,}/{budget:,} steps, {steps_per_s:,.0f} steps/s")
+            f"{run_best:.2f}; {stats.global_steps:,}/{budget:,} steps, {steps_per_s:,.0f} steps/s"
+            + (f"; best member's training: {training}" if training else ""))
 
 
 @contextlib.contextmanager

@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from agilerl_core.train_metrics import headline
 from tasks.config import PipelineConfig
 from tasks.reports import member_rows
 
@@ -53,10 +54,12 @@ def mutations_line(mutations: list[str]) -> str:
 
 
 def generation_line(stats: dict[str, Any]) -> str:
-    """One generation in one log line."""
+    """One generation in one log line (with the best member's training in two numbers, :func:`headline`)."""
+    training = headline(stats.get("fitnesses") or [], stats.get("train_metrics") or [])
     return (f"generation {stats['generation']}: best {stats['best_fitness']:.2f}, mean {stats['mean_fitness']:.2f}, "
-            f"{stats['global_steps']:,} global steps, {stats['wall_s']:.1f} s; mutations: "
-            f"{mutations_line(stats['mutations'])}")
+            f"{stats['global_steps']:,} global steps, {stats['wall_s']:.1f} s"
+            + (f"; best member's training: {training}" if training else "")
+            + f"; mutations: {mutations_line(stats['mutations'])}")
 
 
 def start_line(cfg: PipelineConfig, run_id: str, storage_uri: str, mlflow_where: str | None,

@@ -11,7 +11,7 @@ from tests.test_import_graph import _graph
 # Bottom first. A unit is a folder of agilerl_core or one of its top-level modules.
 LAYERS = [
     {"errors"},
-    {"limits", "finite", "rng", "net", "progress", "code_refs", "results"},
+    {"limits", "finite", "rng", "net", "progress", "code_refs", "results", "train_metrics"},
     {"envs"},
     {"networks", "buffers"},
     {"hpo"},

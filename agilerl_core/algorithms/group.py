@@ -32,6 +32,7 @@ from agilerl_core.algorithms.group_state import StackedAdam, group_state, param_
 from agilerl_core.buffers.replay import n_step_return
 from agilerl_core.networks.obs_norm import StackedObsNorm
 from agilerl_core.rng import SALT_NOISE, SALT_SAMPLE, KeyedStream, MemberDraws, member_keys
+from agilerl_core.train_metrics import MetricSums
 
 
 class MemberGroup(ABC):
@@ -56,6 +57,7 @@ class MemberGroup(ABC):
         self._stream: KeyedStream | None = None
         self._draws: dict[int, MemberDraws] = {}
         self._target_sources = self.stacked_targets()
+        self.metrics = MetricSums(self.k, self.device)  # the phase's diagnostics, per member, on the device
         for t, (online, flats) in self._target_sources.items():
             adam = self.adams[online]
             self.targets[t], adopt = group_state(flats, adam.shapes, adam.padded, adam.networks)
@@ -264,11 +266,12 @@ def gradients(loss: torch.Tensor, *parts: Sequence[torch.Tensor]) -> list[torch.
     return out
 
 
-def clipped_step(adam: StackedAdam, max_grad_norm: float | None, active: torch.Tensor | None) -> None:
-    """Clip each member's gradient to `max_grad_norm` (when set), then step (the `active` members)."""
-    if max_grad_norm is not None:
-        adam.clip_grad_norm(max_grad_norm)
+def clipped_step(adam: StackedAdam, max_grad_norm: float | None, active: torch.Tensor | None) -> torch.Tensor:
+    """Clip each member's gradient to `max_grad_norm` (when set), then step (the `active` members). Returns each
+    member's gradient norm before clipping [K] (a diagnostic: no host read)."""
+    norm = adam.grad_norm() if max_grad_norm is None else adam.clip_grad_norm(max_grad_norm)
     adam.step(active)
+    return norm
 
 
 class StackedRows:

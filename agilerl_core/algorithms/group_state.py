@@ -183,10 +183,11 @@ class StackedAdam:
         self._lr_el = self.lr.unsqueeze(1)
 
     @torch.no_grad()
-    def clip_grad_norm(self, max_norm: float, extra: torch.Tensor | None = None) -> None:
+    def clip_grad_norm(self, max_norm: float, extra: torch.Tensor | None = None) -> torch.Tensor:
         """Scale each member's (network's) gradient to a norm of at most `max_norm` (as FlatAdam.clip_grad_norm
         on its own). `extra` [K, ...]: each member's gradients of parameters outside the stack (PPO's log_std),
-        counted in its norm and scaled with it (one network per member only)."""
+        counted in its norm and scaled with it (one network per member only). Returns each member's gradient
+        norm before clipping [K] (all its networks together)."""
         owner = self._clip_owner
         sq = torch.zeros(self.k * self.networks, device=self.grad.device).index_add_(0, owner,
                                                                                   (self.grad * self.grad).view(-1))
@@ -198,6 +199,12 @@ class StackedAdam:
         self.grad.view(self.k * self.networks, -1).mul_(scale.unsqueeze(1))
         if extra is not None:
             extra.mul_(scale.view(self.k, *([1] * (extra.dim() - 1))))
+        return sq.view(self.k, self.networks).sum(1).sqrt()
+
+    @torch.no_grad()
+    def grad_norm(self) -> torch.Tensor:
+        """Each member's gradient norm [K] (all its networks together)."""
+        return torch.linalg.vector_norm(self.grad, dim=1)
 
     @torch.no_grad()
     def step(self, active: torch.Tensor | None = None) -> None:

@@ -25,6 +25,7 @@ from agilerl_core.buffers.replay import ReplayBuffer, transition_fields
 from agilerl_core.envs.group import GroupEnv
 from agilerl_core.envs.make import EnvRecipe
 from agilerl_core.results import TrainResult
+from agilerl_core.train_metrics import EpisodeTally, phase_metrics
 
 
 def train_group(group: ReplayGroup, slots: list[int], envs: GroupEnv, buffer: ReplayBuffer, evo_steps: int,
@@ -52,8 +53,7 @@ def train_group(group: ReplayGroup, slots: list[int], envs: GroupEnv, buffer: Re
     nstep = NStepCollector(k * n, n_step) if n_step > 1 else None  # the group's K x N sub-envs at once
     rounds = LearnRounds(group, [ReplayLearning(a, buffer, s) for a, s in zip(agents, slots, strict=True)],
                          buffer, slots)
-    running = torch.zeros(k, n, device=dev)
-    ep_sum, ep_count = torch.zeros(k, device=dev), torch.zeros(k, device=dev)
+    episodes = EpisodeTally(k, n, dev)
     vector_steps = math.ceil(evo_steps / n)
     for t in range(vector_steps):
         group.observe(obs)  # each member folds its own envs' observations into its statistics
@@ -79,11 +79,7 @@ def train_group(group: ReplayGroup, slots: list[int], envs: GroupEnv, buffer: Re
             a.env_steps += n
         progress.advance(k * n)
         group.episodes_done(done)
-        ended = done.view(k, n)
-        running += step.reward.view(k, n)
-        ep_sum += (running * ended).sum(1)
-        ep_count += ended.sum(1)
-        running.masked_fill_(ended, 0.0)
+        episodes.step(step.reward, done)
         obs, mask = step.obs, step.mask
         rounds.after_step(n, t + 1)
     rounds.finish()
@@ -94,10 +90,13 @@ def train_group(group: ReplayGroup, slots: list[int], envs: GroupEnv, buffer: Re
         for s, tail in zip(slots, tails, strict=True):
             if tail is not None:
                 buffer.add(s, tail)
-    counts, sums = ep_count.cpu().tolist(), ep_sum.cpu().tolist()  # the phase's numbers, read once
+    counts, returns, lengths = episodes.read()  # the phase's numbers, read once
+    diagnostics = group.metrics.means()
     wall = time.perf_counter() - t0
-    return [TrainResult(s, vector_steps * n, lr.steps, int(c), total / c if c else float("nan"), lr.mean_loss, wall)
-            for s, lr, c, total in zip(slots, rounds.learnings, counts, sums, strict=True)]
+    return [TrainResult(s, vector_steps * n, lr.steps, c, ret, lr.mean_loss, wall,
+                        phase_metrics(d, vector_steps * n, wall, length))
+            for s, lr, c, ret, length, d in zip(slots, rounds.learnings, counts, returns, lengths, diagnostics,
+                                                 strict=True)]
 
 
 def probe_frame_stacking(recipe: EnvRecipe, parts: dict[str, FramePart]) -> dict[str, FramePart]:

@@ -10,12 +10,14 @@ import torch
 
 from agilerl_core import progress
 from agilerl_core.algorithms.base import RLAlgorithm
+from agilerl_core.algorithms.ppo.maths import explained_variance
 from agilerl_core.arenas.base import GymArena
 from agilerl_core.arenas.experience import rollout_lengths
 from agilerl_core.buffers.rollout import Rollout, compute_gae, members_rows
 from agilerl_core.envs.group import GroupEnv
 from agilerl_core.finite import FirstBad
 from agilerl_core.results import TrainResult
+from agilerl_core.train_metrics import EpisodeTally, phase_metrics
 
 
 def _members_sequences(buf: dict, steps: int, seq_len: int, adv: torch.Tensor, ret: torch.Tensor
@@ -90,8 +92,7 @@ def train_group_on_policy(group, slots: list[int], envs: GroupEnv, evo_steps: in
         buf["final_obs"] = {key: torch.zeros_like(v) for key, v in buf["obs"].items()}
         buf["cuts"] = torch.zeros(rows, device=dev)
     starts = torch.ones(k, n, dtype=torch.bool, device=dev)
-    running = torch.zeros(k, n, device=dev)
-    ep_sum, ep_count = torch.zeros(k, device=dev), torch.zeros(k, device=dev)
+    episodes = EpisodeTally(k, n, dev)
     loss_means, updates = [], torch.zeros(k, dtype=torch.long, device=dev)
     bad_loss = FirstBad(k, dev)
     for r, steps in enumerate(rollout_lengths(vector_steps, rollout_steps)):
@@ -118,10 +119,7 @@ def train_group_on_policy(group, slots: list[int], envs: GroupEnv, evo_steps: in
             elif step.any_cut is None or step.any_cut:
                 reward = reward + gamma * group.values_all(step.final_obs) * cut
             buf["rewards"][t], buf["dones"][t] = reward, done
-            running += step.reward.view(k, n)
-            ep_sum += (running * done).sum(1)
-            ep_count += done.sum(1)
-            running.masked_fill_(done, 0.0)
+            episodes.step(step.reward, done)
             starts, obs, mask = done, step.obs, step.mask
             progress.advance(k * n)
         if defer_cuts:
@@ -130,6 +128,8 @@ def train_group_on_policy(group, slots: list[int], envs: GroupEnv, evo_steps: in
         last_value = group.values_all(obs, starts if recurrent else None)
         adv, ret = compute_gae(buf["rewards"][:steps], buf["values"][:steps], buf["dones"][:steps], last_value,
                                gamma, lam)
+        group.metrics.add(explained_variance=explained_variance(members_rows(buf["values"], steps),
+                                                                members_rows(ret, steps)))
         if recurrent:  # whole sequences per member (the update's rows are sequences, not steps)
             data, adv, ret = _members_sequences(buf, steps, group.seq_len, adv, ret)
         else:
@@ -150,17 +150,17 @@ def train_group_on_policy(group, slots: list[int], envs: GroupEnv, evo_steps: in
     envs.check(slots)
     bad_loss.check(slots, "the loss", "update of rollout")
     # the phase's numbers come back to the host once
-    counts, sums = ep_count.cpu().tolist(), ep_sum.cpu().tolist()
+    counts, returns, lengths = episodes.read()
     losses = torch.stack(loss_means).mean(0).cpu().tolist() if loss_means else [float("nan")] * k
     taken = updates.cpu().tolist()
+    diagnostics = group.metrics.means()
     wall = time.perf_counter() - t0
     out = []
     for i, (a, slot) in enumerate(zip(agents, slots, strict=True)):
         a.env_steps += vector_steps * n
         a.learn_steps += int(taken[i])
-        episodes = int(counts[i])
-        out.append(TrainResult(slot, vector_steps * n, a.learn_steps - learn0[i], episodes,
-                               sums[i] / episodes if episodes else float("nan"), losses[i], wall))
+        out.append(TrainResult(slot, vector_steps * n, a.learn_steps - learn0[i], counts[i], returns[i], losses[i],
+                               wall, phase_metrics(diagnostics[i], vector_steps * n, wall, lengths[i])))
     return out
 
 

@@ -30,6 +30,7 @@ import torch
 from agilerl_core import progress
 from agilerl_core.algorithms.ippo import IPPOGroup
 from agilerl_core.algorithms.maddpg import MADDPGGroup
+from agilerl_core.algorithms.ppo.maths import explained_variance
 from agilerl_core.arenas.base import checked_space, keep_freed_memory, torch_device
 from agilerl_core.arenas.experience import LearnRounds, OwnExperience, ReplayLearning, SharedReplay, rollout_lengths
 from agilerl_core.buffers.replay import ReplayBuffer, multi_agent_fields
@@ -48,6 +49,7 @@ from agilerl_core.finite import FirstBad
 from agilerl_core.networks.evolvable import ArchBounds, ArchSpec
 from agilerl_core.networks.mlp import MLPSpec
 from agilerl_core.results import TrainResult
+from agilerl_core.train_metrics import per_unit, phase_metrics
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,7 @@ class TeamReturns:
         self.running = {a: np.zeros(k * n) for a in agents}
         self.finished = {a: np.zeros(k) for a in agents}
         self.count = np.zeros(k, dtype=np.int64)
+        self.length, self.length_sum = np.zeros(k * n), np.zeros(k)  # episode lengths (env steps)
 
     def step(self, rewards: dict[str, np.ndarray], done: np.ndarray) -> None:
         ended = bool(done.any())
@@ -93,8 +96,15 @@ class TeamReturns:
             if ended:
                 self.finished[a] += (running * done).reshape(self.k, self.n).sum(1)
                 running[done] = 0.0
+        self.length += 1.0
         if ended:
             self.count += done.reshape(self.k, self.n).sum(1)
+            self.length_sum += (self.length * done).reshape(self.k, self.n).sum(1)
+            self.length[done] = 0.0
+
+    def mean_length(self, i: int) -> float:
+        """Member i's mean episode length (nan if none finished)."""
+        return float(self.length_sum[i] / self.count[i]) if self.count[i] else float("nan")
 
     def episodes(self, i: int) -> int:
         return int(self.count[i])
@@ -154,9 +164,11 @@ def train_team_group(group: MADDPGGroup, slots: list[int], envs: TeamGroupEnv, b
         rounds.after_step(n, t + 1)
     rounds.finish()
     group.write_back()
+    diagnostics = group.metrics.means()
     wall = time.perf_counter() - t0
     return [TrainResult(s, vector_steps * n, lr.steps, returns.episodes(i), returns.team(i, fitness), lr.mean_loss,
-                        wall) for i, (s, lr) in enumerate(zip(slots, rounds.learnings, strict=True))]
+                        wall, phase_metrics(diagnostics[i], vector_steps * n, wall, returns.mean_length(i)))
+            for i, (s, lr) in enumerate(zip(slots, rounds.learnings, strict=True))]
 
 
 @torch.no_grad()
@@ -437,7 +449,10 @@ def train_team_group_on_policy(group: IPPOGroup, slots: list[int], envs: TeamGro
             returns.step(step.reward, step.env_done)
             obs, masks, alive = step.obs, step.mask, step.alive
         for r in units:
-            stats = r.unit.learn_stacked(*r.stacked(steps, *r.advantages(group, steps, obs)))
+            data, adv, ret, rows = r.stacked(steps, *r.advantages(group, steps, obs))
+            real = torch.arange(adv.shape[1], device=adv.device) < torch.tensor(rows, device=adv.device).unsqueeze(1)
+            r.unit.metrics.add(explained_variance=explained_variance(data["values"], ret, real))
+            stats = r.unit.learn_stacked(data, adv, ret, rows)
             updates[r.u] += stats["updates"]
             mean = stats["loss_sum"] / stats["updates"].clamp(min=1)
             bad_loss[r.u].see(mean, n_rollout)
@@ -448,10 +463,12 @@ def train_team_group_on_policy(group: IPPOGroup, slots: list[int], envs: TeamGro
         for team, taken in zip(teams, updates[u].tolist(), strict=True):
             team.learners[u].learn_steps += taken
     loss_means = torch.stack(losses).mean(0).tolist() if losses else [float("nan")] * k
+    diagnostics = per_unit({u: unit.metrics.means() for u, unit in group.units.items()})
     wall = time.perf_counter() - t0
     out = []
     for i, (team, slot) in enumerate(zip(teams, slots, strict=True)):
         team.learn_steps = sum(learner.learn_steps for learner in team.learners.values())
         out.append(TrainResult(slot, vector_steps * n, team.learn_steps - learned[i], returns.episodes(i),
-                               returns.team(i, fitness), loss_means[i], wall))
+                               returns.team(i, fitness), loss_means[i], wall,
+                               phase_metrics(diagnostics[i], vector_steps * n, wall, returns.mean_length(i))))
     return out

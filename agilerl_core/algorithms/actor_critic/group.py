@@ -52,15 +52,17 @@ class ActorCriticGroup(ReplayGroup):
         """Critic (or target critic) `name`'s Q(s, a) [K, B] for member-major obs and actions [K, B, dim]."""
         return self.nets[name](obs, action).squeeze(2)
 
-    def step(self, name: str, loss: torch.Tensor, active: torch.Tensor | None) -> None:
+    def step(self, name: str, loss: torch.Tensor, active: torch.Tensor | None) -> torch.Tensor:
         """One clipped Adam step of network `name` of every member on the gradient of `loss` (the sum of the
-        members' losses, so each member gets its own gradient)."""
+        members' losses, so each member gets its own gradient); returns each member's gradient norm [K]."""
         adam = self.adams[name]
         (adam.grad,) = gradients(loss, self.nets[name].leaves)
-        clipped_step(adam, self.max_grad_norm, active)
+        return clipped_step(adam, self.max_grad_norm, active)
 
     def learn(self, batch: Transition, rows: StackedRows) -> torch.Tensor:
-        """One step of every active member; returns each member's summed critic loss [K]."""
+        """One step of every active member; returns each member's summed critic loss [K]. Its diagnostics (the
+        critic loss, mean Q of the first critic on the batch's actions, the critics' gradient norm; the actor's in
+        :meth:`actor_step`) go to :attr:`metrics`."""
         k = rows.k
         y = self.target(batch, rows)
         penalty = self.critic_penalty(batch, rows)
@@ -68,20 +70,26 @@ class ActorCriticGroup(ReplayGroup):
         action = batch.action.view(k, -1, self.dim)
         on = rows.active.to(y.dtype)
         total = torch.zeros(k, device=self.device)
+        norms, q_first = [], None
         for c in self.critics:
             net = self.nets[c]
             if penalty is None and net.hand_backward:  # plain TD regression: the gradient by hand
                 out, saved = net.forward_saving(batch.obs, action)
-                diff = out.squeeze(2) - y
+                q = out.squeeze(2)
+                diff = q - y
                 losses = (diff.square() * rows.weight).sum(1)
                 net.backward(saved, (2.0 * diff * rows.weight).unsqueeze(2), out=self.adams[c].grad)
-                clipped_step(self.adams[c], self.max_grad_norm, active)
+                norms.append(clipped_step(self.adams[c], self.max_grad_norm, active))
             else:
-                losses = ((self.q(c, batch.obs, action) - y).square() * rows.weight).sum(1)
+                q = self.q(c, batch.obs, action)
+                losses = ((q - y).square() * rows.weight).sum(1)
                 if penalty is not None:
                     losses = losses + penalty(c) * on
-                self.step(c, losses.sum(), active)
+                norms.append(self.step(c, losses.sum(), active))
             total += losses.detach()
+            q_first = q.detach() if q_first is None else q_first
+        self.metrics.add(None if rows.all_active else rows.active, critic_loss=total,
+                         q=(q_first * rows.weight).sum(1), critic_grad_norm=torch.stack(norms).square().sum(0).sqrt())
         turn_list = actor_turns(self.agents, rows.who, self.policy_freq)
         if any(turn_list):
             self.actor_step(batch, rows, torch.tensor(turn_list, device=self.device), turn_list)
@@ -125,6 +133,7 @@ class TD3Group(ActorCriticGroup):
         if self.ou_state is None or self.ou_state.shape != greedy.shape:
             self.ou_state = torch.zeros_like(greedy)
         scale, theta, dt = (self.hp_tensor(name).view(k, 1, 1) for name in ("expl_noise", "ou_theta", "ou_dt"))
+        self.metrics.last(noise_scale=scale)
         z, u = self.stream.normal(n, a), self.stream.uniform(n, a)
         stepped = self.ou_state - theta * self.ou_state * dt + scale * dt.sqrt() * z
         self.ou_state = torch.where(self.ou, stepped, 0.0)
@@ -157,8 +166,10 @@ class TD3Group(ActorCriticGroup):
     def actor_step(self, batch: Transition, rows: StackedRows, turns: torch.Tensor, turn_list: list[bool]) -> None:
         """The deterministic policy gradient: -mean Q_1(s, tanh(actor(s)))."""
         mu = torch.tanh(self.nets["actor"](batch.obs))
-        loss = -(self.q("critic_1", batch.obs, mu) * rows.weight * turns.unsqueeze(1)).sum()
-        self.step("actor", loss, None if all(turn_list) else turns)
+        q = self.q("critic_1", batch.obs, mu)
+        loss = -(q * rows.weight * turns.unsqueeze(1)).sum()
+        norm = self.step("actor", loss, None if all(turn_list) else turns)
+        self.metrics.add(turns, actor_loss=-(q.detach() * rows.weight).sum(1), actor_grad_norm=norm)
 
 
 class SACGroup(ActorCriticGroup):
@@ -216,8 +227,11 @@ class SACGroup(ActorCriticGroup):
         alpha = self.log_alpha.exp().unsqueeze(1)
         a, logp = self.sample_action(batch.obs, self.member_noise(rows, turn_list, self.dim))
         q = torch.min(*(self.q(c, batch.obs, a) for c in self.critics))
-        self.step("actor", ((alpha * logp - q) * rows.weight * turns.unsqueeze(1)).sum(),
-                  None if all(turn_list) else turns)
+        norm = self.step("actor", ((alpha * logp - q) * rows.weight * turns.unsqueeze(1)).sum(),
+                         None if all(turn_list) else turns)
+        with torch.no_grad():
+            self.metrics.add(turns, actor_loss=((alpha * logp - q) * rows.weight).sum(1),
+                             entropy=-(logp * rows.weight).sum(1), actor_grad_norm=norm)
         tuning = [t and auto for t, auto in zip(turn_list, self.auto_entropy, strict=True)]
         if any(tuning):  # alpha_loss's gradient: -mean(log pi + target entropy) over each member's rows
             real = rows.valid
@@ -225,6 +239,7 @@ class SACGroup(ActorCriticGroup):
             grad = -(mean_logp + self.target_entropy)
             adam_update_stacked_(self.log_alpha.view(self.k, 1), grad.view(self.k, 1), self.alpha_adam,
                                  self.lr_alpha, torch.tensor(tuning, device=self.device))
+        self.metrics.last(alpha=self.log_alpha.exp())
 
     def write_back(self) -> None:
         super().write_back()

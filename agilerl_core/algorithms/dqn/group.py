@@ -110,6 +110,7 @@ class DQNGroup(ReplayGroup):
         greedy = mask_invalid(q, allowed).argmax(dim=2)
         start, end, decay = self._eps  # linear_epsilon of every member at once, in float64 as on the host
         eps = (start + (self.env_steps().clamp(min=0) / decay).clamp(max=1.0) * (end - start)).to(torch.float32)
+        self.metrics.last(epsilon=eps)
         u = self.stream.uniform(n, 1 + a)
         if allowed is None:
             random = (u[..., 1] * a).long().clamp(max=a - 1)
@@ -172,7 +173,7 @@ class DQNGroup(ReplayGroup):
     def td_loss_and_grad(self, batch: Transition, k: int, out: torch.Tensor, weight: torch.Tensor
                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The TD regression loss of :meth:`sample_losses` without autograd: (per-sample loss [K, B], priority
-        signal [K, B], the gradient of sum(weight * loss) for the outputs `out` [K, B, A])."""
+        signal |TD error| [K, B], the gradient of sum(weight * loss) for the outputs `out` [K, B, A])."""
         target = self.td_target(batch, k)
         action = batch.action.view(k, -1, 1)
         q_taken = out.gather(2, action).squeeze(2)
@@ -187,7 +188,8 @@ class DQNGroup(ReplayGroup):
 
     # ---- learning -------------------------------------------------------------------------------------
     def learn(self, batch: Transition, rows: StackedRows) -> torch.Tensor:
-        """One gradient step of every active member on its own rows of `batch`; returns each member's loss [K]."""
+        """One gradient step of every active member on its own rows of `batch`; returns each member's loss [K].
+        Its diagnostics (mean Q of the actions taken, |TD error|, gradient norm) go to :attr:`metrics`."""
         k = rows.k
         active = rows.who
         if self.compiled is not None:
@@ -208,21 +210,36 @@ class DQNGroup(ReplayGroup):
                 (grad_out,) = torch.autograd.grad(weighted.sum(), (out,))
             self.online.backward(saved, grad_out, out=self.q.grad)
         else:
-            per_sample, signal = self.sample_losses(batch, k)
+            out = self.online(batch.obs)
+            per_sample, signal = self.sample_losses(batch, k, out)
             weighted = per_sample * rows.weight
             (self.q.grad,) = gradients(weighted.sum(), self.online.leaves)
-        clipped_step(self.q, self.max_grad_norm, None if rows.all_active else rows.active)
+        norm = clipped_step(self.q, self.max_grad_norm, None if rows.all_active else rows.active)
         self._count_steps(active)
         self._new_priorities(signal)
         self.update_targets(self._target_weights(active))
-        return weighted.detach().sum(1)
+        loss = weighted.detach().sum(1)
+        self._record(rows, batch, out.detach(), loss, None if self.support is not None else signal, norm)
+        return loss
+
+    def _record(self, rows: StackedRows, batch: Transition, out: torch.Tensor, loss: torch.Tensor,
+                td_error: torch.Tensor | None, norm: torch.Tensor) -> None:
+        """A step's diagnostics into :attr:`metrics`: each member's loss, mean Q(s, a) of its rows' actions, mean
+        |TD error| (not for C51, whose loss is a cross-entropy) and gradient norm; plain means over its rows."""
+        w = rows.weight if self.priorities is None else rows.valid / rows.valid.sum(1, keepdim=True).clamp(min=1)
+        q = self.q_values(out).gather(2, batch.action.view(rows.k, -1, 1)).squeeze(2)
+        values = {"loss": loss, "q": (q * w).sum(1), "grad_norm": norm}
+        if td_error is not None:
+            values["td_error"] = (td_error * w).sum(1)
+        self.metrics.add(None if rows.all_active else rows.active, **values)
 
     def _learn_compiled(self, batch: Transition, rows: StackedRows) -> torch.Tensor:
         """:meth:`learn` as one compiled graph: the same maths (tests compare them)."""
         self._count_steps(rows.who)
         weights = torch.tensor(self._target_weights(rows.who), dtype=torch.float32, device=self.device)
-        loss, signal = _compiled_step(self.compiled)(self, batch, rows.weight, rows.active, weights)
+        loss, signal, out, norm = _compiled_step(self.compiled)(self, batch, rows.weight, rows.active, weights)
         self._new_priorities(signal)
+        self._record(rows, batch, out, loss, signal, norm)
         return loss
 
     def _count_steps(self, active: Sequence[bool]) -> None:
@@ -254,14 +271,15 @@ def fused_td_step(group: DQNGroup, batch: Transition, weight: torch.Tensor, acti
     """One plain TD step of every `active` member ([K] bool) of a :attr:`DQNGroup.plain_td` group, as
     :meth:`DQNGroup.learn` takes it: forward, the TD loss's gradient, the hand-written backward, clipping, Adam
     and every target moved towards its online network by `target_weight` [K]. Written to compile as one graph
-    (:func:`_compiled_step`); returns (each member's loss [K], the priority signal [K, B])."""
+    (:func:`_compiled_step`); returns (each member's loss [K], the priority signal [K, B], the online outputs
+    [K, B, A], each member's gradient norm before clipping [K])."""
     out, saved = group.online.forward_saving(batch.obs)
     per_sample, signal, grad_out = group.td_loss_and_grad(batch, group.k, out, weight)
     group.online.backward(saved, grad_out, out=group.q.grad)
-    clipped_step(group.q, group.max_grad_norm, active)
+    norm = clipped_step(group.q, group.max_grad_norm, active)
     for flat in group.targets.values():
         flat.lerp_(group.q.flat, target_weight.unsqueeze(1))
-    return (per_sample * weight).sum(1), signal
+    return (per_sample * weight).sum(1), signal, out, norm
 
 
 _COMPILED: dict[str, object] = {}

@@ -297,13 +297,26 @@ class MADDPGGroup(ReplayGroup):
             losses = (w * (q - y.unsqueeze(1)).square()).sum((1, 2, 3))
             (grad,) = gradients(losses.sum(), self.critic_leaves)
             self.critics.grad = grad.view(self.k, -1)
-        clipped_step(self.critics, self.max_grad_norm, None if rows.all_active else rows.active)
+            diff = (q - y.unsqueeze(1)).detach()
+        norm = clipped_step(self.critics, self.max_grad_norm, None if rows.all_active else rows.active)
+        self._record_critics(rows, diff, y, w, weight, norm)
         turns = actor_turns(self.agents, rows.who, self.policy_freq)
         if any(turns):  # the actors' rows weigh as their agent's critic rows, for the members whose turn it is
             on = weight if all(turns) else weight * torch.tensor(turns, device=self.device).view(k, 1, 1)
             self.actor_step(batch, xa, rows, on, turns)
             self.update_targets([tau * t for tau, t in zip(self.hp_list("tau"), turns, strict=True)])
         return losses.detach()
+
+    @torch.no_grad()
+    def _record_critics(self, rows: StackedRows, diff: torch.Tensor, y: torch.Tensor, w: torch.Tensor,
+                        weight: torch.Tensor, norm: torch.Tensor) -> None:
+        """A step's critic diagnostics into :attr:`metrics`, per agent: its critics' summed loss and critic 1's
+        mean Q over the rows where it acted (`diff` [K, C, N, B]: Q - y), and the critics' gradient norm."""
+        per_agent = (w * diff.square()).sum((1, 3))  # [K, N]
+        q = ((diff[:, 0] + y) * weight).sum(2)  # [K, N]
+        values = {f"critic_loss.{x}": per_agent[:, i] for i, x in enumerate(self.names)}
+        values.update({f"q.{x}": q[:, i] for i, x in enumerate(self.names)})
+        self.metrics.add(None if rows.all_active else rows.active, critic_grad_norm=norm, **values)
 
     def actor_step(self, batch: MultiAgentBatch, xa: torch.Tensor, rows: StackedRows, weight: torch.Tensor,
                    turns: list[bool]) -> None:
@@ -313,10 +326,12 @@ class MADDPGGroup(ReplayGroup):
         hand = self.critic_net.hand_backward and all(net.hand_backward for net in self.actors.values())
         grads = (self._actor_gradients_by_hand if hand else self._actor_gradients)(batch, xa, rows, weight, turns)
         active = None if all(turns) else torch.tensor(turns, device=self.device)
+        norms = {}
         for u, grad in zip(self.units, grads, strict=True):
             adam = self.adams[f"actor.{u}"]
             adam.grad = grad
-            clipped_step(adam, self.max_grad_norm, active)
+            norms[f"actor_grad_norm.{u}"] = clipped_step(adam, self.max_grad_norm, active)
+        self.metrics.add(active, **norms)
 
     def _critic_1(self, k: int) -> Layers:
         """critic_1 of every agent of every member (the first N of each member's C * N critics), [K * N, ...]."""

@@ -256,8 +256,8 @@ class PPOGroup(MemberGroup):
         adv = normalized_advantages(f["adv"], valid) if self.norm_adv else f["adv"]
         clip = self.clip.unsqueeze(1)
         vloss = value_loss(c_out.squeeze(2), f["ret"], f["values"], clip if self.clip_vloss else None, w)
-        losses = ppo_loss(new_logp, f["logp"], adv, clip, w) - self.ent_coef * (entropy * w).sum(1) \
-            + self.vf_coef * vloss
+        pg_loss, mean_entropy = ppo_loss(new_logp, f["logp"], adv, clip, w), (entropy * w).sum(1)
+        losses = pg_loss - self.ent_coef * mean_entropy + self.vf_coef * vloss
         if hand:
             outs = torch.autograd.grad(losses.sum(), [a_out, c_out, *([ls_leaf] if self.continuous else [])],
                                        materialize_grads=True)
@@ -267,19 +267,24 @@ class PPOGroup(MemberGroup):
             grads = gradients(losses.sum(), actor.leaves, critic.leaves, *([[ls_leaf]] if self.continuous else []))
         if self.continuous:
             grads[2] = grads[2].view_as(ls_leaf)
+        norms = []
         for name, grad in zip(("actor", "critic"), grads, strict=False):
             adam = self.adams[name]
             adam.grad = grad
             if self.max_grad_norm is not None and name == "actor" and self.continuous:
-                adam.clip_grad_norm(self.max_grad_norm, grads[2])  # log_std is clipped with its actor
+                norms.append(adam.clip_grad_norm(self.max_grad_norm, grads[2]))  # log_std is clipped with its actor
                 adam.step(step_active)
             else:
-                clipped_step(adam, self.max_grad_norm, step_active)
+                norms.append(clipped_step(adam, self.max_grad_norm, step_active))
         if self.continuous:  # Adam with the actor's learning rate, as the member's own update
             adam_update_stacked_(self.log_std, grads[2], self.log_std_adam, self.lr, active)
         with torch.no_grad():
             log_ratio = new_logp.detach() - f["logp"]
             kl = (((log_ratio.exp() - 1) - log_ratio) * valid).sum(1) / valid.sum(1).clamp(min=1)
+            clipped = ((log_ratio.exp() - 1.0).abs() > clip) * w  # the rows whose ratio left [1 - c, 1 + c]
+            self.metrics.add(active, loss=losses, pg_loss=pg_loss, value_loss=vloss, entropy=mean_entropy,
+                             approx_kl=kl, clip_fraction=clipped.sum(1), actor_grad_norm=norms[0],
+                             critic_grad_norm=norms[1])
         return kl, losses.detach()
 
     @torch.no_grad()

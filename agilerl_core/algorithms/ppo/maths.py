@@ -37,6 +37,22 @@ def normalized_advantages(adv: torch.Tensor, valid: torch.Tensor) -> torch.Tenso
     return torch.where(count > 1, (adv - mean) / (var.sqrt() + 1e-8), adv)
 
 
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, valid: torch.Tensor | None = None
+                       ) -> torch.Tensor:
+    """1 - Var(returns - values) / Var(returns) per member, over its rows [K, R] (the `valid` ones [K, R] when
+    given; nan where the returns do not vary): 1 is a critic that predicts every return, 0 one no better than
+    their mean (SB3's and CleanRL's diagnostic)."""
+    def var(x: torch.Tensor) -> torch.Tensor:
+        if valid is None:
+            return x.var(dim=1, unbiased=False)
+        count = valid.sum(1).clamp(min=1)
+        mean = (x * valid).sum(1, keepdim=True) / count.unsqueeze(1)
+        return ((x - mean).square() * valid).sum(1) / count
+
+    total = var(returns)
+    return torch.where(total > 0, 1.0 - var(returns - values) / total, torch.nan)
+
+
 def minibatch_bounds(n: int, num_minibatches: int) -> list[tuple[int, int]]:
     """(start, end) of `num_minibatches` minibatches covering `n` shuffled rows, sizes differing by at most one
     (never a tail of a few rows that would weigh as much as a whole minibatch); fewer when n is smaller."""

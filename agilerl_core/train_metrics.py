@@ -1,0 +1,133 @@
+"""Training diagnostics per member, kept on the device while a phase runs and read back once with its other
+numbers (the fitness, the returns): what SB3 logs to TensorBoard and CleanRL to W&B (losses, entropy, KL,
+Q-values, gradient norms...), for every member of a group at once.
+
+:class:`MetricSums`: named [K] values added at every learn step (each a mean over the step's rows), summed with
+a [K] weight (which members took the step); :meth:`MetricSums.means` reads them all in one copy to the host.
+:class:`EpisodeTally`: the episodes that ended while a group collected (their returns and lengths) from the
+[K, N] rewards and done flags of each vector step, on the device.
+They sit at the bottom of the house: the algorithms fill the first, the arenas the second, and both end in a
+:class:`~agilerl_core.results.TrainResult`'s ``metrics``."""
+
+from __future__ import annotations
+
+import torch
+
+
+class MetricSums:
+    """Each member's running sums of named diagnostics [K] and how much weight each has had; one host read.
+
+    Values added together (one :meth:`add` call) are stacked and summed in one op, so a learn step's
+    diagnostics cost a few small ops whatever their number, and nothing is read back until :meth:`means`."""
+
+    def __init__(self, k: int, device: torch.device | str) -> None:
+        self.k, self.device = k, torch.device(device)
+        self._sums: dict[tuple[str, ...], list[torch.Tensor]] = {}  # names -> [values sum [M, K], weight sum [K]]
+        self._last: dict[str, torch.Tensor] = {}
+
+    @torch.no_grad()
+    def add(self, weight: torch.Tensor | None = None, **values: torch.Tensor) -> None:
+        """Add each named value [K] (a member's mean over one step), weighted by `weight` [K] (bool or float:
+        which members took the step; None: all of them)."""
+        names = tuple(values)
+        stacked = torch.stack([v.detach().to(torch.float32).reshape(self.k) for v in values.values()])
+        w = torch.ones(self.k, device=self.device) if weight is None else weight.to(torch.float32)
+        slot = self._sums.get(names)
+        if slot is None:
+            self._sums[names] = [stacked * w, w.clone()]
+        else:
+            slot[0].add_(stacked * w)
+            slot[1].add_(w)
+
+    @torch.no_grad()
+    def last(self, **values: torch.Tensor) -> None:
+        """Record each named value [K] as it is now (a schedule's value at the end of the phase: epsilon)."""
+        for name, v in values.items():
+            self._last[name] = v.detach().to(torch.float32).reshape(self.k)
+
+    def means(self) -> list[dict[str, float]]:
+        """Per member: each diagnostic's weighted mean over the phase (absent where the member never took a step
+        that measured it), and the :meth:`last` values. One copy to the host."""
+        out: list[dict[str, float]] = [{} for _ in range(self.k)]
+        if not self._sums and not self._last:
+            return out
+        parts, names = [], []
+        for keys, (sums, weight) in self._sums.items():
+            parts.append(torch.where(weight > 0, sums / weight.clamp(min=1e-12), torch.nan))
+            names += list(keys)
+        for name, v in self._last.items():
+            parts.append(v.unsqueeze(0))
+            names.append(name)
+        table = torch.cat(parts).cpu().tolist()  # [M, K]
+        for name, row in zip(names, table, strict=True):
+            for i, value in enumerate(row):
+                if value == value:  # not nan: the member measured it
+                    out[i][name] = value
+        return out
+
+
+class EpisodeTally:
+    """The episodes K members' N envs each end while they collect: running return and length per env, and each
+    member's sums over the episodes that ended (all [K] / [K, N] tensors on the device)."""
+
+    def __init__(self, k: int, n: int, device: torch.device | str) -> None:
+        self.running = torch.zeros(k, n, device=device)
+        self.length = torch.zeros(k, n, device=device)
+        self.return_sum = torch.zeros(k, device=device)
+        self.length_sum = torch.zeros(k, device=device)
+        self.count = torch.zeros(k, device=device)
+
+    @torch.no_grad()
+    def step(self, reward: torch.Tensor, done: torch.Tensor) -> None:
+        """One vector step's rewards and done flags ([K, N], or [K * N]: member-major)."""
+        reward, done = reward.view_as(self.running), done.view_as(self.running)
+        self.running += reward
+        self.length += 1.0
+        self.return_sum += (self.running * done).sum(1)
+        self.length_sum += (self.length * done).sum(1)
+        self.count += done.sum(1)
+        self.running.masked_fill_(done, 0.0)
+        self.length.masked_fill_(done, 0.0)
+
+    def read(self) -> tuple[list[int], list[float], list[float]]:
+        """(episodes ended, their mean return, their mean length) per member, nan where none ended; one read."""
+        count, ret, length = torch.stack([self.count, self.return_sum, self.length_sum]).cpu().tolist()
+        return ([int(c) for c in count], [r / c if c else float("nan") for r, c in zip(ret, count, strict=True)],
+                [n / c if c else float("nan") for n, c in zip(length, count, strict=True)])
+
+
+def phase_metrics(diagnostics: dict[str, float], env_steps: int, wall_s: float, episode_length: float
+                  ) -> dict[str, float]:
+    """A member's :attr:`~agilerl_core.results.TrainResult.metrics` for one phase: its learn steps' diagnostics,
+    its env steps per second of the phase's wall time and the mean length of the episodes it ended (when any)."""
+    out = dict(diagnostics)
+    if wall_s > 0:
+        out["env_steps_per_s"] = env_steps / wall_s
+    if episode_length == episode_length:
+        out["episode_length"] = episode_length
+    return out
+
+
+def per_unit(means: dict[str, list[dict[str, float]]]) -> list[dict[str, float]]:
+    """Each member's diagnostics of several policy units (a multi-agent team's, unit -> :meth:`MetricSums.means`)
+    as one dict per member, each name suffixed with its unit (``loss.speaker_0``)."""
+    k = len(next(iter(means.values()), []))
+    return [{f"{name}.{u}": v for u, rows in means.items() for name, v in rows[i].items()} for i in range(k)]
+
+
+_HEADLINE = (("loss", "critic_loss"), ("entropy", "q", "accuracy", "reward", "kl"))
+
+
+def headline(fitnesses: list[float], train_metrics: list[dict[str, float]]) -> str:
+    """The generation's best member's training in two numbers for a one-line report (its loss, then its entropy,
+    mean Q or accuracy, whichever it has: ``"loss 0.123, q 3.87"``); empty when it has none."""
+    scored = [(f, i) for i, f in enumerate(fitnesses) if f == f and i < len(train_metrics)]
+    if not scored:
+        return ""
+    metrics = train_metrics[max(scored)[1]]
+    parts = []
+    for choices in _HEADLINE:
+        name = next((c for c in choices if c in metrics), None)
+        if name is not None:
+            parts.append(f"{name.replace('_', ' ')} {metrics[name]:.3g}")
+    return ", ".join(parts)
