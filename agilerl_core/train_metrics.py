@@ -17,33 +17,46 @@ import torch
 class MetricSums:
     """Each member's running sums of named diagnostics [K] and how much weight each has had; one host read.
 
-    Values added together (one :meth:`add` call) are stacked and summed in one op, so a learn step's
-    diagnostics cost a few small ops whatever their number, and nothing is read back until :meth:`means`."""
+    Values added together (one :meth:`add` call) are stacked and summed in one op, so a step's diagnostics cost a
+    few small ops whatever their number, and nothing is read back until :meth:`means`. A group whose steps are
+    many and cheap measures one step in `every` (:meth:`due`: the first, then every `every`-th, counted on the
+    host), so that measuring stays within the noise of its speed."""
 
-    def __init__(self, k: int, device: torch.device | str) -> None:
-        self.k, self.device = k, torch.device(device)
-        self._sums: dict[tuple[str, ...], list[torch.Tensor]] = {}  # names -> [values sum [M, K], weight sum [K]]
+    def __init__(self, k: int, device: torch.device | str, every: int = 1) -> None:
+        self.k, self.device, self.every = k, torch.device(device), every
+        self._sums: dict[tuple[str, ...], list] = {}  # names -> [values sum [M, K], weight sum [K] | None, count]
         self._last: dict[str, torch.Tensor] = {}
+        self._calls: dict[str, int] = {}
+
+    def due(self, kind: str = "step") -> bool:
+        """Whether this step of `kind` (a learn step; an actor's delayed step counts apart) is one to measure (one
+        in :attr:`every`); counts the step."""
+        n = self._calls.get(kind, 0)
+        self._calls[kind] = n + 1
+        return n % self.every == 0
 
     @torch.no_grad()
     def add(self, weight: torch.Tensor | None = None, **values: torch.Tensor) -> None:
         """Add each named value [K] (a member's mean over one step), weighted by `weight` [K] (bool or float:
         which members took the step; None: all of them)."""
         names = tuple(values)
-        stacked = torch.stack([v.detach().to(torch.float32).reshape(self.k) for v in values.values()])
-        w = torch.ones(self.k, device=self.device) if weight is None else weight.to(torch.float32)
+        stacked = torch.stack([v.detach().reshape(self.k) for v in values.values()]).to(torch.float32)
         slot = self._sums.get(names)
         if slot is None:
-            self._sums[names] = [stacked * w, w.clone()]
-        else:
-            slot[0].add_(stacked * w)
-            slot[1].add_(w)
+            slot = self._sums[names] = [torch.zeros_like(stacked), None, 0]
+        if weight is None:  # everyone: the weight is a count on the host
+            slot[0].add_(stacked)
+            slot[2] += 1
+            return
+        w = weight.to(torch.float32)
+        slot[0].add_(stacked * w)
+        slot[1] = w.clone() if slot[1] is None else slot[1].add_(w)
 
     @torch.no_grad()
     def last(self, **values: torch.Tensor) -> None:
         """Record each named value [K] as it is now (a schedule's value at the end of the phase: epsilon)."""
         for name, v in values.items():
-            self._last[name] = v.detach().to(torch.float32).reshape(self.k)
+            self._last[name] = v.detach().reshape(self.k)
 
     def means(self) -> list[dict[str, float]]:
         """Per member: each diagnostic's weighted mean over the phase (absent where the member never took a step
@@ -52,11 +65,12 @@ class MetricSums:
         if not self._sums and not self._last:
             return out
         parts, names = [], []
-        for keys, (sums, weight) in self._sums.items():
-            parts.append(torch.where(weight > 0, sums / weight.clamp(min=1e-12), torch.nan))
+        for keys, (sums, weight, count) in self._sums.items():
+            total = torch.full((self.k,), float(count), device=self.device) if weight is None else weight + count
+            parts.append(torch.where(total > 0, sums / total.clamp(min=1e-12), torch.nan))
             names += list(keys)
         for name, v in self._last.items():
-            parts.append(v.unsqueeze(0))
+            parts.append(v.to(torch.float32).unsqueeze(0))
             names.append(name)
         table = torch.cat(parts).cpu().tolist()  # [M, K]
         for name, row in zip(names, table, strict=True):
@@ -67,40 +81,44 @@ class MetricSums:
 
 
 class EpisodeTally:
-    """The episodes K members' N envs each end while they collect: running return and length per env, and each
-    member's sums over the episodes that ended (all [K] / [K, N] tensors on the device)."""
+    """The episodes K members' N envs each end while they collect (the envs start fresh with the phase): each
+    env's running return and the step its last episode ended at, and each member's summed returns and count of
+    ended episodes (all on the device). The ended episodes of an env tile its steps up to its last end, so their
+    lengths sum to that step: no length is counted per step."""
 
     def __init__(self, k: int, n: int, device: torch.device | str) -> None:
         self.running = torch.zeros(k, n, device=device)
-        self.length = torch.zeros(k, n, device=device)
+        self.ended_at = torch.zeros(k, n, device=device)  # vector steps up to each env's last episode end
         self.return_sum = torch.zeros(k, device=device)
-        self.length_sum = torch.zeros(k, device=device)
         self.count = torch.zeros(k, device=device)
+        self.steps = 0
 
     @torch.no_grad()
     def step(self, reward: torch.Tensor, done: torch.Tensor) -> None:
         """One vector step's rewards and done flags ([K, N], or [K * N]: member-major)."""
-        reward, done = reward.view_as(self.running), done.view_as(self.running)
-        self.running += reward
-        self.length += 1.0
+        done = done.view_as(self.running)
+        self.steps += 1
+        self.running += reward.view_as(self.running)
         self.return_sum += (self.running * done).sum(1)
-        self.length_sum += (self.length * done).sum(1)
         self.count += done.sum(1)
         self.running.masked_fill_(done, 0.0)
-        self.length.masked_fill_(done, 0.0)
+        self.ended_at.masked_fill_(done, float(self.steps))
 
     def read(self) -> tuple[list[int], list[float], list[float]]:
         """(episodes ended, their mean return, their mean length) per member, nan where none ended; one read."""
-        count, ret, length = torch.stack([self.count, self.return_sum, self.length_sum]).cpu().tolist()
+        count, ret, length = torch.stack([self.count, self.return_sum, self.ended_at.sum(1)]).cpu().tolist()
         return ([int(c) for c in count], [r / c if c else float("nan") for r, c in zip(ret, count, strict=True)],
                 [n / c if c else float("nan") for n, c in zip(length, count, strict=True)])
 
 
-def phase_metrics(diagnostics: dict[str, float], env_steps: int, wall_s: float, episode_length: float
-                  ) -> dict[str, float]:
+def phase_metrics(diagnostics: dict[str, float], env_steps: int, wall_s: float, episode_length: float,
+                  loss: float = float("nan")) -> dict[str, float]:
     """A member's :attr:`~agilerl_core.results.TrainResult.metrics` for one phase: its learn steps' diagnostics,
-    its env steps per second of the phase's wall time and the mean length of the episodes it ended (when any)."""
+    its mean `loss` over every learn step (where the diagnostics have none of their own), its env steps per second
+    of the phase's wall time and the mean length of the episodes it ended (when any)."""
     out = dict(diagnostics)
+    if loss == loss and "loss" not in out:
+        out["loss"] = loss
     if wall_s > 0:
         out["env_steps_per_s"] = env_steps / wall_s
     if episode_length == episode_length:

@@ -63,13 +63,15 @@ class BCGroup(ReplayGroup):
         action = batch.action.view(k, -1, *batch.action.shape[1:])
         losses = (imitation_loss(out, action, self.discrete) * rows.weight).sum(1)
         (self.adam.grad,) = gradients(losses.sum(), self.policy.leaves)
-        norm = clipped_step(self.adam, self.max_grad_norm, None if rows.all_active else rows.active)
+        due = self.metrics.due()
+        norm = clipped_step(self.adam, self.max_grad_norm, None if rows.all_active else rows.active, due)
         for a, on in zip(self.agents, rows.who, strict=True):
             a.learn_steps += int(on)
-        values = {"loss": losses.detach(), "grad_norm": norm}
-        if self.discrete:  # how often the policy's choice is the dataset's action
-            values["accuracy"] = ((out.detach().argmax(2) == action) * rows.weight).sum(1)
-        self.metrics.add(None if rows.all_active else rows.active, **values)
+        if due:
+            values = {"grad_norm": norm}
+            if self.discrete:  # how often the policy's choice is the dataset's action
+                values["accuracy"] = ((out.detach().argmax(2) == action) * rows.weight).sum(1)
+            self.metrics.add(None if rows.all_active else rows.active, **values)
         return losses.detach()
 
 

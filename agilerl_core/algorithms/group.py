@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import ClassVar
 
 import torch
 
@@ -38,6 +39,9 @@ from agilerl_core.train_metrics import MetricSums
 class MemberGroup(ABC):
     """K agents' networks stacked for one training phase: the online networks with their Adam states and
     the target networks. Subclasses (one per algorithm family) add the batched acting and learning maths."""
+
+    metrics_every: ClassVar[int] = 1
+    """Measure the diagnostics (:attr:`metrics`) of one learn step in this many."""
 
     def __init__(self, agents: Sequence) -> None:
         self.agents = list(agents)
@@ -57,7 +61,7 @@ class MemberGroup(ABC):
         self._stream: KeyedStream | None = None
         self._draws: dict[int, MemberDraws] = {}
         self._target_sources = self.stacked_targets()
-        self.metrics = MetricSums(self.k, self.device)  # the phase's diagnostics, per member, on the device
+        self.metrics = MetricSums(self.k, self.device, self.metrics_every)  # the phase's diagnostics, on the device
         for t, (online, flats) in self._target_sources.items():
             adam = self.adams[online]
             self.targets[t], adopt = group_state(flats, adam.shapes, adam.padded, adam.networks)
@@ -188,7 +192,10 @@ class MemberGroup(ABC):
 
 class ReplayGroup(MemberGroup):
     """A group of off-policy members: each gradient step draws every member's own minibatch from the shared
-    replay buffer."""
+    replay buffer. Their steps are many and cheap: diagnostics are measured on one in 32 (the loss, every step's,
+    is the arena's)."""
+
+    metrics_every: ClassVar[int] = 32
 
     def returns(self, batch, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Each row's return [K, B] and bootstrap discount [K, B] (or [K, 1]) at its member's own gamma
@@ -266,10 +273,13 @@ def gradients(loss: torch.Tensor, *parts: Sequence[torch.Tensor]) -> list[torch.
     return out
 
 
-def clipped_step(adam: StackedAdam, max_grad_norm: float | None, active: torch.Tensor | None) -> torch.Tensor:
+def clipped_step(adam: StackedAdam, max_grad_norm: float | None, active: torch.Tensor | None, measure: bool = True
+                 ) -> torch.Tensor | None:
     """Clip each member's gradient to `max_grad_norm` (when set), then step (the `active` members). Returns each
-    member's gradient norm before clipping [K] (a diagnostic: no host read)."""
-    norm = adam.grad_norm() if max_grad_norm is None else adam.clip_grad_norm(max_grad_norm)
+    member's gradient norm before clipping [K] (a diagnostic: no host read) when clipping computed it or `measure`
+    asks for it, else None."""
+    norm = adam.clip_grad_norm(max_grad_norm) if max_grad_norm is not None else \
+        adam.grad_norm() if measure else None
     adam.step(active)
     return norm
 

@@ -195,11 +195,12 @@ class StackedAdam:
             if self.networks != 1:
                 raise ValueError("extra gradients are clipped with a stack of one network per member")
             sq = sq + extra.reshape(self.k, -1).pow(2).sum(1)
-        scale = torch.clamp(max_norm / (sq.sqrt() + 1e-6), max=1.0)
+        norm = sq.sqrt()
+        scale = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
         self.grad.view(self.k * self.networks, -1).mul_(scale.unsqueeze(1))
         if extra is not None:
             extra.mul_(scale.view(self.k, *([1] * (extra.dim() - 1))))
-        return sq.view(self.k, self.networks).sum(1).sqrt()
+        return norm if self.networks == 1 else sq.view(self.k, self.networks).sum(1).sqrt()
 
     @torch.no_grad()
     def grad_norm(self) -> torch.Tensor:

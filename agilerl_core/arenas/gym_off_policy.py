@@ -94,7 +94,7 @@ def train_group(group: ReplayGroup, slots: list[int], envs: GroupEnv, buffer: Re
     diagnostics = group.metrics.means()
     wall = time.perf_counter() - t0
     return [TrainResult(s, vector_steps * n, lr.steps, c, ret, lr.mean_loss, wall,
-                        phase_metrics(d, vector_steps * n, wall, length))
+                        phase_metrics(d, vector_steps * n, wall, length, lr.mean_loss))
             for s, lr, c, ret, length, d in zip(slots, rounds.learnings, counts, returns, lengths, diagnostics,
                                                  strict=True)]
 

@@ -167,7 +167,8 @@ def train_team_group(group: MADDPGGroup, slots: list[int], envs: TeamGroupEnv, b
     diagnostics = group.metrics.means()
     wall = time.perf_counter() - t0
     return [TrainResult(s, vector_steps * n, lr.steps, returns.episodes(i), returns.team(i, fitness), lr.mean_loss,
-                        wall, phase_metrics(diagnostics[i], vector_steps * n, wall, returns.mean_length(i)))
+                        wall, phase_metrics(diagnostics[i], vector_steps * n, wall, returns.mean_length(i),
+                                      lr.mean_loss))
             for i, (s, lr) in enumerate(zip(slots, rounds.learnings, strict=True))]
 
 
@@ -470,5 +471,6 @@ def train_team_group_on_policy(group: IPPOGroup, slots: list[int], envs: TeamGro
         team.learn_steps = sum(learner.learn_steps for learner in team.learners.values())
         out.append(TrainResult(slot, vector_steps * n, team.learn_steps - learned[i], returns.episodes(i),
                                returns.team(i, fitness), loss_means[i], wall,
-                               phase_metrics(diagnostics[i], vector_steps * n, wall, returns.mean_length(i))))
+                               phase_metrics(diagnostics[i], vector_steps * n, wall, returns.mean_length(i),
+                                             loss_means[i])))
     return out

@@ -43,9 +43,12 @@ def train_group_offline(group: ReplayGroup, slots: list[int], dataset: ReplayBuf
     group.write_back()
     diagnostics = group.metrics.means()
     wall = time.perf_counter() - t0
-    return [TrainResult(s, learn_steps, learn_steps, 0, float("nan"), float(loss) / max(learn_steps, 1), wall,
-                        {**d, "learn_steps_per_s": learn_steps / wall} if wall > 0 else d)
-            for s, loss, d in zip(slots, loss_sum.tolist(), diagnostics, strict=True)]
+    out = []
+    for s, loss, d in zip(slots, loss_sum.tolist(), diagnostics, strict=True):
+        mean = float(loss) / max(learn_steps, 1)
+        metrics = {**d, "loss": mean, **({"learn_steps_per_s": learn_steps / wall} if wall > 0 else {})}
+        out.append(TrainResult(s, learn_steps, learn_steps, 0, float("nan"), mean, wall, metrics))
+    return out
 
 
 def load_checked_dataset(cfg, obs_space, act_space) -> Dataset:

@@ -47,23 +47,27 @@ class ActorCriticGroup(ReplayGroup):
         self.dim = first.action_dim
         self.delayed = first.delayed_targets
         self.policy_freq = [a.hp.policy_freq for a in self.agents]
+        self._due = True  # whether this learn step's diagnostics are measured (MetricSums.due)
 
     def q(self, name: str, obs, action: torch.Tensor) -> torch.Tensor:
         """Critic (or target critic) `name`'s Q(s, a) [K, B] for member-major obs and actions [K, B, dim]."""
         return self.nets[name](obs, action).squeeze(2)
 
-    def step(self, name: str, loss: torch.Tensor, active: torch.Tensor | None) -> torch.Tensor:
+    def step(self, name: str, loss: torch.Tensor, active: torch.Tensor | None, measure: bool = False
+             ) -> torch.Tensor | None:
         """One clipped Adam step of network `name` of every member on the gradient of `loss` (the sum of the
-        members' losses, so each member gets its own gradient); returns each member's gradient norm [K]."""
+        members' losses, so each member gets its own gradient); returns each member's gradient norm [K] when
+        `measure` asks for it (else None, unless clipping computed it)."""
         adam = self.adams[name]
         (adam.grad,) = gradients(loss, self.nets[name].leaves)
-        return clipped_step(adam, self.max_grad_norm, active)
+        return clipped_step(adam, self.max_grad_norm, active, measure)
 
     def learn(self, batch: Transition, rows: StackedRows) -> torch.Tensor:
         """One step of every active member; returns each member's summed critic loss [K]. Its diagnostics (the
-        critic loss, mean Q of the first critic on the batch's actions, the critics' gradient norm; the actor's in
-        :meth:`actor_step`) go to :attr:`metrics`."""
+        mean Q of the first critic on the batch's actions, the critics' gradient norm; the actor's in
+        :meth:`actor_step`) go to :attr:`metrics` on the steps it measures (the loss is the arena's)."""
         k = rows.k
+        self._due = self.metrics.due()
         y = self.target(batch, rows)
         penalty = self.critic_penalty(batch, rows)
         active = None if rows.all_active else rows.active
@@ -79,17 +83,18 @@ class ActorCriticGroup(ReplayGroup):
                 diff = q - y
                 losses = (diff.square() * rows.weight).sum(1)
                 net.backward(saved, (2.0 * diff * rows.weight).unsqueeze(2), out=self.adams[c].grad)
-                norms.append(clipped_step(self.adams[c], self.max_grad_norm, active))
+                norms.append(clipped_step(self.adams[c], self.max_grad_norm, active, self._due))
             else:
                 q = self.q(c, batch.obs, action)
                 losses = ((q - y).square() * rows.weight).sum(1)
                 if penalty is not None:
                     losses = losses + penalty(c) * on
-                norms.append(self.step(c, losses.sum(), active))
+                norms.append(self.step(c, losses.sum(), active, self._due))
             total += losses.detach()
             q_first = q.detach() if q_first is None else q_first
-        self.metrics.add(None if rows.all_active else rows.active, critic_loss=total,
-                         q=(q_first * rows.weight).sum(1), critic_grad_norm=torch.stack(norms).square().sum(0).sqrt())
+        if self._due:
+            self.metrics.add(None if rows.all_active else rows.active, q=(q_first * rows.weight).sum(1),
+                             critic_grad_norm=torch.stack(norms).square().sum(0).sqrt())
         turn_list = actor_turns(self.agents, rows.who, self.policy_freq)
         if any(turn_list):
             self.actor_step(batch, rows, torch.tensor(turn_list, device=self.device), turn_list)
@@ -168,8 +173,10 @@ class TD3Group(ActorCriticGroup):
         mu = torch.tanh(self.nets["actor"](batch.obs))
         q = self.q("critic_1", batch.obs, mu)
         loss = -(q * rows.weight * turns.unsqueeze(1)).sum()
-        norm = self.step("actor", loss, None if all(turn_list) else turns)
-        self.metrics.add(turns, actor_loss=-(q.detach() * rows.weight).sum(1), actor_grad_norm=norm)
+        due = self.metrics.due("actor")
+        norm = self.step("actor", loss, None if all(turn_list) else turns, due)
+        if due:
+            self.metrics.add(turns, actor_loss=-(q.detach() * rows.weight).sum(1), actor_grad_norm=norm)
 
 
 class SACGroup(ActorCriticGroup):
@@ -227,11 +234,13 @@ class SACGroup(ActorCriticGroup):
         alpha = self.log_alpha.exp().unsqueeze(1)
         a, logp = self.sample_action(batch.obs, self.member_noise(rows, turn_list, self.dim))
         q = torch.min(*(self.q(c, batch.obs, a) for c in self.critics))
+        due = self.metrics.due("actor")
         norm = self.step("actor", ((alpha * logp - q) * rows.weight * turns.unsqueeze(1)).sum(),
-                         None if all(turn_list) else turns)
-        with torch.no_grad():
-            self.metrics.add(turns, actor_loss=((alpha * logp - q) * rows.weight).sum(1),
-                             entropy=-(logp * rows.weight).sum(1), actor_grad_norm=norm)
+                         None if all(turn_list) else turns, due)
+        if due:
+            with torch.no_grad():
+                self.metrics.add(turns, actor_loss=((alpha * logp - q) * rows.weight).sum(1),
+                                 entropy=-(logp * rows.weight).sum(1), actor_grad_norm=norm)
         tuning = [t and auto for t, auto in zip(turn_list, self.auto_entropy, strict=True)]
         if any(tuning):  # alpha_loss's gradient: -mean(log pi + target entropy) over each member's rows
             real = rows.valid

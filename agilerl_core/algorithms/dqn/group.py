@@ -194,6 +194,7 @@ class DQNGroup(ReplayGroup):
         active = rows.who
         if self.compiled is not None:
             return self._learn_compiled(batch, rows)
+        due = self.metrics.due()
         if self.noisy:  # independent noise for the online and target networks at every step
             noise = self.member_draws(SALT_NOISY)
             self.online.resample_noise(noise, rows.active)
@@ -214,23 +215,25 @@ class DQNGroup(ReplayGroup):
             per_sample, signal = self.sample_losses(batch, k, out)
             weighted = per_sample * rows.weight
             (self.q.grad,) = gradients(weighted.sum(), self.online.leaves)
-        norm = clipped_step(self.q, self.max_grad_norm, None if rows.all_active else rows.active)
+        norm = clipped_step(self.q, self.max_grad_norm, None if rows.all_active else rows.active, due)
         self._count_steps(active)
         self._new_priorities(signal)
         self.update_targets(self._target_weights(active))
-        loss = weighted.detach().sum(1)
-        self._record(rows, batch, out.detach(), loss, None if self.support is not None else signal, norm)
-        return loss
+        if due:
+            self._record(rows, batch, out.detach(), None if self.support is not None else signal, norm)
+        return weighted.detach().sum(1)
 
-    def _record(self, rows: StackedRows, batch: Transition, out: torch.Tensor, loss: torch.Tensor,
-                td_error: torch.Tensor | None, norm: torch.Tensor) -> None:
-        """A step's diagnostics into :attr:`metrics`: each member's loss, mean Q(s, a) of its rows' actions, mean
-        |TD error| (not for C51, whose loss is a cross-entropy) and gradient norm; plain means over its rows."""
+    def _record(self, rows: StackedRows, batch: Transition, out: torch.Tensor, td_error: torch.Tensor | None,
+                norm: torch.Tensor) -> None:
+        """A measured step's diagnostics into :attr:`metrics`: each member's mean Q(s, a) of its rows' actions,
+        mean |TD error| (not for C51, whose loss is a cross-entropy) and gradient norm; plain means over its rows."""
         w = rows.weight if self.priorities is None else rows.valid / rows.valid.sum(1, keepdim=True).clamp(min=1)
         q = self.q_values(out).gather(2, batch.action.view(rows.k, -1, 1)).squeeze(2)
-        values = {"loss": loss, "q": (q * w).sum(1), "grad_norm": norm}
+        per_row = q.unsqueeze(0) if td_error is None else torch.stack([q, td_error])
+        means = (per_row * w).sum(2)
+        values = {"q": means[0], "grad_norm": norm}
         if td_error is not None:
-            values["td_error"] = (td_error * w).sum(1)
+            values["td_error"] = means[1]
         self.metrics.add(None if rows.all_active else rows.active, **values)
 
     def _learn_compiled(self, batch: Transition, rows: StackedRows) -> torch.Tensor:
@@ -239,7 +242,8 @@ class DQNGroup(ReplayGroup):
         weights = torch.tensor(self._target_weights(rows.who), dtype=torch.float32, device=self.device)
         loss, signal, out, norm = _compiled_step(self.compiled)(self, batch, rows.weight, rows.active, weights)
         self._new_priorities(signal)
-        self._record(rows, batch, out, loss, signal, norm)
+        if self.metrics.due():
+            self._record(rows, batch, out, signal, norm)
         return loss
 
     def _count_steps(self, active: Sequence[bool]) -> None:

@@ -298,12 +298,14 @@ class MADDPGGroup(ReplayGroup):
             (grad,) = gradients(losses.sum(), self.critic_leaves)
             self.critics.grad = grad.view(self.k, -1)
             diff = (q - y.unsqueeze(1)).detach()
-        norm = clipped_step(self.critics, self.max_grad_norm, None if rows.all_active else rows.active)
-        self._record_critics(rows, diff, y, w, weight, norm)
+        due = self.metrics.due()
+        norm = clipped_step(self.critics, self.max_grad_norm, None if rows.all_active else rows.active, due)
+        if due:
+            self._record_critics(rows, diff, y, w, weight, norm)
         turns = actor_turns(self.agents, rows.who, self.policy_freq)
         if any(turns):  # the actors' rows weigh as their agent's critic rows, for the members whose turn it is
             on = weight if all(turns) else weight * torch.tensor(turns, device=self.device).view(k, 1, 1)
-            self.actor_step(batch, xa, rows, on, turns)
+            self.actor_step(batch, xa, rows, on, turns, self.metrics.due("actor"))
             self.update_targets([tau * t for tau, t in zip(self.hp_list("tau"), turns, strict=True)])
         return losses.detach()
 
@@ -319,10 +321,10 @@ class MADDPGGroup(ReplayGroup):
         self.metrics.add(None if rows.all_active else rows.active, critic_grad_norm=norm, **values)
 
     def actor_step(self, batch: MultiAgentBatch, xa: torch.Tensor, rows: StackedRows, weight: torch.Tensor,
-                   turns: list[bool]) -> None:
+                   turns: list[bool], measure: bool = False) -> None:
         """Every actor i of the members whose turn it is descends -Q_1,i(x, a_1, .., mu_i(o_i), .., a_N) over
         the rows where agent i acted (`weight` [K, N, B]), the other agents' actions from the batch; a shared
-        actor sums its agents' terms."""
+        actor sums its agents' terms. `measure`: each unit's gradient norm into :attr:`metrics`."""
         hand = self.critic_net.hand_backward and all(net.hand_backward for net in self.actors.values())
         grads = (self._actor_gradients_by_hand if hand else self._actor_gradients)(batch, xa, rows, weight, turns)
         active = None if all(turns) else torch.tensor(turns, device=self.device)
@@ -330,8 +332,9 @@ class MADDPGGroup(ReplayGroup):
         for u, grad in zip(self.units, grads, strict=True):
             adam = self.adams[f"actor.{u}"]
             adam.grad = grad
-            norms[f"actor_grad_norm.{u}"] = clipped_step(adam, self.max_grad_norm, active)
-        self.metrics.add(active, **norms)
+            norms[f"actor_grad_norm.{u}"] = clipped_step(adam, self.max_grad_norm, active, measure)
+        if measure:
+            self.metrics.add(active, **norms)
 
     def _critic_1(self, k: int) -> Layers:
         """critic_1 of every agent of every member (the first N of each member's C * N critics), [K * N, ...]."""

@@ -280,9 +280,10 @@ class PPOGroup(MemberGroup):
             adam_update_stacked_(self.log_std, grads[2], self.log_std_adam, self.lr, active)
         with torch.no_grad():
             log_ratio = new_logp.detach() - f["logp"]
-            kl = (((log_ratio.exp() - 1) - log_ratio) * valid).sum(1) / valid.sum(1).clamp(min=1)
-            clipped = ((log_ratio.exp() - 1.0).abs() > clip) * w  # the rows whose ratio left [1 - c, 1 + c]
-            self.metrics.add(active, loss=losses, pg_loss=pg_loss, value_loss=vloss, entropy=mean_entropy,
+            ratio_m1 = log_ratio.exp() - 1
+            kl = ((ratio_m1 - log_ratio) * valid).sum(1) / valid.sum(1).clamp(min=1)
+            clipped = (ratio_m1.abs() > clip) * w  # the rows whose ratio left [1 - c, 1 + c]
+            self.metrics.add(step_active, loss=losses, pg_loss=pg_loss, value_loss=vloss, entropy=mean_entropy,
                              approx_kl=kl, clip_fraction=clipped.sum(1), actor_grad_norm=norms[0],
                              critic_grad_norm=norms[1])
         return kl, losses.detach()
