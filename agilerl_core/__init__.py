@@ -11,7 +11,8 @@ The public API (imported on first use, so ``import agilerl_core`` stays cheap)::
 - :func:`evolve`, :class:`EvolveResult`, :class:`Callback`: run a population in this process.
 - :func:`load`, :class:`Policy`: any saved member, ready to ``predict`` (RL) or ``generate`` (LLM).
 - :func:`validate_config`, :func:`load_config`: the engine's config, checked field by field.
-- :class:`ConfigError`, :class:`CheckpointError`: what bad input raises.
+- :class:`ConfigError`, :class:`CheckpointError`: what bad input raises; :class:`BudgetWarning`: what :func:`evolve`
+  warns when the step budget pays for fewer than three generations.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ _EXPORTS = {
     "GenerationStats": "agilerl_core.results", "TrainResult": "agilerl_core.results",
     "validate_config": "agilerl_core.config", "load_config": "agilerl_core.config",
     "ConfigError": "agilerl_core.errors", "CheckpointError": "agilerl_core.errors",
+    "BudgetWarning": "agilerl_core.errors",
 }
 __all__ = [
+    "BudgetWarning",
     "Callback",
     "CheckpointError",
     "ConfigError",
@@ -46,7 +49,7 @@ __all__ = [
 if TYPE_CHECKING:
     from agilerl_core.api import Callback, EvolveResult, Policy, evolve, load
     from agilerl_core.config import load_config, validate_config
-    from agilerl_core.errors import CheckpointError, ConfigError
+    from agilerl_core.errors import BudgetWarning, CheckpointError, ConfigError
     from agilerl_core.results import GenerationStats, TrainResult
 
 

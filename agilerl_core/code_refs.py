@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from typing import TYPE_CHECKING
 
 from agilerl_core.errors import ConfigError
@@ -153,3 +154,16 @@ def check_code_allowed(cfg: ExperimentConfig, allowed: set[str], source: str = "
                 f"itself names, or those in ${TRUSTED_MODULES_ENV} on the worker, may be imported (allowed: "
                 f"{', '.join(sorted(allowed)) or 'none'}). Name it in the deployment's config, or add it to "
                 f"{TRUSTED_MODULES_ENV} in the worker's environment")
+
+
+def import_from_working_directory() -> str | None:
+    """Let the modules a user's config names be found in the working directory, as ``python -m`` finds them
+    (``env_entry_point: myenvs.keyenv:CueBandit`` beside ``myenvs/``): the directory is added once at the end
+    of ``sys.path``, so an installed package of the same name still wins. For the user's own configs run from
+    their shell or Python (the CLI, ``evolve``); a config arriving as a flow-run parameter is still checked
+    against the allowlist (:func:`check_code_allowed`). Returns the directory added (None: already there)."""
+    cwd = os.getcwd()
+    if "" in sys.path or cwd in sys.path:
+        return None
+    sys.path.append(cwd)
+    return cwd

@@ -58,3 +58,7 @@ class NonFiniteError(AgileRLError):
     def __reduce__(self):  # travels between processes (Dask, Ray) with its fields
         return (NonFiniteError, (self.source, self.slot, self.what, self.step, self.step_kind, self.member_id,
                                  self.generation))
+
+
+class BudgetWarning(UserWarning):
+    """A config's step budget pays for too few generations to evolve (``evolve`` warns once, before training)."""

@@ -121,7 +121,7 @@ def train_local(cfg: ExperimentConfig, progress: bool = True, run_dir: str | Pat
                 best.keep(evo)
                 elapsed = time.perf_counter() - t0
                 sps = (evo.global_steps - steps0) / max(elapsed, 1e-9)
-                show_generation(bar, stats.global_steps, stats.generation, evo.finished(), evo.best_fitness(),
+                show_generation(bar, stats.global_steps, stats.generation, evo.best_fitness(),
                                 stats.best_fitness, stats.mean_fitness)
                 if not progress:  # one line per generation instead of the bar
                     print(generation_line(stats, evo.best_fitness(), cfg.max_env_steps, sps), file=sys.stderr,

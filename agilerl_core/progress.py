@@ -35,10 +35,9 @@ def reporting(sink: Callable[[int], object]) -> Iterator[None]:
         _sink = previous
 
 
-def show_generation(bar, global_steps: int, generation: int, finished: bool, run_best: float, last_best: float,
+def show_generation(bar, global_steps: int, generation: int, run_best: float, last_best: float,
                     last_mean: float) -> None:
-    """A tqdm bar after a generation: exact at its step count, showing the generation now training, the run's
-    best so far and the last generation's best and mean."""
+    """A tqdm bar after a generation: exact at its step count, showing the generation just evaluated (numbered as
+    the history and the per-generation lines number it), its best and mean, and the run's best so far."""
     bar.n = min(global_steps, bar.total)
-    bar.set_postfix(gen=generation + (not finished), best=f"{run_best:.2f}", last=f"{last_best:.2f}",
-                    mean=f"{last_mean:.2f}")
+    bar.set_postfix(gen=generation, last=f"{last_best:.2f}", mean=f"{last_mean:.2f}", best=f"{run_best:.2f}")

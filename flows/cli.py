@@ -25,6 +25,7 @@ import traceback
 import urllib.request
 from pathlib import Path
 
+from agilerl_core.code_refs import import_from_working_directory
 from agilerl_core.errors import AgileRLError, CheckpointError, ConfigError, StorageError, TrackingError
 from agilerl_core.net import free_port
 from flows.cli_dataset import add_dataset_parser, dataset_command
@@ -47,7 +48,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--run-id", default=None, help="run id (default: NAME-sSEED-TIMESTAMP); reuse one to resume")
     run.add_argument("--storage", default=None, metavar="URI", help="storage URI (local dir or s3://BUCKET/PREFIX); "
                                                                     "overrides storage.uri and $AGILERL_STORAGE_URI")
-    run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    run.add_argument("--no-progress", action="store_true", help="a line per generation instead of the progress bar "
+                                                                "(the default when stderr is not a terminal)")
+    run.add_argument("--verbose", action="store_true", help="also show the libraries' own INFO lines (MLflow, "
+                                                            "Prefect): quiet by default")
     run.add_argument("--run-dir", default=None, help="--local only: where to save the elite and population "
                                                      "(default: a new OUTPUT_DIR/NAME-sSEED-TIMESTAMP, with "
                                                      "OUTPUT_DIR/NAME-latest pointing at it)")
@@ -56,7 +60,10 @@ def _parser() -> argparse.ArgumentParser:
     res.add_argument("run_id")
     res.add_argument("--storage", default=None, metavar="URI",
                      help=f"storage URI holding the run (default: $AGILERL_STORAGE_URI, else {DEFAULT_STORAGE})")
-    res.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    res.add_argument("--no-progress", action="store_true", help="a line per generation instead of the progress bar "
+                                                                "(the default when stderr is not a terminal)")
+    res.add_argument("--verbose", action="store_true", help="also show the libraries' own INFO lines (MLflow, "
+                                                            "Prefect): quiet by default")
 
     trig = sub.add_parser("trigger", parents=[debug], help="run a Prefect deployment (for CI)")
     trig.add_argument("deployment", help="FLOW/DEPLOYMENT, e.g. online-evolution/cartpole-dqn")
@@ -104,8 +111,33 @@ def _run(args: argparse.Namespace) -> dict:
         from agilerl_core.experiment import build_evolution, train_local
 
         evolution = build_evolution(cfg, **grouping(cfg))  # every check (env id, spaces, bounds, dataset) happens here
-        return train_local(cfg, progress=not args.no_progress, run_dir=args.run_dir, evolution=evolution).summary()
-    return _flow(cfg, args.run_id, not args.no_progress, args.debug)
+        note = cfg.budget_note()
+        if note:
+            print(f"agilerl-flow: note: {note}", file=sys.stderr, flush=True)
+        try:
+            return train_local(cfg, progress=_progress(args), run_dir=args.run_dir, evolution=evolution).summary()
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt("a --local run writes its population only when it ends, so nothing of this one "
+                                    "was kept; without --local every generation is committed and `agilerl-flow "
+                                    "resume RUN_ID` continues an interrupted run") from None
+    return _flow(cfg, args.run_id, _progress(args), args.debug)
+
+
+def _progress(args: argparse.Namespace) -> bool:
+    """The progress bar on a terminal; a line per generation with --no-progress or when stderr is not a terminal
+    (a file, a pipe, CI), where a bar's carriage-return updates would pile up."""
+    return not args.no_progress and sys.stderr.isatty()
+
+
+def _quiet_libraries(verbose: bool) -> None:
+    """The libraries' INFO chatter (MLflow's database set-up and registration lines, its download bars) stays off
+    the console unless --verbose: their warnings and errors still show."""
+    if verbose:
+        return
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    if "mlflow" in sys.modules:  # configured at import from the variable: set the level it read
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
 
 
 class _OneLine(logging.Formatter):
@@ -141,6 +173,16 @@ class _Stopped(Exception):
         self.kind = kind
 
 
+def _where_it_stands(prepared) -> str:
+    uri, last = prepared.store.storage.uri, prepared.committed
+    return (f"generations up to {last} are committed in {uri} and nothing committed is lost" if last is not None
+            else f"no generation was committed yet in {uri}")
+
+
+def _resume_command(prepared) -> str:
+    return f"agilerl-flow resume {prepared.run_id} --storage {prepared.store.storage.uri}"
+
+
 def _flow(cfg, run_id: str | None, progress: bool, debug: bool = False) -> dict:
     """Prepare the run here (every check, the resume state loaded and verified), then start its kind's flow,
     which takes the prepared run instead of building it again. Without a Prefect server a local one
@@ -166,16 +208,15 @@ def _flow(cfg, run_id: str | None, progress: bool, debug: bool = False) -> dict:
             PREPARED_RUNS.put(prepared)
             try:
                 summary = flow_for(cfg.kind)(config=prepared.cfg, run_id=prepared.run_id, progress=progress)
+            except KeyboardInterrupt:  # Ctrl-C: the run id and the exact command that continues it
+                raise KeyboardInterrupt(f"run {prepared.run_id} stopped: {_where_it_stands(prepared)}; continue it "
+                                        f"with: {_resume_command(prepared)}") from None
             except Exception as err:  # one paragraph: what failed, what is safe, the exact command that continues
                 if debug:
                     raise
-                uri = prepared.store.storage.uri
-                last = prepared.committed
-                safe = (f"generations up to {last} are committed in {uri} and nothing committed is lost"
-                        if last is not None else f"no generation was committed yet in {uri}")
-                raise _Stopped(_kind(err), f"{str(err).rstrip('.')}. Run {prepared.run_id} stopped: {safe} "
-                                           f"(--debug shows the traceback). Once the cause is fixed, continue it "
-                                           f"with: agilerl-flow resume {prepared.run_id} --storage {uri}") from err
+                raise _Stopped(_kind(err), f"{str(err).rstrip('.')}. Run {prepared.run_id} stopped: "
+                                           f"{_where_it_stands(prepared)} (--debug shows the traceback). Once the "
+                                           f"cause is fixed, continue it with: {_resume_command(prepared)}") from err
             finally:
                 prepared.lease.stop()  # the flow gives it up itself; this covers a flow that never started
     finally:
@@ -248,6 +289,13 @@ class _LocalPrefect:
 
         self.wait(float(PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value()))
         os.environ["PREFECT_API_URL"] = self.api_url  # processes the flow starts (Dask workers) use it too
+        # Prefect's "View at http://127.0.0.1:PORT/..." would point at a server gone when the run ends: say instead
+        # where the run's records go (the storage and MLflow lines follow) and how to get a Prefect UI that stays
+        flow_logger = logging.getLogger("prefect.flow_runs")
+        flow_logger.addFilter(_NO_DEAD_LINK)
+        print("agilerl-flow: Prefect runs on a server of this command alone (no UI; it stops when the run ends): "
+              "the run's records are its storage and MLflow, named below; for a Prefect UI that outlives runs, "
+              "start the stack (agilerl-flow stack up) and set PREFECT_API_URL", file=sys.stderr, flush=True)
         try:
             with temporary_settings(updates={PREFECT_API_URL: self.api_url}):
                 try:
@@ -259,6 +307,7 @@ class _LocalPrefect:
                         APILogWorker.drain_all(timeout=5)
         finally:
             os.environ.pop("PREFECT_API_URL", None)
+            flow_logger.removeFilter(_NO_DEAD_LINK)
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -268,6 +317,16 @@ class _LocalPrefect:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+class _DropViewAt(logging.Filter):
+    """Drops Prefect's "View at <url>" line (a link into a server that stops with the run)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("View at ")
+
+
+_NO_DEAD_LINK = _DropViewAt()
 
 
 def _die_with_parent() -> None:
@@ -304,7 +363,7 @@ def _resume(args: argparse.Namespace) -> dict:
     data.setdefault("storage", {})["uri"] = uri
     data.setdefault("kind", "offline" if data.get("dataset") else "gym")  # records written before kinds existed
     cfg = validate_config(data, source=store.storage.url(store.key("run.json")))
-    return _flow(cfg, args.run_id, not args.no_progress, args.debug)
+    return _flow(cfg, args.run_id, _progress(args), args.debug)
 
 
 def _trigger(args: argparse.Namespace) -> dict:
@@ -373,13 +432,17 @@ def _kind(err: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    _quiet_libraries(getattr(args, "verbose", False))
+    added = import_from_working_directory()  # as `python -m` does: modules a config names, beside the user
+    if added:  # the runner's worker processes see it too
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), added) if p)
     try:
         # stdout carries the JSON summary alone (CI parses it): whatever libraries print there while the
         # command runs (MLflow's "View run ..." links against a server) goes to stderr with the logs
         with contextlib.redirect_stdout(sys.stderr):
             summary = COMMANDS[args.command](args)
-    except KeyboardInterrupt:
-        print("agilerl-flow: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as err:  # a run interrupted says where it stands and how to continue it
+        print(f"agilerl-flow: interrupted{': ' + str(err) if str(err) else ''}", file=sys.stderr)
         return 130
     except Exception as err:
         if args.debug:

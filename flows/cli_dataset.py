@@ -5,6 +5,7 @@ write a prompt set of additions (``make-arithmetic``). :mod:`flows.cli` adds the
 from __future__ import annotations
 
 import argparse
+import sys
 
 from agilerl_core.errors import ConfigError
 
@@ -96,7 +97,8 @@ def dataset_command(args: argparse.Namespace) -> dict:
     if env_id is None:
         raise ConfigError("--env: name the env to record in (e.g. --env CartPole-v1), or give --config")
     episodes = collect_episodes(env_id, policy, args.episodes, args.seed, args.num_envs, args.epsilon,
-                                progress=not args.no_progress, algorithms=get_algorithm, **recipe)
+                                progress=_bar(args), algorithms=get_algorithm,
+                                **recipe)
     where = write_dataset(args.out, episodes, env_id, policy, fmt)
     return {"out": where, **load_dataset(where, fmt).describe()}  # read back: what a run would load
 
@@ -117,9 +119,14 @@ def _collect_wordle(args: argparse.Namespace) -> dict:
     try:
         words = word_list(args.vocabulary, held_out)
         records = play_games(parse_mix(policy, words), words.train, words, args.episodes, args.seed, max_guesses,
-                             progress=not args.no_progress)
+                             progress=_bar(args))
     except ValueError as err:
         raise ConfigError(f"--env wordle: {err}") from None
     description = describe_games(words, args.vocabulary, held_out, max_guesses, args.seed, policy, records)
     where = save_games(args.out, records, description)
     return {"out": where, **load_games(where).describe()}  # read back: what a run would load
+
+
+def _bar(args: argparse.Namespace) -> bool:
+    """A progress bar on a terminal; none with --no-progress or when stderr is a file or a pipe."""
+    return not args.no_progress and sys.stderr.isatty()

@@ -20,8 +20,10 @@ from agilerl_core.api.callbacks import CallbackHooks
 from agilerl_core.champion import choose_champion, eval_rounds
 from agilerl_core.errors import CheckpointError, TrackingError
 from agilerl_core.evolution import Evolution
+from agilerl_core.experiment import point_latest
 from agilerl_core.io.checkpoint import save_member
 from agilerl_core.io.run_store import RunStore
+from agilerl_core.io.storage import LocalStorage
 from agilerl_core.progress import show_generation
 from flows.run_setup import PreparedRun
 from tasks.artifacts import RunView, generation_rows, lineage_markdown
@@ -76,7 +78,7 @@ class RunAttempt:
         evo, hooks = self.prepared.evo, self.hooks
         self.placements = stats["placements"]
         self.view.generation(stats, generation_rows(evo.population, stats, self.space_names))
-        show_generation(bar, stats["global_steps"], stats["generation"], evo.finished(),
+        show_generation(bar, stats["global_steps"], stats["generation"],
                         evo.best_fitness(), stats["best_fitness"], stats["mean_fitness"])
         if hooks and hooks.generation(evo.history[-1], evo.population.members):
             self.logger.info("run %s: stopped after generation %d by callback %s", self.prepared.run_id,
@@ -125,6 +127,8 @@ class RunAttempt:
         self.view.end(summary, tracker.model_url(summary.get("registered_model"), summary.get("version"))
                       if tracker else None, lineage_md)
         store.storage.put_bytes(store.key("summary.json"), json.dumps(summary, indent=1).encode())
+        if isinstance(store.storage, LocalStorage):  # OUTPUT_DIR/NAME-latest, as evolve and --local runs make it
+            point_latest(cfg, Path(store.uri))
         self.view.close(ARTIFACTS_TIMEOUT_S)  # the summary artifact is among them: `agilerl-flow trigger` reads it
         return summary
 

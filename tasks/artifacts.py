@@ -191,6 +191,9 @@ class RunView:
         from prefect.artifacts import create_link_artifact, create_progress_artifact
 
         self.logger.info(start_line(self.cfg, self.run_id, storage_uri, mlflow_where, resumed_after))
+        note = self.cfg.budget_note() if resumed_after is None else None
+        if note:  # once, before training: a budget this small is not an evolution
+            self.logger.warning("run %s: %s", self.run_id, note)
         if mlflow_url is not None:
             self._publish("MLflow link", create_link_artifact, mlflow_url, link_text=f"MLflow run {self.run_id}",
                           key=artifact_key(self.run_id, "mlflow-run"),

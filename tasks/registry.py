@@ -7,7 +7,10 @@ logged model its typed signature and input example.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +67,7 @@ class ModelRegistry:
         fitness = (summary.get("champion") or {}).get("fitness", summary.get("best_fitness"))
         code = str(Path(__file__).with_name(CHAMPION_CODE.get(self.cfg.kind, "champion_model.py")))
         mlflow.set_tracking_uri(self.uri)
-        with mlflow.start_run(run_id=self.parent_id):
+        with mlflow.start_run(run_id=self.parent_id), _registration_lines_muted():
             info = mlflow.pyfunc.log_model(
                 name="champion", python_model=code, artifacts={"member": str(member_dir)},
                 pip_requirements=champion_requirements(self.cfg.kind, torch.__version__),
@@ -171,3 +174,21 @@ def champion_example(obs_space) -> Any:
     if isinstance(obs_space, spaces.Dict):
         return {k: np.stack([np.asarray(d[k]) for d in draws]) for k in obs_space.spaces}
     return np.stack([np.asarray(d) for d in draws])
+
+
+@contextlib.contextmanager
+def _registration_lines_muted() -> Iterator[None]:
+    """MLflow prints "Successfully registered model ..." and "Created version ..." itself (straight to stderr, not
+    through a logger): muted while the champion registers when MLflow's logger is quieter than INFO (the CLI
+    without --verbose); the run's end line says what was registered."""
+    from mlflow.tracking._model_registry import fluent
+
+    original = getattr(fluent, "eprint", None)
+    if original is None or logging.getLogger("mlflow").getEffectiveLevel() <= logging.INFO:
+        yield
+        return
+    fluent.eprint = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        fluent.eprint = original

@@ -134,3 +134,27 @@ def test_multi_agent_teams_report_per_agent(algo):
     per_agent = {"critic_loss", "q"} if algo == "matd3" else {"loss", "entropy", "approx_kl", "explained_variance"}
     assert {f"{name}.{a}" for name in per_agent for a in agents} <= metrics.keys(), sorted(metrics)
     assert "env_steps_per_s" in metrics and all(math.isfinite(v) for v in metrics.values())
+
+
+def test_a_budget_too_small_to_evolve_is_named_once_before_training():
+    import warnings
+
+    from agilerl_core.config import validate_config
+
+    small = validate_config({"env_id": "CartPole-v1", "population_size": 4, "evo_steps": 5000, "max_env_steps": 20000})
+    assert small.planned_generations() == 1
+    note = small.budget_note()
+    assert "pays for 1 generation" in note and "no selection or mutation" in note
+    assert "raise max_env_steps to at least 60,000" in note and "evo_steps to 1,666 or less" in note
+    two = validate_config({"env_id": "CartPole-v1", "population_size": 4, "evo_steps": 1000, "max_env_steps": 8000})
+    assert "pays for 2 generations" in two.budget_note() and "happen once" in two.budget_note()
+    assert validate_config({"env_id": "CartPole-v1", "population_size": 4, "evo_steps": 1000,
+                            "max_env_steps": 12000}).budget_note() is None
+    cfg = {"algorithm": "dqn", "env_id": "CartPole-v1", "population_size": 2, "evo_steps": 64, "max_env_steps": 128,
+           "num_envs": 2, "eval_episodes": 1}
+    with pytest.warns(ac.BudgetWarning, match="pays for 1 generation") as caught:
+        ac.evolve(cfg, progress=False)
+    assert len([w for w in caught if issubclass(w.category, ac.BudgetWarning)]) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ac.BudgetWarning)
+        ac.evolve({**cfg, "max_env_steps": 384}, progress=False)  # three generations: silent

@@ -14,7 +14,7 @@ from agilerl_core.api.callbacks import Callback, CallbackHooks
 from agilerl_core.api.policy import Policy
 from agilerl_core.config import ENGINE_KINDS, ConfigKinds, ExperimentConfig
 from agilerl_core.envs.make import bind_env_factory, resolve_env_id
-from agilerl_core.errors import ConfigError
+from agilerl_core.errors import BudgetWarning, ConfigError
 from agilerl_core.results import GenerationStats, RunResult
 
 PIPELINE_SECTIONS = ("runner", "tracking", "schedule")  # what a pipeline YAML adds (tasks.config); never read here
@@ -116,19 +116,30 @@ def evolve(config: str | Path | dict[str, Any] | ExperimentConfig, *, env: Calla
     Raises:
         ConfigError: a bad config, override, env or callback, naming the field, before anything trains.
     """
+    from agilerl_core.code_refs import import_from_working_directory
     from agilerl_core.experiment import build_evolution, default_run_dir, point_latest, train_local
 
+    import_from_working_directory()  # modules the config names, found beside the user as `python -m` finds them
     cfg, left_out = resolve_config(config, overrides, env)
     if env is not None and "name" not in cfg.model_fields_set:  # runs of an env are named after it
         cfg = cfg.model_copy(update={"name": env_run_name(env, cfg.name)})
     runner = left_out.get("runner")
     moved = [k for k in ("batch_members", "group_size") if isinstance(runner, dict) and k in runner]
-    if moved:  # the pipeline's other sections (tracking, schedule, the runner's kind) mean nothing in-process
+    if moved:
         warnings.warn(f"evolve: the config's runner.{' and runner.'.join(moved)} are read by the pipeline "
                       f"(flows.run, agilerl-flow run), not in-process; pass {'= / '.join(moved)}= to evolve",
                       stacklevel=2)
+    unread = [k for k in left_out if k != "runner" or not moved]
+    if unread:  # the pipeline's sections mean nothing in-process: said, so nobody waits for a schedule to fire
+        warnings.warn(f"evolve: the config's {', '.join(unread)} section{'s' * (len(unread) > 1)} "
+                      f"{'are' if len(unread) > 1 else 'is'} not read by evolve (in-process: no schedule, MLflow "
+                      f"tracking or runner): {'they belong' if len(unread) > 1 else 'it belongs'} to the pipeline "
+                      f"(agilerl-flow run, flows.run)", stacklevel=2)
     if group_size is not None and (not isinstance(group_size, int) or group_size < 1):
         raise ConfigError(f"group_size: {group_size!r}; give a whole number >= 1 or None (no limit)")
+    note = cfg.budget_note()
+    if note:  # once, before anything trains
+        warnings.warn(f"evolve: {note}", BudgetWarning, stacklevel=2)
     explicit_dir = run_dir is not None
     run_dir = Path(run_dir or default_run_dir(cfg))  # inside output_dir, checked before anything is built
     hooks = CallbackHooks(callbacks, {})

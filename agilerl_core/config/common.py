@@ -171,6 +171,25 @@ class _ExperimentBase(_Strict):
     def _run_name(cls, value: str) -> str:
         return check_run_name(value)
 
+    def planned_generations(self) -> int:
+        """How many generations the budget pays for, at most: max_env_steps over population_size x evo_steps,
+        rounded up (the last generation shrinks to fit; whole vector steps can spend a little more)."""
+        return -(-self.max_env_steps // (self.population_size * self.evo_steps))
+
+    def budget_note(self, min_generations: int = 3) -> str | None:
+        """A sentence when the budget pays for fewer than `min_generations` generations (so there is little or
+        no selection and mutation: the run is then mostly the initial population training), naming the fields
+        to change; None otherwise."""
+        gens = self.planned_generations()
+        if gens >= min_generations:
+            return None
+        per = self.population_size * self.evo_steps
+        what = "no selection or mutation ever happens" if gens == 1 else "selection and mutation happen once"
+        return (f"max_env_steps {self.max_env_steps:,} pays for {gens} generation{'s' * (gens != 1)} of "
+                f"population_size x evo_steps = {self.population_size} x {self.evo_steps:,} = {per:,} steps, so "
+                f"{what}: for evolution, raise max_env_steps to at least {min_generations * per:,} or lower "
+                f"evo_steps to {max(1, self.max_env_steps // (min_generations * self.population_size)):,} or less")
+
     @model_validator(mode="after")
     def _subpopulations_fit(self) -> _ExperimentBase:
         sel = self.selection
