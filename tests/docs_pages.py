@@ -27,6 +27,9 @@ BUDGETS = {  # page -> overrides every evolve() call on it gets (its runs shrunk
 }
 SCRIPT_BUDGETS = {"examples/own_env.py": {"--steps": "2000"}, "examples/grpo_custom_reward.py": {"--steps": "256"}}
 LOCAL_RUN_BUDGET = ["--set", "max_env_steps=1024", "--set", "evo_steps=128", "--set", "eval_episodes=2"]
+# pages whose local runs keep the budgets they show (their point is what those runs learn: the offline recipe's
+# expert makes a medium dataset and CQN improves on it; each run is a few seconds as written)
+AS_WRITTEN = {"docs/training/offline.md"}
 NOT_IN_SANDBOX = {"runs", "site", "data", "MUJOCO_LOG.TXT"}  # what a fresh clone lacks
 SHELL = {"bash", "sh", "shell", "console"}
 TEXT = {"text", "txt", "json", "jsonl", "toml", "ini", "output"}  # shown, not run
@@ -262,9 +265,13 @@ def plan_command(cmd: list[str], where: str) -> tuple[list[str] | None, str]:
     if cmd[0] == "agilerl-flow":
         args = cmd[1:]
         if args[:1] == ["run"] and "--local" in args:
+            if where.split(":")[0] in AS_WRITTEN:
+                return [sys.executable, "-m", "flows.cli", *args, "--no-progress"], "its budget as written"
             return [sys.executable, "-m", "flows.cli", *args, *LOCAL_RUN_BUDGET, "--no-progress"], "a tiny budget"
         if args[:2] == ["dataset", "make-arithmetic"]:
             return [sys.executable, "-m", "flows.cli", *args], "cheap as written"
+        if args[:2] == ["dataset", "collect"] and where.split(":")[0] in AS_WRITTEN:
+            return [sys.executable, "-m", "flows.cli", *args], "a few episodes, as written"
         return None, "the Prefect flow, the stack or a server: parsed and its config validated"
     if cmd[0] in {"python", "python3"} and len(cmd) > 1 and cmd[1].startswith("examples/"):
         if "smollm2" in cmd:

@@ -12,6 +12,8 @@ from agilerl_core.experiment import build_evolution
 from tasks.config import load_config, validate_config
 from tests.conftest import tiny_config
 
+ROOT = Path(__file__).resolve().parents[1]
+
 SHIPPED = Path(__file__).resolve().parents[1] / "deployments" / "configs" / "cartpole_dqn.yaml"
 
 
@@ -104,3 +106,15 @@ def test_the_engine_config_holds_no_pipeline_sections():
     assert isinstance(piped, engine.GymExperimentConfig)
     assert grouping(piped) == {"batch_members": True, "group_cap": 1}
     assert "runner" not in engine.engine_data(piped) and engine.validate_config(engine.engine_data(piped)).seed == 0
+
+
+def test_a_hyperparameter_section_of_another_algorithm_is_named_as_such():
+    """`--set algorithm=dqn` on a SAC config: one line says the section is another algorithm's, not three lines of
+    unknown fields; a genuine typo still gets its did-you-mean."""
+    with pytest.raises(ConfigError) as err:
+        load_config(ROOT / "deployments/configs/pendulum_sac.yaml", {"algorithm": "dqn"})
+    text = str(err.value)
+    assert "hyperparameters: lr_actor, lr_critic, random_steps are not dqn's but" in text and "sac" in text
+    assert "written for another algorithm" in text and "unknown field" not in text
+    with pytest.raises(ConfigError, match=r"hyperparameters.lrr: unknown field \(did you mean 'lr'\?\)"):
+        load_config(ROOT / "deployments/configs/cartpole_dqn.yaml", {"hyperparameters.lrr": 1e-3})

@@ -27,7 +27,7 @@ import re
 import shlex
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -243,6 +243,7 @@ class PageRun:
 
     stdout: str
     clone: Path
+    commands: list[tuple[list[str], str]] = field(default_factory=list)  # each command run and its stdout
 
 
 @pytest.fixture(scope="module")
@@ -282,12 +283,14 @@ def _follow(page: str, python: list[Block], runs: list[Command], tmp_path: Path)
         failed = re.findall(r"docs-test: FAILED (\S+)", proc.stderr)
         assert proc.returncode == 0, f"{failed[0] if failed else page}: the python block fails:\n{_tail(proc.stderr)}"
         stdout = proc.stdout
+    commands = []
     for where, argv in runs:
         proc = subprocess.run(argv, cwd=clone, env=env, capture_output=True, text=True, timeout=300)
         shown = shlex.join(["python" if a == sys.executable else a for a in argv])
         assert proc.returncode == 0, f"{where}: `{shown}` exits {proc.returncode}:\n{_tail(proc.stderr)}"
         assert "Traceback" not in proc.stderr, f"{where}: `{shown}`:\n{_tail(proc.stderr)}"
-    return PageRun(stdout, clone)
+        commands.append((argv, proc.stdout))
+    return PageRun(stdout, clone, commands)
 
 
 def _tail(text: str) -> str:
@@ -309,6 +312,26 @@ def test_the_quickstart_shows_evolution_across_generations(run_page):
     means = [float(m) for m in re.findall(r"^generation \d+: mean fitness (-?[\d.]+)", run.stdout, re.M)]
     assert len(means) >= 3 and len(set(means)) > 1, run.stdout
     assert (run.clone / "runs" / "corridor-latest" / "elite" / "member.json").is_file()
+
+
+def test_the_offline_recipe_makes_a_medium_dataset_and_cqn_improves_on_it(run_page):
+    """docs/training/offline.md's commands as written: the expert's noisy episodes are a medium dataset (the
+    collect command prints their mean return: well below the expert's 500, well above a random policy's ~20),
+    and the CQN population learns a policy better than the data it learned from."""
+    run = run_page("docs/training/offline.md")
+    outputs = {argv[argv.index("flows.cli") + 2] if argv[argv.index("flows.cli") + 1] == "dataset" else
+               Path(argv[argv.index("flows.cli") + 2]).stem: json.loads(out.strip().splitlines()[-1])
+               for argv, out in run.commands}
+    medium = outputs["collect"]["return_mean"]
+    assert 100 <= medium <= 300, outputs["collect"]
+    assert outputs["cartpole_dqn"]["best_fitness"] >= 450  # the expert the noise is added to
+    assert outputs["cartpole_cqn"]["best_fitness"] > medium + 100, (outputs["cartpole_cqn"], medium)
+
+
+def test_the_multi_agent_page_has_a_quickstart_that_runs(run_page):
+    run = run_page("docs/training/multi_agent.md")
+    (out,) = [o for a, o in run.commands if "speaker_listener_matd3.yaml" in " ".join(a)]
+    assert json.loads(out.strip().splitlines()[-1])["global_steps"] == 1024  # the page's run, on a tiny budget
 
 
 # ---- load_champion: the errors a user meets -------------------------------------------------------------------

@@ -101,13 +101,36 @@ def _algorithm_hint(name: str, kind_model: Any) -> str:
     return f"{hint} (names are case-insensitive: DQN, PPO, Rainbow)"
 
 
+def _foreign_section(errors: list[dict], algorithm: str | None) -> tuple[str, list[dict]] | None:
+    """When every unknown hyperparameter is one of another algorithm's (``--set algorithm=dqn`` on a SAC config):
+    (one line saying the section belongs to that algorithm, the errors it replaces); None otherwise."""
+    unknown = [e for e in errors if e["type"] == "extra_forbidden" and len(e["loc"]) >= 3
+               and e["loc"][-3] == "hyperparameters" and e["loc"][-2] in ALGORITHMS]
+    if not unknown or algorithm not in ALGORITHMS:
+        return None
+    names = [str(e["loc"][-1]) for e in unknown]
+    owners = [a for a, info in ALGORITHMS.items() if a != algorithm and set(names) <= set(info.hp_model.model_fields)]
+    if not owners:
+        return None
+    listed = ", ".join(names)
+    return (f"  - hyperparameters: {listed} {'are' if len(names) > 1 else 'is'} not {algorithm}'s but "
+            f"{' / '.join(owners[:3])}'s: the section was written for another algorithm; for {algorithm}, drop "
+            f"{'them' if len(names) > 1 else 'it'} (its own: {', '.join(ALGORITHMS[algorithm].hp_model.model_fields)}) "
+            f"or set algorithm back", unknown)
+
+
 def _format_validation_error(err: ValidationError, source: str, kind_model: type[BaseModel],
                              algorithm: str | None = None) -> str:
     """A readable ConfigError text: one line per bad field (dotted path); an unknown field with the one to use
     instead (ours for a Stable-Baselines3 name, by `algorithm`'s hyperparameters; else the closest name)."""
     lines = [f"invalid config ({source}):"]
     info = ALGORITHMS.get(algorithm) if algorithm else None
-    for e in err.errors():
+    errors = err.errors()
+    foreign = _foreign_section(errors, algorithm)
+    if foreign is not None:  # the section was written for another algorithm: one line says so
+        lines.append(foreign[0])
+        errors = [e for e in errors if e not in foreign[1]]
+    for e in errors:
         parts = list(e["loc"])
         if parts and parts[0] in EXPERIMENT_KINDS:
             parts.pop(0)  # the union member's tag: the kind, already named by the config (same tags in the pipeline)
