@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 import urllib.request
@@ -173,6 +174,28 @@ class _Stopped(Exception):
         self.kind = kind
 
 
+_INTERRUPTED = threading.Event()
+
+
+@contextlib.contextmanager
+def _noting_interrupts():
+    """Ctrl-C raises KeyboardInterrupt as usual and is also noted, so an interrupt that reaches the flow wrapped in
+    another error (Prefect's task engine turns one into its own) is still told as an interrupt."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupted(signum, frame) -> None:
+        _INTERRUPTED.set()
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _where_it_stands(prepared) -> str:
     uri, last = prepared.store.storage.uri, prepared.committed
     return (f"generations up to {last} are committed in {uri} and nothing committed is lost" if last is not None
@@ -204,7 +227,7 @@ def _flow(cfg, run_id: str | None, progress: bool, debug: bool = False) -> dict:
             warm_tracking_store(tracking_uri(prepared.cfg))  # while the server starts
         if not debug:
             _console_without_tracebacks()
-        with server.serving() if server is not None else contextlib.nullcontext():
+        with server.serving() if server is not None else contextlib.nullcontext(), _noting_interrupts():
             PREPARED_RUNS.put(prepared)
             try:
                 summary = flow_for(cfg.kind)(config=prepared.cfg, run_id=prepared.run_id, progress=progress)
@@ -212,6 +235,9 @@ def _flow(cfg, run_id: str | None, progress: bool, debug: bool = False) -> dict:
                 raise KeyboardInterrupt(f"run {prepared.run_id} stopped: {_where_it_stands(prepared)}; continue it "
                                         f"with: {_resume_command(prepared)}") from None
             except Exception as err:  # one paragraph: what failed, what is safe, the exact command that continues
+                if _INTERRUPTED.is_set():  # Ctrl-C inside a task, which Prefect reports as another error
+                    raise KeyboardInterrupt(f"run {prepared.run_id} stopped: {_where_it_stands(prepared)}; continue "
+                                            f"it with: {_resume_command(prepared)}") from None
                 if debug:
                     raise
                 raise _Stopped(_kind(err), f"{str(err).rstrip('.')}. Run {prepared.run_id} stopped: "

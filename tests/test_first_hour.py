@@ -12,8 +12,6 @@ import signal
 import sys
 import time
 
-import pytest
-
 import agilerl_core as ac
 from agilerl_core.progress import show_generation
 from tests.conftest import cli_summary
@@ -116,18 +114,3 @@ def test_the_bar_numbers_the_generation_it_shows_as_the_history_does():
     bar = Bar()
     show_generation(bar, 50, 0, 10.0, 9.0, 5.0)
     assert bar.n == 50 and bar.postfix["gen"] == 0 and bar.postfix["last"] == "9.00"
-
-
-@pytest.mark.parametrize("field", ["schedule", "tracking", "runner"])
-def test_evolve_says_which_pipeline_sections_it_does_not_read(field, tmp_path):
-    import warnings
-
-    section = {"schedule": {"cron": "0 3 * * *"}, "tracking": {"enabled": False}, "runner": {"kind": "threads"}}
-    cfg = {"env_id": "CartPole-v1", "num_envs": 2, "population_size": 2, "evo_steps": 100, "max_env_steps": 600,
-           "eval_episodes": 1, "hyperparameters": {"batch_size": 32, "learning_delay": 20}, field: section[field],
-           "output_dir": str(tmp_path)}
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        ac.evolve(cfg, progress=False)
-    said = [str(w.message) for w in caught if field in str(w.message)]
-    assert said and "not read by evolve" in said[0], [str(w.message) for w in caught]

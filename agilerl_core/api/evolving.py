@@ -125,16 +125,10 @@ def evolve(config: str | Path | dict[str, Any] | ExperimentConfig, *, env: Calla
         cfg = cfg.model_copy(update={"name": env_run_name(env, cfg.name)})
     runner = left_out.get("runner")
     moved = [k for k in ("batch_members", "group_size") if isinstance(runner, dict) and k in runner]
-    if moved:
+    if moved:  # the pipeline's other sections (tracking, schedule, the runner's kind) are left out quietly
         warnings.warn(f"evolve: the config's runner.{' and runner.'.join(moved)} are read by the pipeline "
                       f"(flows.run, agilerl-flow run), not in-process; pass {'= / '.join(moved)}= to evolve",
                       stacklevel=2)
-    unread = [k for k in left_out if k != "runner" or not moved]
-    if unread:  # the pipeline's sections mean nothing in-process: said, so nobody waits for a schedule to fire
-        warnings.warn(f"evolve: the config's {', '.join(unread)} section{'s' * (len(unread) > 1)} "
-                      f"{'are' if len(unread) > 1 else 'is'} not read by evolve (in-process: no schedule, MLflow "
-                      f"tracking or runner): {'they belong' if len(unread) > 1 else 'it belongs'} to the pipeline "
-                      f"(agilerl-flow run, flows.run)", stacklevel=2)
     if group_size is not None and (not isinstance(group_size, int) or group_size < 1):
         raise ConfigError(f"group_size: {group_size!r}; give a whole number >= 1 or None (no limit)")
     note = cfg.budget_note()

@@ -248,7 +248,8 @@ class SACGroup(ActorCriticGroup):
             grad = -(mean_logp + self.target_entropy)
             adam_update_stacked_(self.log_alpha.view(self.k, 1), grad.view(self.k, 1), self.alpha_adam,
                                  self.lr_alpha, torch.tensor(tuning, device=self.device))
-        self.metrics.last(alpha=self.log_alpha.exp())
+        if due:
+            self.metrics.last(alpha=self.log_alpha.exp())
 
     def write_back(self) -> None:
         super().write_back()

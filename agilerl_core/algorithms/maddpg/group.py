@@ -297,11 +297,11 @@ class MADDPGGroup(ReplayGroup):
             losses = (w * (q - y.unsqueeze(1)).square()).sum((1, 2, 3))
             (grad,) = gradients(losses.sum(), self.critic_leaves)
             self.critics.grad = grad.view(self.k, -1)
-            diff = (q - y.unsqueeze(1)).detach()
+            diff = None  # made only on a measured step
         due = self.metrics.due()
         norm = clipped_step(self.critics, self.max_grad_norm, None if rows.all_active else rows.active, due)
         if due:
-            self._record_critics(rows, diff, y, w, weight, norm)
+            self._record_critics(rows, (q.detach() - y.unsqueeze(1)) if diff is None else diff, y, w, weight, norm)
         turns = actor_turns(self.agents, rows.who, self.policy_freq)
         if any(turns):  # the actors' rows weigh as their agent's critic rows, for the members whose turn it is
             on = weight if all(turns) else weight * torch.tensor(turns, device=self.device).view(k, 1, 1)
