@@ -308,7 +308,7 @@ class Evolution:
                                 float(np.mean(fitnesses)), [r.mean_return for r in results],
                                 [m.mutation for m in pop.members], [m.agent.hp.model_dump() for m in pop.members],
                                 time.perf_counter() - self._gen_t0, [dict(r.metrics) for r in results],
-                                [list(g) for g in self.groups()])
+                                [list(g) for g in self.groups()], [list(r.metric_points) for r in results])
         self.history.append(stats)
         return stats
 

@@ -28,7 +28,9 @@ class TrainResult:
     wall_s: float
     """Wall time of the phase, seconds."""
     metrics: dict[str, float] = field(default_factory=dict)
-    """The arena's own training means (LLM: reward, KL...)."""
+    """The phase's training diagnostics, each its mean over the phase (loss, entropy, Q...; LLM: reward, KL...)."""
+    metric_points: list = field(default_factory=list)
+    """Within a long phase, a few points: ``[env steps of the member then, {name: mean since the point before}]``."""
 
 
 @dataclass
@@ -57,6 +59,8 @@ class GenerationStats:
     """Per slot: :attr:`TrainResult.metrics`."""
     groups: list[list[int]] = field(default_factory=list)
     """The slots that trained together, as one stacked group each."""
+    train_metric_points: list[list] = field(default_factory=list)
+    """Per slot: :attr:`TrainResult.metric_points` (empty lists for short phases)."""
 
 
 @dataclass

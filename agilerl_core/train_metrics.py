@@ -27,6 +27,7 @@ class MetricSums:
         self._sums: dict[tuple[str, ...], list] = {}  # names -> [values sum [M, K], weight sum [K] | None, count]
         self._last: dict[str, torch.Tensor] = {}
         self._calls: dict[str, int] = {}
+        self._marks: list[tuple[list[int], dict[tuple[str, ...], list]]] = []  # (each member's env steps, sums then)
 
     def due(self, kind: str = "step") -> bool:
         """Whether this step of `kind` (a learn step; an actor's delayed step counts apart) is one to measure (one
@@ -57,6 +58,43 @@ class MetricSums:
         """Record each named value [K] as it is now (a schedule's value at the end of the phase: epsilon)."""
         for name, v in values.items():
             self._last[name] = v.detach().reshape(self.k)
+
+    @torch.no_grad()
+    def mark(self, steps: list[int]) -> None:
+        """A point within a long phase: each member's env steps so far (`steps`, host ints) and a copy of the sums
+        (on the device), so :meth:`points` can give the means of each stretch between marks."""
+        self._marks.append((list(steps), {keys: [sums.clone(), None if w is None else w.clone(), count]
+                                          for keys, (sums, w, count) in self._sums.items()}))
+
+    def points(self) -> list[list[list]]:
+        """Per member, at each :meth:`mark`: [its env steps then, the means of what was measured since the mark
+        before]; empty without marks. One copy to the host."""
+        if not self._marks:
+            return [[] for _ in range(self.k)]
+        parts, layout = [], []
+        previous: dict[tuple[str, ...], list] = {}
+        for at, snapshot in self._marks:
+            for keys, (sums, w, count) in snapshot.items():
+                before = previous.get(keys)
+                d_sums = sums if before is None else sums - before[0]
+                w_now = torch.zeros(self.k, device=self.device) if w is None else w
+                w_before = 0.0 if before is None or before[1] is None else before[1]
+                total = (w_now - w_before) + (count - (0 if before is None else before[2]))
+                parts.append(torch.where(total > 0, d_sums / torch.as_tensor(total).clamp(min=1e-12), torch.nan))
+                layout.append((at, keys))
+            previous = snapshot
+        table = torch.cat(parts).cpu().tolist()
+        out: list[list[list]] = [[] for _ in range(self.k)]  # lists, not tuples: they travel as JSON
+        row = 0
+        for at, keys in layout:
+            for name in keys:
+                for i, value in enumerate(table[row]):
+                    if value == value:
+                        if not out[i] or out[i][-1][0] != at[i]:
+                            out[i].append([at[i], {}])
+                        out[i][-1][1][name] = value
+                row += 1
+        return out
 
     def means(self) -> list[dict[str, float]]:
         """Per member: each diagnostic's weighted mean over the phase (absent where the member never took a step
@@ -111,6 +149,15 @@ class EpisodeTally:
                 [n / c if c else float("nan") for n, c in zip(length, count, strict=True)])
 
 
+def marks(vector_steps: int, env_steps: int, points: int = 4, long: int = 4000) -> set[int]:
+    """The vector steps (1-based) after which a phase of `vector_steps` (`env_steps` per member) marks its
+    diagnostics (:meth:`MetricSums.mark`): `points` evenly spaced ones, the last at its end, when the phase is long
+    (at least `long` env steps per member); none otherwise (the phase's means are its one point)."""
+    if env_steps < long or vector_steps < points:
+        return set()
+    return {round(vector_steps * (i + 1) / points) for i in range(points)}
+
+
 def phase_metrics(diagnostics: dict[str, float], env_steps: int, wall_s: float, episode_length: float,
                   loss: float = float("nan")) -> dict[str, float]:
     """A member's :attr:`~agilerl_core.results.TrainResult.metrics` for one phase: its learn steps' diagnostics,
@@ -123,6 +170,19 @@ def phase_metrics(diagnostics: dict[str, float], env_steps: int, wall_s: float, 
         out["env_steps_per_s"] = env_steps / wall_s
     if episode_length == episode_length:
         out["episode_length"] = episode_length
+    return out
+
+
+def per_unit_points(points: dict[str, list[list[list]]]) -> list[list[list]]:
+    """:func:`per_unit` for :meth:`MetricSums.points`: each member's points of every unit, merged by env steps."""
+    k = len(next(iter(points.values()), []))
+    out = []
+    for i in range(k):
+        merged: dict[int, dict[str, float]] = {}
+        for u, rows in points.items():
+            for at, values in rows[i]:
+                merged.setdefault(at, {}).update({f"{name}.{u}": v for name, v in values.items()})
+        out.append([[at, merged[at]] for at in sorted(merged)])
     return out
 
 

@@ -140,7 +140,8 @@ def run_generation(job: GenerationJob, evo: Evolution, store: RunStore, runner, 
     last = evo.history[-1]
     stats = {**asdict(last), "placements": placements}
     if tracking is not None:  # logged by the queue's thread: training never waits on the tracking server
-        tracking.put(stats, member_rows(evo.population, last.train_returns, sorted(evo.arena.space), last.train_metrics))
+        tracking.put(stats, member_rows(evo.population, last.train_returns, sorted(evo.arena.space), last.train_metrics,
+                                        last.train_metric_points))
     return stats
 
 

@@ -280,5 +280,5 @@ def _log_from_store(tracker: Tracker, store: RunStore, generation: int, stats: d
     except CheckpointError:  # pruned by retention: its members are gone, the population metrics remain
         tracker.log_generation(stats, [], only_missing=True)
         return
-    tracker.log_generation(stats, member_rows(pop, stats["train_returns"], space_names, stats.get("train_metrics")),
-                           only_missing=True)
+    tracker.log_generation(stats, member_rows(pop, stats["train_returns"], space_names, stats.get("train_metrics"),
+                                              stats.get("train_metric_points")), only_missing=True)

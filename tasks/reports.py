@@ -13,9 +13,11 @@ LINEAGE_COLUMNS = ["generation", "slot", "member_id", "parent_id", "other_parent
 
 
 def member_rows(population, train_returns: list[float], space_names: list[str],
-                train_metrics: list[dict[str, float]] | None = None) -> list[dict[str, Any]]:
-    """Per-slot metrics of an evaluated agilerl_core Population (`train_metrics`: the arena's own training
-    means per slot, e.g. an LLM member's reward, KL and completion length)."""
+                train_metrics: list[dict[str, float]] | None = None,
+                train_points: list[list] | None = None) -> list[dict[str, Any]]:
+    """Per-slot metrics of an evaluated agilerl_core Population (`train_metrics`: the training phase's means per
+    slot, e.g. loss and entropy, an LLM member's reward and KL; `train_points`: within a long phase, its points
+    ``[env steps, {name: mean}]``)."""
     rows = []
     for slot, m in enumerate(population.members):
         hp = m.agent.hp.model_dump()
@@ -24,6 +26,7 @@ def member_rows(population, train_returns: list[float], space_names: list[str],
                      "param_count": m.agent.param_count(),
                      "agent_returns": dict(getattr(m.agent, "agent_returns", None) or {}),  # teams: per agent
                      "train_metrics": dict(train_metrics[slot]) if train_metrics else {},
+                     "train_points": list(train_points[slot]) if train_points else [],
                      "samples": list(getattr(m.agent, "samples", None) or []),  # LLM members: held-out completions
                      # language agents: win rate and mean guesses of their evaluation games
                      "eval_metrics": dict(getattr(m.agent, "eval_metrics", None) or {}),

@@ -195,6 +195,9 @@ class Tracker(ModelRegistry):
                         if _finite(v)]
             metrics += [Metric(f"train.{k}", float(v), now, g) for k, v in m.get("train_metrics", {}).items()
                         if _finite(v)]
+            # within a long phase, a few points: the same diagnostics at the member's env steps (MLflow's step)
+            metrics += [Metric(f"phase.{k}", float(v), now, int(at)) for at, values in m.get("train_points", [])
+                        for k, v in values.items() if _finite(v)]
             metrics += [Metric(f"eval.{k}", float(v), now, g) for k, v in m.get("eval_metrics", {}).items()
                         if _finite(v)]
             tags = [RunTag("agilerl.member_id", str(m["member_id"])), RunTag("agilerl.mutation", m["mutation"]),

@@ -158,3 +158,52 @@ def test_a_budget_too_small_to_evolve_is_named_once_before_training():
     with warnings.catch_warnings():
         warnings.simplefilter("error", ac.BudgetWarning)
         ac.evolve({**cfg, "max_env_steps": 384}, progress=False)  # three generations: silent
+
+
+def test_a_long_phase_marks_a_few_points_each_the_mean_since_the_one_before():
+    from agilerl_core.train_metrics import marks
+
+    m = MetricSums(2, "cpu")
+    m.add(loss=torch.tensor([1.0, 2.0]))
+    m.add(loss=torch.tensor([3.0, 4.0]))
+    m.mark([10, 20])
+    m.add(torch.tensor([True, False]), loss=torch.tensor([5.0, 100.0]), q=torch.tensor([1.0, 1.0]))
+    m.mark([30, 40])
+    assert m.points() == [[[10, {"loss": 2.0}], [30, {"loss": 5.0, "q": 1.0}]], [[20, {"loss": 3.0}]]]
+    assert MetricSums(1, "cpu").points() == [[]]
+    assert marks(100, 8000) == {25, 50, 75, 100} and marks(100, 3999) == set() and marks(3, 9000) == set()
+
+
+@pytest.mark.parametrize("algo", ["dqn", "ppo"])
+def test_a_long_phase_reports_its_points_at_the_members_env_steps(algo):
+    hp = {"learning_delay": 256, "batch_size": 32} if algo == "dqn" else {}
+    cfg = {"algorithm": algo, "env_id": "CartPole-v1", "population_size": 2, "evo_steps": 4096,
+           "max_env_steps": 8192, "num_envs": 4, "eval_episodes": 1, "hyperparameters": hp}
+    stats = ac.evolve(cfg, progress=False).history[-1]
+    for points in stats.train_metric_points:
+        assert [at for at, _ in points] == [1024, 2048, 3072, 4096]
+        name = "entropy" if algo == "ppo" else "q"
+        assert all(name in values and math.isfinite(values[name]) for _, values in points)
+    assert stats.train_metric_points[0][0][1] != stats.train_metric_points[0][-1][1]  # the stretches differ
+
+
+def test_the_tracker_logs_a_generations_means_and_a_long_phases_points(tmp_path, monkeypatch):
+    import mlflow
+
+    from tasks.tracker import Tracker
+    from tests.conftest import tiny_config
+
+    monkeypatch.setenv("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
+    cfg = tiny_config(population_size=1, **{"tracking.uri": f"sqlite:///{tmp_path / 'm.db'}"})
+    tracker = Tracker(cfg, "points-run", str(tmp_path / "runs"))
+    stats = {"generation": 1, "best_fitness": 2.0, "mean_fitness": 2.0, "global_steps": 800, "wall_s": 1.0}
+    member = {"fitness": 2.0, "param_count": 10, "train_return": 1.0, "member_id": 0, "mutation": "none",
+              "architecture": "mlp", "hyperparameters": {}, "train_metrics": {"loss": 0.5, "q": float("nan")},
+              "train_points": [[1200, {"loss": 0.7}], [1600, {"loss": 0.3}]]}
+    tracker.log_generation(stats, [member])
+    client = mlflow.MlflowClient(cfg.tracking.uri)
+    child = tracker.child_ids[0]
+    assert [(x.step, x.value) for x in client.get_metric_history(child, "train.loss")] == [(1, 0.5)]
+    assert client.get_metric_history(child, "train.q") == []  # not a number: not logged
+    assert sorted((x.step, x.value) for x in client.get_metric_history(child, "phase.loss")) == [(1200, 0.7),
+                                                                                                  (1600, 0.3)]

@@ -25,7 +25,7 @@ from agilerl_core.buffers.replay import ReplayBuffer, transition_fields
 from agilerl_core.envs.group import GroupEnv
 from agilerl_core.envs.make import EnvRecipe
 from agilerl_core.results import TrainResult
-from agilerl_core.train_metrics import EpisodeTally, phase_metrics
+from agilerl_core.train_metrics import EpisodeTally, marks, phase_metrics
 
 
 def train_group(group: ReplayGroup, slots: list[int], envs: GroupEnv, buffer: ReplayBuffer, evo_steps: int,
@@ -55,6 +55,7 @@ def train_group(group: ReplayGroup, slots: list[int], envs: GroupEnv, buffer: Re
                          buffer, slots)
     episodes = EpisodeTally(k, n, dev)
     vector_steps = math.ceil(evo_steps / n)
+    marked = marks(vector_steps, vector_steps * n)  # a long phase's points
     for t in range(vector_steps):
         group.observe(obs)  # each member folds its own envs' observations into its statistics
         actions = group.explore_group(obs, mask)
@@ -82,6 +83,8 @@ def train_group(group: ReplayGroup, slots: list[int], envs: GroupEnv, buffer: Re
         episodes.step(step.reward, done)
         obs, mask = step.obs, step.mask
         rounds.after_step(n, t + 1)
+        if t + 1 in marked:
+            group.metrics.mark([a.env_steps for a in agents])
     rounds.finish()
     group.write_back()
     envs.check(slots)
@@ -91,12 +94,12 @@ def train_group(group: ReplayGroup, slots: list[int], envs: GroupEnv, buffer: Re
             if tail is not None:
                 buffer.add(s, tail)
     counts, returns, lengths = episodes.read()  # the phase's numbers, read once
-    diagnostics = group.metrics.means()
+    diagnostics, points = group.metrics.means(), group.metrics.points()
     wall = time.perf_counter() - t0
     return [TrainResult(s, vector_steps * n, lr.steps, c, ret, lr.mean_loss, wall,
-                        phase_metrics(d, vector_steps * n, wall, length, lr.mean_loss))
-            for s, lr, c, ret, length, d in zip(slots, rounds.learnings, counts, returns, lengths, diagnostics,
-                                                 strict=True)]
+                        phase_metrics(d, vector_steps * n, wall, length, lr.mean_loss), p)
+            for s, lr, c, ret, length, d, p in zip(slots, rounds.learnings, counts, returns, lengths, diagnostics,
+                                                    points, strict=True)]
 
 
 def probe_frame_stacking(recipe: EnvRecipe, parts: dict[str, FramePart]) -> dict[str, FramePart]:

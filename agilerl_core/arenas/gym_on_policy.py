@@ -17,7 +17,7 @@ from agilerl_core.buffers.rollout import Rollout, compute_gae, members_rows
 from agilerl_core.envs.group import GroupEnv
 from agilerl_core.finite import FirstBad
 from agilerl_core.results import TrainResult
-from agilerl_core.train_metrics import EpisodeTally, phase_metrics
+from agilerl_core.train_metrics import EpisodeTally, marks, phase_metrics
 
 
 def _members_sequences(buf: dict, steps: int, seq_len: int, adv: torch.Tensor, ret: torch.Tensor
@@ -95,7 +95,9 @@ def train_group_on_policy(group, slots: list[int], envs: GroupEnv, evo_steps: in
     episodes = EpisodeTally(k, n, dev)
     loss_means, updates = [], torch.zeros(k, dtype=torch.long, device=dev)
     bad_loss = FirstBad(k, dev)
-    for r, steps in enumerate(rollout_lengths(vector_steps, rollout_steps)):
+    rollouts = rollout_lengths(vector_steps, rollout_steps)
+    marked, done_steps = marks(len(rollouts), vector_steps * n), 0  # a long phase's points: after some rollouts
+    for r, steps in enumerate(rollouts):
         draws = group.action_draws(steps, n)  # the rollout's action samples, drawn at once
         for t in range(steps):
             actions, logp, value, before = group.act(obs, mask, starts if recurrent else None, draws[t])
@@ -146,6 +148,9 @@ def train_group_on_policy(group, slots: list[int], envs: GroupEnv, evo_steps: in
         loss_means.append(mean)
         # the statistics move between rollouts only: a rollout's log-probs and its update see one scale
         group.observe({key: members_rows(v, steps) for key, v in buf["obs"].items()})
+        done_steps += steps * n
+        if r + 1 in marked:
+            group.metrics.mark([a.env_steps + done_steps for a in agents])
     group.write_back()
     envs.check(slots)
     bad_loss.check(slots, "the loss", "update of rollout")
@@ -153,14 +158,14 @@ def train_group_on_policy(group, slots: list[int], envs: GroupEnv, evo_steps: in
     counts, returns, lengths = episodes.read()
     losses = torch.stack(loss_means).mean(0).cpu().tolist() if loss_means else [float("nan")] * k
     taken = updates.cpu().tolist()
-    diagnostics = group.metrics.means()
+    diagnostics, points = group.metrics.means(), group.metrics.points()
     wall = time.perf_counter() - t0
     out = []
     for i, (a, slot) in enumerate(zip(agents, slots, strict=True)):
         a.env_steps += vector_steps * n
         a.learn_steps += int(taken[i])
         out.append(TrainResult(slot, vector_steps * n, a.learn_steps - learn0[i], counts[i], returns[i], losses[i],
-                               wall, phase_metrics(diagnostics[i], vector_steps * n, wall, lengths[i])))
+                               wall, phase_metrics(diagnostics[i], vector_steps * n, wall, lengths[i]), points[i]))
     return out
 
 

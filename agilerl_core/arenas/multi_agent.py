@@ -49,7 +49,7 @@ from agilerl_core.finite import FirstBad
 from agilerl_core.networks.evolvable import ArchBounds, ArchSpec
 from agilerl_core.networks.mlp import MLPSpec
 from agilerl_core.results import TrainResult
-from agilerl_core.train_metrics import per_unit, phase_metrics
+from agilerl_core.train_metrics import marks, per_unit, per_unit_points, phase_metrics
 
 
 @dataclass(frozen=True)
@@ -150,6 +150,7 @@ def train_team_group(group: MADDPGGroup, slots: list[int], envs: TeamGroupEnv, b
                          buffer, slots)
     returns = TeamReturns(spec.agents, k, n)
     vector_steps = math.ceil(evo_steps / n)
+    marked = marks(vector_steps, vector_steps * n)  # a long phase's points
     for t in range(vector_steps):
         actions = group.explore_group(obs, masks)
         step = envs.step(actions)
@@ -162,13 +163,15 @@ def train_team_group(group: MADDPGGroup, slots: list[int], envs: TeamGroupEnv, b
         returns.step(step.reward, step.env_done)
         obs, masks = step.obs, step.mask
         rounds.after_step(n, t + 1)
+        if t + 1 in marked:
+            group.metrics.mark([a.env_steps for a in group.agents])
     rounds.finish()
     group.write_back()
-    diagnostics = group.metrics.means()
+    diagnostics, points = group.metrics.means(), group.metrics.points()
     wall = time.perf_counter() - t0
     return [TrainResult(s, vector_steps * n, lr.steps, returns.episodes(i), returns.team(i, fitness), lr.mean_loss,
                         wall, phase_metrics(diagnostics[i], vector_steps * n, wall, returns.mean_length(i),
-                                      lr.mean_loss))
+                                            lr.mean_loss), points[i])
             for i, (s, lr) in enumerate(zip(slots, rounds.learnings, strict=True))]
 
 
@@ -435,7 +438,9 @@ def train_team_group_on_policy(group: IPPOGroup, slots: list[int], envs: TeamGro
     losses: list[torch.Tensor] = []  # each update's mean loss per team [K], read once at the end
     bad_loss = {u: FirstBad(k, group.device) for u in group.units}
     updates = {u: torch.zeros(k, dtype=torch.long, device=group.device) for u in group.units}  # read at the end
-    for n_rollout, steps in enumerate(rollout_lengths(vector_steps, rollout_steps), 1):
+    rollouts = rollout_lengths(vector_steps, rollout_steps)
+    marked = marks(len(rollouts), vector_steps * n)  # a long phase's points: after some rollouts
+    for n_rollout, steps in enumerate(rollouts, 1):
         units = [_UnitRollout(group, u, steps, obs) for u in group.units]
         for t in range(steps):
             actions = {}
@@ -458,6 +463,9 @@ def train_team_group_on_policy(group: IPPOGroup, slots: list[int], envs: TeamGro
             mean = stats["loss_sum"] / stats["updates"].clamp(min=1)
             bad_loss[r.u].see(mean, n_rollout)
             losses.append(mean)
+        if n_rollout in marked:
+            for unit in group.units.values():
+                unit.metrics.mark([team.env_steps for team in teams])
     group.write_back()
     for u, bad in bad_loss.items():
         bad.check(slots, f"the loss of policy unit {u}", "update of rollout")
@@ -465,6 +473,7 @@ def train_team_group_on_policy(group: IPPOGroup, slots: list[int], envs: TeamGro
             team.learners[u].learn_steps += taken
     loss_means = torch.stack(losses).mean(0).tolist() if losses else [float("nan")] * k
     diagnostics = per_unit({u: unit.metrics.means() for u, unit in group.units.items()})
+    points = per_unit_points({u: unit.metrics.points() for u, unit in group.units.items()})
     wall = time.perf_counter() - t0
     out = []
     for i, (team, slot) in enumerate(zip(teams, slots, strict=True)):
@@ -472,5 +481,5 @@ def train_team_group_on_policy(group: IPPOGroup, slots: list[int], envs: TeamGro
         out.append(TrainResult(slot, vector_steps * n, team.learn_steps - learned[i], returns.episodes(i),
                                returns.team(i, fitness), loss_means[i], wall,
                                phase_metrics(diagnostics[i], vector_steps * n, wall, returns.mean_length(i),
-                                             loss_means[i])))
+                                             loss_means[i]), points[i]))
     return out

@@ -22,6 +22,7 @@ from agilerl_core.data.loader import Dataset, check_fits, dataset_buffer, load_d
 from agilerl_core.finite import FirstBad
 from agilerl_core.io.storage import s3_options
 from agilerl_core.results import TrainResult
+from agilerl_core.train_metrics import marks
 
 
 def train_group_offline(group: ReplayGroup, slots: list[int], dataset: ReplayBuffer, learn_steps: int
@@ -34,20 +35,23 @@ def train_group_offline(group: ReplayGroup, slots: list[int], dataset: ReplayBuf
     loss_sum = torch.zeros(group.k)
     everyone = [True] * group.k
     bad_loss = FirstBad(group.k, group.device)  # each member's first non-finite loss, read once at the end
+    marked = marks(learn_steps, learn_steps)  # a long phase's points, at each member's gradient steps so far
     for step in range(1, learn_steps + 1):
         loss = group.learn_step(dataset, slots, everyone)
         bad_loss.see(loss, step)
         loss_sum += loss
         progress.advance(group.k)
+        if step in marked:
+            group.metrics.mark([a.learn_steps for a in group.agents])
     bad_loss.check(slots, "the loss")
     group.write_back()
-    diagnostics = group.metrics.means()
+    diagnostics, points = group.metrics.means(), group.metrics.points()
     wall = time.perf_counter() - t0
     out = []
-    for s, loss, d in zip(slots, loss_sum.tolist(), diagnostics, strict=True):
+    for s, loss, d, p in zip(slots, loss_sum.tolist(), diagnostics, points, strict=True):
         mean = float(loss) / max(learn_steps, 1)
         metrics = {**d, "loss": mean, **({"learn_steps_per_s": learn_steps / wall} if wall > 0 else {})}
-        out.append(TrainResult(s, learn_steps, learn_steps, 0, float("nan"), mean, wall, metrics))
+        out.append(TrainResult(s, learn_steps, learn_steps, 0, float("nan"), mean, wall, metrics, p))
     return out
 
 
