@@ -24,10 +24,10 @@ class MetricSums:
 
     def __init__(self, k: int, device: torch.device | str, every: int = 1) -> None:
         self.k, self.device, self.every = k, torch.device(device), every
-        self._sums: dict[tuple[str, ...], list] = {}  # names -> [values sum [M, K], weight sum [K] | None, count]
+        self._sums: dict[tuple[str, ...], list[torch.Tensor]] = {}  # names -> [values sum [M, K], weight sum [M, K]]
         self._last: dict[str, torch.Tensor] = {}
         self._calls: dict[str, int] = {}
-        self._marks: list[tuple[list[int], dict[tuple[str, ...], list]]] = []  # (each member's env steps, sums then)
+        self._marks: list[tuple[list[int], dict[tuple[str, ...], list[torch.Tensor]]]] = []  # (env steps, sums then)
 
     def due(self, kind: str = "step") -> bool:
         """Whether this step of `kind` (a learn step; an actor's delayed step counts apart) is one to measure (one
@@ -39,19 +39,18 @@ class MetricSums:
     @torch.no_grad()
     def add(self, weight: torch.Tensor | None = None, **values: torch.Tensor) -> None:
         """Add each named value [K] (a member's mean over one step), weighted by `weight` [K] (bool or float:
-        which members took the step; None: all of them)."""
+        which members took the step; None: all of them). A value that is not a number (an explained variance of
+        returns that did not vary) counts as not measured, for that member and name only."""
         names = tuple(values)
         stacked = torch.stack([v.detach().reshape(self.k) for v in values.values()]).to(torch.float32)
+        finite = torch.isfinite(stacked)
+        w = finite.to(torch.float32) if weight is None else finite * weight.to(torch.float32)
         slot = self._sums.get(names)
         if slot is None:
-            slot = self._sums[names] = [torch.zeros_like(stacked), None, 0]
-        if weight is None:  # everyone: the weight is a count on the host
-            slot[0].add_(stacked)
-            slot[2] += 1
-            return
-        w = weight.to(torch.float32)
-        slot[0].add_(stacked * w)
-        slot[1] = w.clone() if slot[1] is None else slot[1].add_(w)
+            self._sums[names] = [stacked.nan_to_num(0.0, 0.0, 0.0) * w, w]
+        else:
+            slot[0].add_(stacked.nan_to_num(0.0, 0.0, 0.0) * w)
+            slot[1].add_(w)
 
     @torch.no_grad()
     def last(self, **values: torch.Tensor) -> None:
@@ -63,37 +62,29 @@ class MetricSums:
     def mark(self, steps: list[int]) -> None:
         """A point within a long phase: each member's env steps so far (`steps`, host ints) and a copy of the sums
         (on the device), so :meth:`points` can give the means of each stretch between marks."""
-        self._marks.append((list(steps), {keys: [sums.clone(), None if w is None else w.clone(), count]
-                                          for keys, (sums, w, count) in self._sums.items()}))
+        self._marks.append((list(steps), {keys: [sums.clone(), w.clone()] for keys, (sums, w) in self._sums.items()}))
 
     def points(self) -> list[list[list]]:
         """Per member, at each :meth:`mark`: [its env steps then, the means of what was measured since the mark
         before]; empty without marks. One copy to the host."""
-        if not self._marks:
-            return [[] for _ in range(self.k)]
-        parts, layout = [], []
-        previous: dict[tuple[str, ...], list] = {}
-        for at, snapshot in self._marks:
-            for keys, (sums, w, count) in snapshot.items():
-                before = previous.get(keys)
-                d_sums = sums if before is None else sums - before[0]
-                w_now = torch.zeros(self.k, device=self.device) if w is None else w
-                w_before = 0.0 if before is None or before[1] is None else before[1]
-                total = (w_now - w_before) + (count - (0 if before is None else before[2]))
-                parts.append(torch.where(total > 0, d_sums / torch.as_tensor(total).clamp(min=1e-12), torch.nan))
-                layout.append((at, keys))
-            previous = snapshot
-        table = torch.cat(parts).cpu().tolist()
         out: list[list[list]] = [[] for _ in range(self.k)]  # lists, not tuples: they travel as JSON
-        row = 0
-        for at, keys in layout:
-            for name in keys:
-                for i, value in enumerate(table[row]):
-                    if value == value:
-                        if not out[i] or out[i][-1][0] != at[i]:
-                            out[i].append([at[i], {}])
-                        out[i][-1][1][name] = value
-                row += 1
+        if not self._marks:
+            return out
+        parts, layout = [], []
+        previous: dict[tuple[str, ...], list[torch.Tensor]] = {}
+        for at, snapshot in self._marks:
+            for keys, (sums, w) in snapshot.items():
+                before = previous.get(keys)
+                d_sums, d_w = (sums, w) if before is None else (sums - before[0], w - before[1])
+                parts.append(torch.where(d_w > 0, d_sums / d_w.clamp(min=1e-12), torch.nan))
+                layout += [(at, name) for name in keys]
+            previous = snapshot
+        for (at, name), row in zip(layout, torch.cat(parts).cpu().tolist(), strict=True):
+            for i, value in enumerate(row):
+                if value == value:  # not nan: the member measured it in this stretch
+                    if not out[i] or out[i][-1][0] != at[i]:
+                        out[i].append([at[i], {}])
+                    out[i][-1][1][name] = value
         return out
 
     def means(self) -> list[dict[str, float]]:
@@ -103,9 +94,8 @@ class MetricSums:
         if not self._sums and not self._last:
             return out
         parts, names = [], []
-        for keys, (sums, weight, count) in self._sums.items():
-            total = torch.full((self.k,), float(count), device=self.device) if weight is None else weight + count
-            parts.append(torch.where(total > 0, sums / total.clamp(min=1e-12), torch.nan))
+        for keys, (sums, w) in self._sums.items():
+            parts.append(torch.where(w > 0, sums / w.clamp(min=1e-12), torch.nan))
             names += list(keys)
         for name, v in self._last.items():
             parts.append(v.to(torch.float32).unsqueeze(0))

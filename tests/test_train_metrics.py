@@ -207,3 +207,15 @@ def test_the_tracker_logs_a_generations_means_and_a_long_phases_points(tmp_path,
     assert client.get_metric_history(child, "train.q") == []  # not a number: not logged
     assert sorted((x.step, x.value) for x in client.get_metric_history(child, "phase.loss")) == [(1200, 0.7),
                                                                                                   (1600, 0.3)]
+
+
+def test_a_value_that_is_not_a_number_counts_as_not_measured_for_that_member_and_name():
+    m = MetricSums(2, "cpu")
+    m.add(explained_variance=torch.tensor([0.5, float("nan")]), loss=torch.tensor([1.0, 1.0]))
+    m.add(explained_variance=torch.tensor([0.7, 0.9]), loss=torch.tensor([3.0, 3.0]))
+    out = m.means()
+    assert out[0] == pytest.approx({"explained_variance": 0.6, "loss": 2.0})
+    assert out[1] == pytest.approx({"explained_variance": 0.9, "loss": 2.0})  # its nan rollout left out, not all
+    only_nan = MetricSums(1, "cpu")
+    only_nan.add(explained_variance=torch.tensor([float("nan")]))
+    assert only_nan.means() == [{}]
