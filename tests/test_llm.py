@@ -118,11 +118,11 @@ def test_adapter_svd_shrink_of_a_known_product():
 
 # ---- learning -------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("algorithm", "dtype"), [("grpo", "float32"), ("grpo", "bfloat16"), ("reinforce", "float32"),
-                                                 ("llm_ppo", "float32")])
+                                                 ("llm_ppo", "float32"), ("gspo", "float32"), ("cispo", "float32")])
 def test_a_tiny_model_learns_a_constant_target_probe(data_dir, algorithm, dtype):
-    """Sampled completions (temperature 1) reach >= 95% reward within a few thousand completions (GRPO, and
-    REINFORCE with its leave-one-out baseline). With a bfloat16 base (the GPU default, `model.dtype: auto`) the
-    adapters and their Adam moments stay float32."""
+    """Sampled completions (temperature 1) reach >= 95% reward within a few thousand completions (GRPO, REINFORCE
+    with its leave-one-out baseline, LLM-PPO, GSPO, CISPO). With a bfloat16 base (the GPU default, `model.dtype:
+    auto`) the adapters and their Adam moments stay float32."""
     evo = build_evolution(llm_config(data_dir, algorithm=algorithm, population_size=1, max_env_steps=4096,
                                      **{"model.dtype": dtype}))
     base = {p.dtype for n, p in evo.arena.base.model.named_parameters() if "lora_" not in n}
@@ -401,7 +401,7 @@ def _logits_of(model, member):
     return model(input_ids=ids, attention_mask=mask).logits
 
 
-@pytest.mark.parametrize("algorithm", ["grpo", "reinforce", "llm_ppo", "dpo"])
+@pytest.mark.parametrize("algorithm", ["grpo", "reinforce", "llm_ppo", "dpo", "gspo", "cispo"])
 def test_a_group_trains_in_shared_forwards_as_each_member_alone(data_dir, algorithm):
     """Three members with other adapters, ranks and hyperparameters (GRPO: temperature, group size, beta, update
     epochs; DPO: beta, NLL weight) train their phases as one group, every learn step's rows through one forward of

@@ -81,7 +81,7 @@ def test_a_learn_step_plays_whole_games_and_masks_the_env_tokens():
         assert [r for _, r in roll.turn_ends[0][row]] == [t.reward for t in game.turns]
 
 
-@pytest.mark.parametrize("algorithm", ["grpo", "reinforce", "llm_ppo"])
+@pytest.mark.parametrize("algorithm", ["grpo", "reinforce", "llm_ppo", "gspo", "cispo"])
 def test_members_train_on_games_and_are_judged_by_greedy_games(algorithm):
     evo = build_evolution(_cfg(algorithm))
     stats = evo.run_generation()

@@ -85,3 +85,47 @@ def test_dpo_loss_is_its_formula():
     beta = 0.3
     margin = (-3.0 + 4.0) - (-5.0 + 4.5)
     assert float(dpo_loss(pc, pr, rc, rr, beta)) == pytest.approx(math.log1p(math.exp(-beta * margin)), rel=1e-6)
+
+
+def test_gspo_clips_whole_completions_by_their_geometric_mean_ratio():
+    """Known answer: each completion's ratio is exp of the mean of its tokens' log-ratios (padding ignored); a
+    completion whose clipped term is the smaller loses its whole gradient, an unclipped one spreads -A s / len over
+    its tokens; completions weigh alike (the mean over them)."""
+    from agilerl_core.algorithms.gspo import GSPO, gspo_sequence_loss
+    from agilerl_core.algorithms.hyperparameters.llm import GSPOHyperparameters
+
+    d = torch.tensor([[0.1, 0.2, 0.3], [-0.2, 0.0, 5.0]])  # logp - old_logp; row 1's third token is padding
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    adv = torch.tensor([1.0, -2.0])
+    s = torch.exp(torch.tensor([0.2, -0.1]))  # 1.2214 (above 1 + 0.1: clipped), 0.9048 (inside [0.9, 1.1])
+    old = torch.zeros(2, 3)
+    logp = d.clone().requires_grad_(True)
+    per = gspo_sequence_loss(logp, old, adv, mask, 0.1)
+    torch.testing.assert_close(per, torch.stack([-1.1 * adv[0], -s[1] * adv[1]]))
+    hp = GSPOHyperparameters(clip=0.1, beta=0.0)
+    loss = GSPO.piece_loss(logp, old, None, adv, mask, hp, ntok=5, nseq=2)
+    loss.backward()
+    expected = torch.tensor([[0.0, 0.0, 0.0], [1.0, 1.0, 0.0]]) * (-adv[1] * s[1] / 2 / 2)
+    torch.testing.assert_close(logp.grad, expected)
+    assert GSPOHyperparameters().clip == 4e-4
+
+
+def test_cispo_truncates_and_detaches_the_weight_and_keeps_every_tokens_gradient():
+    """Known answer: the loss is -min(r, 1 + c) A log pi per token with the weight detached, so a token whose ratio
+    is far above the range (which GRPO's clip would silence) still gets gradient -(1 + c) A / ntok."""
+    from agilerl_core.algorithms.cispo import CISPO, cispo_token_loss
+    from agilerl_core.algorithms.grpo import grpo_token_loss
+    from agilerl_core.algorithms.hyperparameters.llm import CISPOHyperparameters
+
+    old = torch.log(torch.tensor([[0.5, 0.1, 0.4]]))
+    new = torch.log(torch.tensor([[0.5, 0.3, 0.2]]))  # ratios 1, 3 (truncated to 1.28), 0.5 (no lower bound)
+    adv = torch.tensor([2.0])
+    mask = torch.ones(1, 3)
+    weight = torch.tensor([[1.0, 1.28, 0.5]])
+    torch.testing.assert_close(cispo_token_loss(new, old, adv, 0.28), -weight * 2.0 * new, rtol=1e-5, atol=1e-6)
+    logp = new.clone().requires_grad_(True)
+    CISPO.piece_loss(logp, old, None, adv, mask, CISPOHyperparameters(beta=0.0), ntok=3, nseq=1).backward()
+    torch.testing.assert_close(logp.grad, -weight * 2.0 / 3, rtol=1e-5, atol=1e-6)
+    grpo = new.clone().requires_grad_(True)
+    (grpo_token_loss(grpo, old, None, adv, 0.28, 0.0).sum() / 3).backward()
+    assert grpo.grad[0, 1] == 0.0 and logp.grad[0, 1] != 0.0  # GRPO's clip silences it; CISPO does not

@@ -193,6 +193,15 @@ class GRPO(LLMAlgorithm):
     def batch_key(self) -> tuple | None:
         return (self.algorithm_name, self.hp.max_new_tokens)  # one sampling loop for the group
 
+    @staticmethod
+    def piece_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor | None,
+                   advantages: torch.Tensor, mask: torch.Tensor, hp: GRPOHyperparameters, ntok, nseq: int
+                   ) -> torch.Tensor:
+        """A micro-batch piece's share of its member's loss (`mask` [rows, T]: its completion tokens; `ntok`: the
+        member's completion tokens in the whole step, `nseq` its completions): GRPO's token-level clipped surrogate
+        plus beta k3, every completion token of the step weighing the same. GSPO and CISPO change only this."""
+        return (grpo_token_loss(logp, old_logp, ref_logp, advantages, hp.clip, hp.beta) * mask).sum() / ntok
+
     # ---- training ----------------------------------------------------------------------------------------
     @staticmethod
     def train_group(members: list[GRPO], data: PromptData, rewards: Rewards, budget: int, seeds: list[int],
@@ -248,9 +257,8 @@ class GRPO(LLMAlgorithm):
                         i, s = piece[n]
                         h = hps[i]
                         ref_s = None if ref is None else ref[j][n]
-                        tok = grpo_token_loss(logp, logp.detach() if old is None else old[j][n], ref_s, adv[i][s],
-                                              h.clip, h.beta)
-                        losses.append((tok * fmask[i][s]).sum() / ntok[i])
+                        losses.append(members[i].piece_loss(logp, logp.detach() if old is None else old[j][n], ref_s,
+                                                            adv[i][s], fmask[i][s], h, ntok[i], len(r[i])))
                         if epoch == 0:
                             sums[i, 0] += losses[-1].detach().double()
                             if ref_s is not None:

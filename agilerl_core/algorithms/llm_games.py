@@ -1,4 +1,4 @@
-"""Multi-turn games for LLM members (GRPO, REINFORCE, LLM-PPO): a LoRA-adapted language model plays whole games of
+"""Multi-turn games for LLM members (GRPO, REINFORCE, GSPO, CISPO, LLM-PPO): a LoRA-adapted language model plays whole games of
 Wordle, one completion per turn, the env's feedback appended to its context after each guess.
 
 A game's sequence is its instruction prompt followed by the turns: the member's completion (its own tokens, up

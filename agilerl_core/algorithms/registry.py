@@ -17,8 +17,10 @@ from agilerl_core.algorithms.hyperparameters.dqn import DQNHyperparameters, Rain
 from agilerl_core.algorithms.hyperparameters.ippo import IPPOHyperparameters, MAPPOHyperparameters
 from agilerl_core.algorithms.hyperparameters.language import BCLMHyperparameters, ILQLHyperparameters
 from agilerl_core.algorithms.hyperparameters.llm import (
+    CISPOHyperparameters,
     DPOHyperparameters,
     GRPOHyperparameters,
+    GSPOHyperparameters,
     LLMBCHyperparameters,
     LLMILQLHyperparameters,
     LLMPPOHyperparameters,
@@ -79,6 +81,9 @@ ALGORITHMS: dict[str, AlgorithmInfo] = {a.name: a for a in (
     AlgorithmInfo("dpo", DPOHyperparameters, "agilerl_core.algorithms.dpo:DPO", {"llm": "llm"}),
     AlgorithmInfo("llm_bc", LLMBCHyperparameters, "agilerl_core.algorithms.llm_ilql:LLMBC", {"llm": "llm"}),
     AlgorithmInfo("llm_ilql", LLMILQLHyperparameters, "agilerl_core.algorithms.llm_ilql:LLMILQL", {"llm": "llm"}),
+    AlgorithmInfo("gspo", GSPOHyperparameters, "agilerl_core.algorithms.gspo:GSPO", {"llm": "llm"}, on_policy=True),
+    AlgorithmInfo("cispo", CISPOHyperparameters, "agilerl_core.algorithms.cispo:CISPO", {"llm": "llm"},
+                  on_policy=True),
     AlgorithmInfo("bc_lm", BCLMHyperparameters, "agilerl_core.algorithms.bc_lm:BCLM", {"language": "language"}),
     AlgorithmInfo("ilql", ILQLHyperparameters, "agilerl_core.algorithms.ilql:ILQL", {"language": "language"}),
 )}

@@ -206,8 +206,10 @@ class LLMExperimentConfig(_ExperimentBase):
     default_algorithm: ClassVar[str] = "grpo"
 
     kind: Literal["llm"] = Field(description="Kind of experiment: llm (LoRA adapters on a causal language model).")
-    algorithm: Literal[LLM_ALGORITHMS] = Field("grpo", description="grpo, reinforce (RLOO) or llm_ppo (a value head, "
-                                                                   "token-level GAE) on verifiable rewards or games, "
+    algorithm: Literal[LLM_ALGORITHMS] = Field("grpo", description="grpo, reinforce (RLOO), gspo (sequence-level "
+                                                                   "ratio), cispo (truncated IS weights) or llm_ppo "
+                                                                   "(a value head, token-level GAE) on verifiable "
+                                                                   "rewards or games, "
                                                                    "dpo (preferences), or llm_bc / llm_ilql (offline, "
                                                                    "on recorded games).")
     hyperparameters: LLMHyperparameterModels = Field(default_factory=GRPOHyperparameters,
@@ -242,7 +244,7 @@ class LLMExperimentConfig(_ExperimentBase):
         if self.dataset.source == "wordle":
             if self.algorithm == "dpo":
                 raise ValueError("dataset.source: wordle plays games, which dpo cannot learn from (it needs "
-                                 "preference pairs); use grpo, reinforce or llm_ppo")
+                                 "preference pairs); use grpo, reinforce, gspo, cispo or llm_ppo")
             if [r.model_dump() for r in self.rewards] != [RewardConfig(kind="exact_answer").model_dump()]:
                 raise ValueError("rewards: a wordle game scores itself (its return: -1 per wrong guess); remove rewards")
             if self.model.data_parallel > 1:

@@ -63,6 +63,27 @@ class REINFORCEHyperparameters(GRPOHyperparameters):
     beta: float = Field(0.0, ge=0, description="Weight of the k3 KL penalty to the base model (0: no reference pass).")
 
 
+class GSPOHyperparameters(GRPOHyperparameters):
+    """GSPO: GRPO's sampling with the importance ratio and its clip per completion (the geometric mean of its
+    tokens' ratios), each completion weighing the same."""
+
+    algorithm_name: ClassVar[str] = "gspo"
+
+    clip: float = Field(4e-4, gt=0, lt=1, description="Clip of each completion's sequence-level ratio: small, as "
+                                                       "a geometric mean of token ratios stays close to 1 (the "
+                                                       "paper's range: 3e-4 to 4e-4).")
+
+
+class CISPOHyperparameters(GRPOHyperparameters):
+    """CISPO: GRPO's sampling with each token's importance weight truncated from above and detached; every token
+    keeps its gradient."""
+
+    algorithm_name: ClassVar[str] = "cispo"
+
+    clip: float = Field(0.28, gt=0, description="Upper truncation of each token's importance weight, min(ratio, "
+                                                "1 + clip), detached; no lower bound (as the paper).")
+
+
 class LLMPPOHyperparameters(GRPOHyperparameters):
     """PPO on completions: a value head on the adapted base, token-level GAE, clipped policy and value losses, the
     KL to the base as a per-token reward penalty."""
