@@ -69,7 +69,9 @@ def test_mlflow_ui_shows_every_members_learning_curves(cli, tmp_path):
                 for slot in range(4):  # every member's curve is in the loss chart's legend
                     page.get_by_text(f"slot-{slot} · {summary['run_id']} (train.loss)").first.wait_for(timeout=30_000)
                 assert page.get_by_text("best_fitness", exact=True).count() == 0  # the search kept training charts
-                page.wait_for_timeout(1500)  # the charts' lines drawn
+                # the charts' lines drawn: each of the three charts has its plotted traces in the page
+                page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .scatterlayer .trace')"
+                                       ".length >= 3", timeout=30_000)
                 page.screenshot(path=str(shots / "mlflow-learning-curves.png"), full_page=True)
             finally:
                 browser.close()
