@@ -36,11 +36,20 @@ class ChampionChoice:
     member: Member
     chosen: Candidate
     candidates: list[Candidate]
+    input_fitness: float | None = None  # what the run started from, on the same fresh seeds (champion gating)
 
     def summary(self) -> dict[str, Any]:
         return {"chosen": self.chosen.role, "member_id": self.chosen.member_id,
                 "generation": self.chosen.generation, "fitness": _json_number(self.chosen.fresh_fitness),
-                "candidates": [{k: _json_number(v) for k, v in asdict(c).items()} for c in self.candidates]}
+                "candidates": [{k: _json_number(v) for k, v in asdict(c).items()} for c in self.candidates],
+                **({"input_fitness": _json_number(self.input_fitness)} if self.input_fitness is not None else {})}
+
+
+def input_fitness(evo: Evolution, rounds: int) -> float:
+    """The fresh-seed fitness of what the run started from: a member as the arena builds it before any training
+    (an LLM run's seeded adapter, ``model.init_adapter``, or the bare base; an RL run's untrained network). The
+    bar a gated champion (``champion.promote: if_beats_input``) must clear."""
+    return evo.fresh_fitness(evo.arena.build_members([evo.settings.seed])[0], rounds)
 
 
 def _json_number(x: Any) -> Any:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agilerl_core.api.callbacks import CallbackHooks
-from agilerl_core.champion import choose_champion, eval_rounds
+from agilerl_core.champion import choose_champion, eval_rounds, input_fitness
 from agilerl_core.errors import CheckpointError, TrackingError
 from agilerl_core.evolution import Evolution
 from agilerl_core.experiment import point_latest
@@ -96,6 +96,10 @@ class RunAttempt:
         if self.tracking is not None:
             self.pending = self.tracking.close(cfg.tracking.flush_timeout)
         choice = choose_champion(evo, store, eval_rounds(cfg))
+        if cfg.champion.promote == "if_beats_input":  # the gate: scored beside the candidates, on their seeds
+            choice.input_fitness = input_fitness(evo, eval_rounds(cfg))
+            logger.info("run %s: what it started from scores %.2f on the same fresh seeds", run_id,
+                        choice.input_fitness)
         logger.info("run %s: champion candidates on fresh seeds: %s; registering the %s", run_id, ", ".join(
             f"{c.role.replace('_', ' ')} (member {c.member_id}, generation {c.generation}) {c.fresh_fitness:.2f} "
             f"(scored {c.fitness:.2f} in its generation)" for c in choice.candidates),
@@ -231,7 +235,8 @@ def _deliver_pending(prepared: PreparedRun, summary: dict[str, Any], logger) -> 
             summary.update(model_uri=f"models:/{registered.name}/{registered.version}",
                            registered_model=registered.name, version=str(registered.version),
                            **tracker.promote(registered.name, str(registered.version),
-                                             (summary.get("champion") or {}).get("fitness")))
+                                             (summary.get("champion") or {}).get("fitness"),
+                                             (summary.get("champion") or {}).get("input_fitness")))
             tracker.log_lineage(lineage, space_names, tmp)
         elif not _track_end(tracker, evo, lineage, space_names, elite_dir, summary, tmp, logger):
             raise TrackingError(f"run {run_id}: the tracking server {tracker.uri} failed while the run's end was "

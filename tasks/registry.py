@@ -32,10 +32,10 @@ def champion_requirements(kind: str, torch_version: str) -> list[str]:
     return reqs
 
 
-def _float(text: str | None) -> float | None:
+def _float(text: str | float | None) -> float | None:
     try:
         return float(text) if text is not None else None
-    except ValueError:
+    except (TypeError, ValueError):
         return None
 
 
@@ -80,13 +80,16 @@ class ModelRegistry:
             version = str(info.registered_model_version)
             for key, value in self.version_tags(fitness).items():
                 self.client.set_model_version_tag(name, version, key, value)
-            out.update(registered_model=name, version=version, **self.promote(name, version, fitness))
+            out.update(registered_model=name, version=version,
+                       **self.promote(name, version, fitness, (summary.get("champion") or {}).get("input_fitness")))
         return out
 
-    def promote(self, name: str, version: str, fitness: float | None) -> dict[str, Any]:
+    def promote(self, name: str, version: str, fitness: float | None, input_fitness: float | None = None
+                ) -> dict[str, Any]:
         """Move ``NAME@champion`` to `version` as ``champion.promote`` says: ``always``; ``never``; ``if_better``
         (the default): only when `fitness` beats the ``agilerl.fitness`` tag of the version the alias points at
-        (a version without one, or no alias yet, is beaten by any finite fitness). Returns what happened."""
+        (a version without one, or no alias yet, is beaten by any finite fitness); ``if_beats_input``: only when
+        `fitness` beats `input_fitness`, what the run started from on the same seeds. Returns what happened."""
         policy = self.cfg.champion.promote
         try:
             current = self.client.get_model_version_by_alias(name, CHAMPION_ALIAS)
@@ -101,6 +104,13 @@ class ModelRegistry:
             promoted, why = True, "champion.promote is always"
         elif fitness is None or not math.isfinite(fitness):
             promoted, why = False, "its fitness is not a number"
+        elif policy == "if_beats_input":
+            bar = _float(input_fitness)
+            if bar is None or not math.isfinite(bar):
+                promoted, why = False, "what the run started from was not scored"
+            else:
+                promoted = fitness > bar
+                why = f"fitness {fitness:.2f} {'beats' if promoted else 'does not beat'} its input's {bar:.2f}"
         elif current is None or held is None or not math.isfinite(held):
             promoted, why = True, "no champion with a recorded fitness yet"
         elif fitness > held:

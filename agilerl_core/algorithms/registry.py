@@ -25,6 +25,7 @@ from agilerl_core.algorithms.hyperparameters.llm import (
     LLMILQLHyperparameters,
     LLMPPOHyperparameters,
     REINFORCEHyperparameters,
+    SFTHyperparameters,
 )
 from agilerl_core.algorithms.hyperparameters.maddpg import MADDPGHyperparameters, MATD3Hyperparameters
 from agilerl_core.algorithms.hyperparameters.ppo import PPOHyperparameters
@@ -79,6 +80,7 @@ ALGORITHMS: dict[str, AlgorithmInfo] = {a.name: a for a in (
     AlgorithmInfo("llm_ppo", LLMPPOHyperparameters, "agilerl_core.algorithms.llm_ppo:LLMPPO", {"llm": "llm"},
                   on_policy=True),
     AlgorithmInfo("dpo", DPOHyperparameters, "agilerl_core.algorithms.dpo:DPO", {"llm": "llm"}),
+    AlgorithmInfo("sft", SFTHyperparameters, "agilerl_core.algorithms.sft:SFT", {"llm": "llm"}),
     AlgorithmInfo("llm_bc", LLMBCHyperparameters, "agilerl_core.algorithms.llm_ilql:LLMBC", {"llm": "llm"}),
     AlgorithmInfo("llm_ilql", LLMILQLHyperparameters, "agilerl_core.algorithms.llm_ilql:LLMILQL", {"llm": "llm"}),
     AlgorithmInfo("gspo", GSPOHyperparameters, "agilerl_core.algorithms.gspo:GSPO", {"llm": "llm"}, on_policy=True),

@@ -24,6 +24,7 @@ from agilerl_core.data.prompts import TextRecords, load_text_records, split_indi
 from agilerl_core.data.reasoning import generate
 from agilerl_core.errors import CheckpointError, ConfigError, DatasetError
 from agilerl_core.io.storage import s3_options
+from agilerl_core.llm.adapter import LoraAdapter
 from agilerl_core.llm.base_model import SharedBase
 from agilerl_core.llm.rewards import Rewards
 from agilerl_core.results import TrainResult
@@ -74,7 +75,11 @@ class LLMArena(OwnExperience):
         self.arch_bounds = RankBounds(lora.min_rank, lora.max_rank)
         if cfg.dataset.source == "wordle":
             self._init_games(cfg)
-            return
+        else:
+            self._init_records(cfg, algo_cls)
+        self.seed_adapter = self._seed_adapter(cfg)
+
+    def _init_records(self, cfg, algo_cls: type[LLMAlgorithm]) -> None:
         self.dataset = self._load_records(cfg)
         self.rewards = Rewards(cfg.rewards, self.dataset.entries) if algo_cls.data_kind == "prompts" else None
         if self.rewards is not None and self.rewards.needs_answers and self.dataset.answers is None:
@@ -187,6 +192,13 @@ class LLMArena(OwnExperience):
         context = getattr(self.base.model.config, "max_position_embeddings", None)
         new = getattr(cfg.hyperparameters, "max_new_tokens", 0)
         ids = [*getattr(self.train_data, "ids", []), *getattr(self.eval_data, "ids", [])]
+        if context is not None and hasattr(self.train_data, "longest"):  # demonstrations: prompt and response
+            longest = max(self.train_data.longest(), self.eval_data.longest())
+            if longest > context:
+                raise DatasetError(f"dataset {cfg.dataset.label}: its longest demonstration (prompt and response) is "
+                                   f"{longest} tokens, more than the model's context of {context} positions; "
+                                   f"shorten or drop it")
+            ids = list(self.eval_data.prompt_ids)  # greedy answers are generated after these
         if context is None or not ids:
             return
         longest = max(len(x) for x in ids)
@@ -198,8 +210,9 @@ class LLMArena(OwnExperience):
     def _load_records(self, cfg) -> TextRecords:
         ds = cfg.dataset
         fields = {"prompt": ds.prompt_field, "answer": ds.answer_field, "chosen": ds.chosen_field,
-                  "rejected": ds.rejected_field}
-        need = ("prompt", "chosen", "rejected") if self.algo_cls.data_kind == "preferences" else ("prompt",)
+                  "rejected": ds.rejected_field, "response": ds.response_field}
+        need = {"preferences": ("prompt", "chosen", "rejected"),
+                "demonstrations": ("prompt", "response")}.get(self.algo_cls.data_kind, ("prompt",))
         if ds.source == "reasoning_gym":
             if self.algo_cls.data_kind != "prompts":
                 raise ConfigError(f"dataset.source: reasoning_gym generates prompts with answers, not the preference "
@@ -210,10 +223,52 @@ class LLMArena(OwnExperience):
         check_pin(ds.label, records.sha256, ds.sha256)
         return records
 
+    def _seed_adapter(self, cfg) -> LoraAdapter | None:
+        """The adapter of the member saved at ``model.init_adapter`` (None without one), read as data: its
+        algorithm must be an LLM algorithm of the registry, its base this run's (by SHA-256), its adapter's
+        modules the base's targets and its rank within ``model.lora``'s bounds; any other is a ConfigError
+        naming the field, before anything trains."""
+        path = cfg.model.init_adapter
+        if path is None:
+            return None
+        from agilerl_core.algorithms.registry import algorithms_for_kind, get_algorithm
+        from agilerl_core.io.checkpoint import load_member
+
+        where = f"model.init_adapter {path!r}"
+
+        def rebuild(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> LLMAlgorithm:
+            name, base = meta.get("algorithm"), meta.get("base")
+            if name not in algorithms_for_kind("llm"):
+                raise ConfigError(f"{where}: not an LLM member (its algorithm is {name!r}); point it at a saved LLM "
+                                  f"member's folder, e.g. an earlier run's elite")
+            sha = base.get("sha256") if isinstance(base, dict) else None
+            if sha != self.base.sha256:
+                raise ConfigError(f"{where}: trained on another base model (weights SHA-256 {sha}, this run's is "
+                                  f"{self.base.sha256}); every stage must adapt the same base")
+            return get_algorithm(name).from_state(self.base, tensors, meta)
+
+        try:
+            member, _ = load_member(path, rebuild=rebuild)
+        except CheckpointError as err:
+            raise ConfigError(f"{where}: {err}") from None
+        except FileNotFoundError:
+            raise ConfigError(f"{where}: no saved member there (it needs member.json and its weights)") from None
+        rank, lora = member.agent.adapter.rank, cfg.model.lora
+        if not lora.min_rank <= rank <= lora.max_rank:
+            raise ConfigError(f"{where}: its adapter has rank {rank}, outside model.lora's [min_rank, max_rank] = "
+                              f"[{lora.min_rank}, {lora.max_rank}]; widen them")
+        self.env_desc["init_adapter"] = {"path": str(path), "algorithm": member.agent.algorithm_name, "rank": rank}
+        return member.agent.adapter
+
     # ---- members ---------------------------------------------------------------------------------------------
     def build_members(self, seeds: list[int]) -> list[LLMAlgorithm]:
+        """Fresh members (a new adapter each, seeded), or, with ``model.init_adapter``, each a copy of that
+        adapter with fresh optimiser state and this run's hyperparameters."""
+        hp = self.cfg.hyperparameters
+        if self.seed_adapter is not None:
+            return [self.algo_cls(self.base, self.seed_adapter.clone(), hp.model_copy()) for _ in seeds]
         lora = self.cfg.model.lora
-        return [self.algo_cls.create(self.base, self.cfg.hyperparameters, lora.rank, lora.alpha, s) for s in seeds]
+        return [self.algo_cls.create(self.base, hp, lora.rank, lora.alpha, s) for s in seeds]
 
     def member_from_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> LLMAlgorithm:
         return self.algo_cls.from_state(self.base, tensors, meta)

@@ -97,9 +97,11 @@ class StorageConfig(_Strict):
 class ChampionConfig(_Strict):
     """Which member a run registers, and when the registered model's ``champion`` alias moves to it."""
 
-    promote: Literal["if_better", "always", "never"] = Field(
+    promote: Literal["if_better", "if_beats_input", "always", "never"] = Field(
         "if_better", description="Move NAME@champion to this run's model: if_better (only when its fitness beats the "
-                                 "fitness recorded with the version the alias points at), always, or never.")
+                                 "fitness recorded with the version the alias points at), if_beats_input (only "
+                                 "when it beats what the run started from, scored on the same fresh seeds: a "
+                                 "stage's input), always, or never.")
     eval_episodes: int | None = Field(
         None, ge=1, description="Fresh-seed episodes each champion candidate (the final elite and the best member "
                                 "the run ever evaluated) is re-scored on before one is registered (LLM: passes over "

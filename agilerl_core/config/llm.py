@@ -60,6 +60,11 @@ class LLMModelConfig(_Strict):
                                                                             "tokenizer's chat template (auto: when "
                                                                             "it has one).")
     lora: LoraSettings = Field(default_factory=LoraSettings, description="The members' LoRA adapters.")
+    init_adapter: str | None = Field(None, min_length=1,
+                                     description="A saved LLM member's folder (e.g. an earlier stage's champion, as "
+                                                 "`agilerl-flow stages` hands it on): every member starts from its "
+                                                 "adapter (rank and scale as saved), trained on this same base; "
+                                                 "null: a fresh adapter (the base's own behaviour).")
     data_parallel: int = Field(1, ge=1, description="Processes (one device each) that train one member "
                                                     "data-parallel under Accelerate: the step's micro-batches "
                                                     "shared out, gradients summed. 1: in the train task's "
@@ -100,6 +105,7 @@ class PromptDatasetConfig(_Strict):
     answer_field: str = Field("answer", description="Field holding the verifiable answer (GRPO's exact_answer).")
     chosen_field: str = Field("chosen", description="Field holding the preferred completion (DPO).")
     rejected_field: str = Field("rejected", description="Field holding the dispreferred completion (DPO).")
+    response_field: str = Field("response", description="Field holding the demonstrated response (SFT).")
     held_out: float = Field(0.2, gt=0, description="Records held out for fitness: a fraction (< 1) or a count; the "
                                                    "split is fixed by the seed, and no member trains on them.")
     cache_dir: str | None = Field(None, description="Where s3:// sets are cached; None: $AGILERL_DATASET_CACHE, "
@@ -210,7 +216,8 @@ class LLMExperimentConfig(_ExperimentBase):
                                                                    "ratio), cispo (truncated IS weights) or llm_ppo "
                                                                    "(a value head, token-level GAE) on verifiable "
                                                                    "rewards or games, "
-                                                                   "dpo (preferences), or llm_bc / llm_ilql (offline, "
+                                                                   "dpo (preferences), sft (prompt/response "
+                                                                   "demonstrations), or llm_bc / llm_ilql (offline, "
                                                                    "on recorded games).")
     hyperparameters: LLMHyperparameterModels = Field(default_factory=GRPOHyperparameters,
                                                      description="Initial hyperparameters of every member.")
@@ -234,6 +241,9 @@ class LLMExperimentConfig(_ExperimentBase):
         if self.algorithm == "llm_ppo" and self.model.data_parallel > 1:
             raise ValueError("model.data_parallel: llm_ppo whitens advantages and fits its value head over a member's "
                              "whole batch in one process; set data_parallel: 1 (or use grpo/reinforce)")
+        if self.algorithm == "sft" and self.dataset.source != "file":
+            raise ValueError(f"algorithm: sft learns from (prompt, response) records in a file; dataset.source "
+                             f"{self.dataset.source} has none (for recorded Wordle games use llm_bc)")
         offline = self.algorithm in OFFLINE_GAME_ALGORITHMS
         if offline and self.dataset.source != "wordle":
             raise ValueError(f"algorithm: {self.algorithm} learns from recorded games; set dataset.source: wordle "

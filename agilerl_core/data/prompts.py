@@ -39,6 +39,7 @@ class TextRecords:
     answers: list[str | None] | None = None
     chosen: list[str] | None = None
     rejected: list[str] | None = None
+    responses: list[str] | None = None  # demonstrations' responses (SFT)
     entries: list[dict[str, Any]] | None = None  # generated records' whole entries (reasoning-gym: for its scorer)
 
     def __len__(self) -> int:
@@ -49,16 +50,17 @@ class TextRecords:
             return None if col is None else [col[i] for i in index]
 
         return TextRecords(self.uri, self.sha256, pick(self.prompts), pick(self.answers), pick(self.chosen),
-                           pick(self.rejected), pick(self.entries))
+                           pick(self.rejected), pick(self.responses), pick(self.entries))
 
     def describe(self) -> dict[str, Any]:
         return {"uri": self.uri, "sha256": self.sha256, "records": len(self), "format": "text",
-                "has_answers": self.answers is not None, "has_preferences": self.chosen is not None}
+                "has_answers": self.answers is not None, "has_preferences": self.chosen is not None,
+                "has_responses": self.responses is not None}
 
 
 RECORD_OVERHEAD = 64  # bytes a record's field costs in memory beyond its text (the str object, its list slot)
 _BATCH = 1024  # Parquet rows decoded at a time
-_COLUMNS = ("prompt", "answer", "chosen", "rejected")
+_COLUMNS = ("prompt", "answer", "chosen", "rejected", "response")
 _JSONL = (".jsonl", ".json", ".jsonl.gz")
 
 
@@ -103,7 +105,8 @@ class _Columns:
     """The wanted columns of a set, gathered record by record (as str, as the trainers read them)."""
 
     def __init__(self, uri: str, fields: dict[str, str], need: tuple[str, ...]) -> None:
-        self.uri, self.fields, self.need = uri, fields, need
+        self.uri, self.need = uri, need
+        self.fields = {c: fields.get(c, c) for c in _COLUMNS}  # a column not named reads its own name
         self.values: dict[str, list[str | None]] = {c: [] for c in _COLUMNS}
         self.present: dict[str, bool] = {c: False for c in _COLUMNS}
         self.first_missing: dict[str, tuple[int, str]] = {}
@@ -238,7 +241,7 @@ def _read_parquet(f: BinaryIO, uri: str, size: int, fields: dict[str, str], need
         raise DatasetError(f"dataset {uri}: not a readable Parquet file ({quote(str(err))})") from None
     columns = []
     for col in _COLUMNS:
-        name = fields[col]
+        name = out.fields[col]
         if names.count(name) > 1:
             raise DatasetError(f"dataset {uri}: column {quote(name)} appears {names.count(name)} times")
         if name in names and name not in columns:
@@ -288,7 +291,7 @@ def _read_columns(path: Path, uri: str, fields: dict[str, str], need: tuple[str,
         if suffix == ".parquet":
             _read_parquet(f, uri, size, fields, need, out)
         else:
-            _read_jsonl(f, suffix.endswith(".gz"), uri, _Budget(uri, size, len(set(fields.values()))), out)
+            _read_jsonl(f, suffix.endswith(".gz"), uri, _Budget(uri, size, len(set(out.fields.values()))), out)
     return out.done()
 
 
@@ -306,14 +309,15 @@ def check_dataset_uri(uri: str) -> None:
 
 def load_text_records(uri: str, fields: dict[str, str], need: tuple[str, ...], s3: S3Options | None = None,
                       cache_dir: str | None = None) -> TextRecords:
-    """Read a JSONL/Parquet set. `fields` maps prompt/answer/chosen/rejected to the records' field names;
+    """Read a JSONL/Parquet set. `fields` maps prompt/answer/chosen/rejected/response to the records' field names;
     `need` lists the columns that must be present (a DatasetError naming the field otherwise). The file is read
     within the limits in force (``limits.dataset_records``, ``record_bytes``, ``dataset_expansion``,
     ``dataset_bytes``)."""
     check_dataset_uri(uri)
     local = resolve_dataset(uri, s3, cache_dir)
     cols = _read_columns(local.path, uri, fields, need)
-    return TextRecords(uri, local.sha256, cols["prompt"], cols["answer"], cols["chosen"], cols["rejected"])
+    return TextRecords(uri, local.sha256, cols["prompt"], cols["answer"], cols["chosen"], cols["rejected"],
+                       cols["response"])
 
 
 def split_indices(n: int, held_out: float | int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -135,6 +135,24 @@ class LLMBCHyperparameters(LLMHyperparameters):
     generation_batch_size: int = Field(64, ge=1, description="Games played together in evaluation (one KV cache).")
 
 
+class SFTHyperparameters(LLMHyperparameters):
+    """Supervised fine-tuning on (prompt, response) demonstrations: the adapter's cross-entropy on the response
+    tokens only, the prompt read as context."""
+
+    algorithm_name: ClassVar[str] = "sft"
+    fixed_fields: ClassVar[frozenset[str]] = frozenset({"max_new_tokens", "micro_batch_size"})
+    default_space: ClassVar[HyperparameterSpace] = {
+        "lr": LLM_LEARNING_RATE,
+        "batch_size": HyperparameterSpec(min=2, max=64, kind="int", grow=1.5, shrink=1 / 1.5),
+    }
+
+    lr: float = Field(2e-4, gt=0, description="Adam learning rate of the member's LoRA adapter.")
+    batch_size: int = Field(8, ge=1, description="Demonstrations per learn step.")
+    beta: float = Field(0.0, ge=0, description="Unused by sft.")
+    max_new_tokens: int = Field(32, ge=1, description="Longest greedy answer in the sample table and when the "
+                                                      "champion serves (tokens); generation stops at EOS.")
+
+
 class LLMILQLHyperparameters(LLMBCHyperparameters):
     """Implicit Language Q-Learning (Snell et al., 2022) for a LoRA member: Q heads (two, and their soft targets)
     and a V head on the adapted model's last hidden states, over the base's whole token vocabulary; V by expectile

@@ -1,0 +1,86 @@
+"""The stages flow: one parent Prefect flow run for a chain of LLM runs (:mod:`tasks.stages`), each stage the
+LLM evolution flow as a child flow run of it, started from the previous stage's champion.
+
+Running the same stages file again with the chain's run id (``agilerl-flow stages FILE --run-id ID``) resumes
+it: a finished stage is not run again (its stored summary is read back and its champion handed on as before),
+the stage that was running continues from its last committed generation, and the rest follow.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger
+
+from flows.llm import llm_evolution
+from tasks.config import LLMPipelineConfig
+from tasks.stages import hand_on, stage_config
+
+
+def _flow_run_name() -> str:
+    from prefect.runtime import flow_run
+
+    return str((flow_run.parameters or {}).get("run_id") or "stages")
+
+
+def stage_inputs_dir(cfg: LLMPipelineConfig, run_id: str) -> Path:
+    """Where the chain `run_id` keeps the champions it hands on (one folder per receiving stage)."""
+    return Path(cfg.output_dir).expanduser() / "stage-inputs" / run_id
+
+
+@flow(name="llm-stages", flow_run_name=_flow_run_name, validate_parameters=True)
+def llm_stages(names: list[str], configs: list[LLMPipelineConfig], run_id: str, progress: bool = False
+               ) -> dict[str, Any]:
+    """Run the stages in order, each one's population starting from the previous stage's champion (as its
+    registry alias names it once the champion beat the stage's input; else the stage's own input); each stage
+    is a child flow run named ``RUN_ID-STAGE``. Returns every stage's outcome and what it handed on, and the
+    chain's champion: the last promoted stage's registered version (None when no stage beat its input)."""
+    logger = get_run_logger()
+    stage_input: str | None = None
+    out: list[dict[str, Any]] = []
+    holder: dict[str, Any] = {}  # the registered champion the chain carries on (none while it is the base)
+    for i, (name, cfg) in enumerate(zip(names, configs, strict=True)):
+        stage_run = f"{run_id}-{name}"
+        logger.info("stages %s: stage %d/%d %s (run %s) starts from %s", run_id, i + 1, len(names), name, stage_run,
+                    stage_input or cfg.model.init_adapter or "the base model")
+        cfg = stage_config(cfg, stage_input)
+        summary = llm_evolution(config=cfg, run_id=stage_run, progress=progress)
+        nxt = names[i + 1] if i + 1 < len(names) else "end"
+        stage_input, handed = hand_on(cfg, summary, cfg.model.init_adapter, stage_inputs_dir(cfg, run_id) / nxt)
+        if handed["handed_on"] == "champion":
+            holder = handed
+        champion = summary.get("champion") or {}
+        logger.info("stages %s: stage %s's champion scores %s against its input's %s: %s; hands on %s", run_id, name,
+                    champion.get("fitness"), champion.get("input_fitness"), summary.get("promotion"),
+                    handed.get("model_uri") or handed.get("path") or "the base model")
+        _tag_stage_run(cfg, summary, run_id, name, i, out[-1]["handed_on"] if out else None)
+        out.append({"stage": name, "run_id": stage_run, "input": cfg.model.init_adapter,
+                    "fitness": champion.get("fitness"), "input_fitness": champion.get("input_fitness"),
+                    "promoted": summary.get("promoted"), "promotion": summary.get("promotion"),
+                    "champion_uri": summary.get("champion_uri"), "mlflow_run_id": summary.get("mlflow_run_id"),
+                    "already_finished": bool(summary.get("already_finished")),
+                    "resumed_after_generation": summary.get("resumed_after_generation"), "handed_on": handed})
+    return {"run_id": run_id, "stages": out, "champion_uri": holder.get("model_uri"),
+            "champion_version": holder.get("version"), "champion_path": out[-1]["handed_on"].get("path")}
+
+
+def _tag_stage_run(cfg: LLMPipelineConfig, summary: dict[str, Any], run_id: str, name: str, index: int,
+                   received: dict[str, Any] | None) -> None:
+    """The lineage across stages on the stage's MLflow run: the chain, the stage, and the registered version it
+    started from (a convenience: a failure is a warning)."""
+    if not summary.get("mlflow_run_id"):
+        return
+    try:
+        from mlflow.tracking import MlflowClient
+
+        from tasks.server_checks import tracking_uri
+
+        client = MlflowClient(tracking_uri(cfg))
+        tags = {"agilerl.stages": run_id, "agilerl.stage": f"{index}:{name}"}
+        if received is not None:
+            tags["agilerl.stage_input"] = received.get("model_uri") or "the previous stage's input"
+        for key, value in tags.items():
+            client.set_tag(summary["mlflow_run_id"], key, value)
+    except Exception as err:
+        get_run_logger().warning("stages %s: could not tag stage %s's MLflow run: %s", run_id, name, err)
