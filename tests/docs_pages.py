@@ -226,6 +226,13 @@ def check_cli(argv: list[str], where: str) -> None:
             load_config(ROOT / args.config, overrides)
         except ConfigError as err:
             raise AssertionError(f"{where}: agilerl-flow {shlex.join(argv)}: {err}") from None
+    elif args.command == "stages":
+        from tasks.stages import load_stages
+
+        try:
+            load_stages(ROOT / args.config, parse_overrides(args.overrides))
+        except ConfigError as err:
+            raise AssertionError(f"{where}: agilerl-flow {shlex.join(argv)}: {err}") from None
     elif args.command == "trigger":
         flow, _, name = args.deployment.partition("/")
         deployments = _deployments()

@@ -81,6 +81,63 @@ def test_a_learn_step_plays_whole_games_and_masks_the_env_tokens():
         assert [r for _, r in roll.turn_ends[0][row]] == [t.reward for t in game.turns]
 
 
+def test_a_shaped_reward_adds_each_guess_marks_in_training_and_fitness_stays_the_plain_return():
+    """With dataset.options.shaping w, each guess's training reward is its plain reward plus w times (greens +
+    yellows / 2) / 5 of its marks (0 for an invalid guess): games that all lose (the plain rewards all equal, every
+    GRPO advantage 0) rank by how close their guesses came. The same games' fitness is the plain return."""
+    from agilerl_core.algorithms.grpo import group_advantages
+    from agilerl_core.algorithms.llm_games import play
+    from agilerl_core.language.wordle import marks_score
+
+    assert marks_score("GGY--") == pytest.approx(0.5) and marks_score("!!!!!") == 0.0 and marks_score("GGGGG") == 1
+    wordle = {"source": "wordle", "options": {"vocabulary": 60, "max_guesses": 3}, "held_out": 0.2}
+    plain = build_evolution(_cfg(dataset=wordle))
+    shaped = build_evolution(_cfg(dataset={**wordle, "options": {**wordle["options"], "shaping": 0.5}}))
+    assert shaped.arena.env_desc["dataset"]["shaping"] == 0.5 and shaped.arena.train_data.shaping == 0.5
+    member = plain.population.members[0].agent
+    base, data = member.base, shaped.arena.train_data
+    word = data.words.words[0]
+    spelled = [*base.tokenizer.encode(word, add_special_tokens=False), base.eos_id]
+    steps = iter(range(10 ** 6))
+
+    def spell(logits: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:  # a player that always guesses `word`
+        forced = torch.full_like(logits, -1e9)
+        forced[:, spelled[next(steps) % len(spelled)]] = 0.0
+        return forced
+
+    secrets = list(data.answers[:6])
+    runs = []
+    for games in (plain.arena.train_data, data):
+        with base.bound_many([member.adapter]) as model:
+            runs.append(play(model, base, [data.ids[0]] * 6, secrets, games, len(spelled),
+                             [(6, 1.0, torch.Generator().manual_seed(0), spell)], 8))
+    a, b = runs
+    assert all(t.guess == word for g in b.games for t in g.turns)
+    assert any(0 < marks_score(t.feedback) < 1 for g in b.games for t in g.turns)  # letters in place or elsewhere
+    for row, game in enumerate(b.games):
+        assert [r for _, r in a.turn_ends[row]] == [t.reward for t in game.turns]
+        want = [t.reward + 0.5 * marks_score(t.feedback) for t in game.turns]
+        assert [r for _, r in b.turn_ends[row]] == pytest.approx(want)
+    # fitness: greedy games scored by their plain return whatever the shaping
+    assert plain.arena.evaluate(member, 0) == shaped.arena.evaluate(member, 0)
+    # the point of it: games that all lost tie (every GRPO advantage 0) unless their marks rank them
+    lost = [sum(r for _, r in a.turn_ends[row]) for row in range(6)]
+    ranked = [sum(r for _, r in b.turn_ends[row]) for row in range(6)]
+    losers = [i for i, g in enumerate(b.games) if not g.solved]
+    assert len(losers) >= 3 and len({lost[i] for i in losers}) == 1 and len({ranked[i] for i in losers}) > 1
+    assert not group_advantages(torch.tensor([lost[i] for i in losers]), len(losers)).any()
+    assert group_advantages(torch.tensor([ranked[i] for i in losers]), len(losers)).any()
+
+
+@pytest.mark.parametrize("shaping", [1.0, -0.1, "a lot", True])
+def test_a_bad_shaping_weight_is_refused(shaping):
+    with pytest.raises(ConfigError, match="dataset.options.shaping"):
+        build_evolution(_cfg(dataset={"source": "wordle", "options": {"vocabulary": 60, "shaping": shaping}}))
+    with pytest.raises(ConfigError, match="dataset.options.shaping: shaping adds to the rewards of games"):
+        _cfg("llm_bc", dataset={"source": "wordle", "options": {"vocabulary": 60, "shaping": 0.5}},
+             hyperparameters={"lr": 0.01})
+
+
 @pytest.mark.parametrize("algorithm", ["grpo", "reinforce", "llm_ppo", "gspo", "cispo"])
 def test_members_train_on_games_and_are_judged_by_greedy_games(algorithm):
     evo = build_evolution(_cfg(algorithm))

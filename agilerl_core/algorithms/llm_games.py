@@ -7,6 +7,11 @@ KL weigh only the member's own tokens; the env's tokens are context (attended to
 return (-1 per wrong guess, 0 for the solving one) is its reward for GRPO and REINFORCE; LLM-PPO places each
 turn's reward on the turn's last token and runs its token-level GAE over the member's tokens across turns, the
 env's tokens skipped.
+
+Shaping (``dataset.options.shaping``, a weight w in [0, 1)): while training, each guess also earns w times its
+marks' score (greens + yellows / 2) / 5 (0 for an invalid guess), so games that never win still rank (a valid
+word, letters in place); a wrong guess still costs more than its bonus can earn, so winning sooner stays best.
+Fitness is always the plain return.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import torch
 from agilerl_core.algorithms.grpo import GroupRollout
 from agilerl_core.algorithms.llm_base import LLMAlgorithm
 from agilerl_core.algorithms.llm_learning import chunks, row_pieces, token_gae
-from agilerl_core.language.wordle import WordleGame, WordList
+from agilerl_core.language.wordle import WordleGame, WordList, marks_score
 from agilerl_core.llm.sampling import RowBlock, pad_prompts, sample
 
 INSTRUCTION = ("Let us play Wordle. Guess the secret five-letter English word in at most {n} guesses. Answer each "
@@ -53,6 +58,7 @@ class GameData:
     words: WordList
     max_guesses: int
     encode: Callable[[str], list[int]]  # the env's text as token ids (no special tokens)
+    shaping: float = 0.0  # training only: each guess also earns shaping * marks_score(its feedback)
     _env_ids: dict[str, list[int]] = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:
@@ -125,7 +131,7 @@ def play(model, base, prompts: list[list[int]], secrets: list[str], data: GameDa
                 turn = games[row].guess(parse_guess(text))
                 tokens[row] += mine
                 own[row] += [True] * len(mine)
-                ends[row].append((len(tokens[row]) - 1, turn.reward))
+                ends[row].append((len(tokens[row]) - 1, turn.reward + data.shaping * marks_score(turn.feedback)))
                 answer = data.env_ids(turn.feedback)
                 tokens[row] += answer
                 own[row] += [False] * len(answer)
@@ -136,7 +142,7 @@ class GameRollout(GroupRollout):
     """One learn step's games for a group of members, each on its own batch of secrets (``group_size`` games per
     secret): what :class:`~agilerl_core.algorithms.grpo.GroupRollout` holds for single completions, with the
     continuations (member's and env's tokens, attended) as completions, the member's tokens as the loss mask
-    (:attr:`fmask`) and the games' returns as rewards."""
+    (:attr:`fmask`) and the games' returns (shaped, when :attr:`GameData.shaping` says so) as rewards."""
 
     def __init__(self, model, members: list, batches: list[list[int]], data: GameData, rewards,
                  generators: list[torch.Generator]) -> None:
@@ -170,7 +176,7 @@ class GameRollout(GroupRollout):
                 own[n, :length] = torch.tensor(played.own[x], dtype=torch.float32)
             self.comps.append((ids.to(base.device), attn.to(base.device)))
             self.fmask.append(own.to(base.device))
-            self.rewards.append(np.array([played.games[x].total_return for x in span], dtype=np.float64))
+            self.rewards.append(np.array([sum(r for _, r in played.turn_ends[x]) for x in span], dtype=np.float64))
             self.turn_ends.append([played.turn_ends[x] for x in span])
             self.games.append([played.games[x] for x in span])
         self.ntok = [f.sum().clamp(min=1) for f in self.fmask]

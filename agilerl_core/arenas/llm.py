@@ -118,6 +118,11 @@ class LLMArena(OwnExperience):
         max_guesses = opts.get("max_guesses", 6)
         if isinstance(max_guesses, bool) or not isinstance(max_guesses, int) or not 1 <= max_guesses <= 20:
             raise ConfigError(f"dataset.options.max_guesses: {max_guesses!r} is not a whole number from 1 to 20")
+        shaping = opts.get("shaping", 0.0)
+        if isinstance(shaping, bool) or not isinstance(shaping, int | float) or not 0 <= shaping < 1:
+            raise ConfigError(f"dataset.options.shaping: {shaping!r} is not a weight in [0, 1) (each guess earns "
+                              f"shaping x its marks' score while training; below 1 a wrong guess still costs more "
+                              f"than it earns)")
         try:
             words = word_list(opts.get("vocabulary"), ds.held_out)
         except ValueError as err:
@@ -134,7 +139,7 @@ class LLMArena(OwnExperience):
 
         held = words.held_out[: cfg.eval_prompts] if cfg.eval_prompts is not None else words.held_out
         self.train_data = GameData([ids] * len(words.train), [prompt] * len(words.train), list(words.train), words,
-                                   max_guesses, encode)
+                                   max_guesses, encode, float(shaping))
         self.eval_data = GameData([ids] * len(held), [prompt] * len(held), list(held), words, max_guesses, encode)
         pinned = {"words": words.words, "held_out": words.held_out, "prompt": prompt, "max_guesses": max_guesses}
         recorded = None
@@ -154,7 +159,7 @@ class LLMArena(OwnExperience):
         self.env_desc = {"kind": "llm", "base": self.base.describe(), "chat_template": self.chat_template,
                          "dataset": {"uri": ds.label, "sha256": digest, "game": "wordle", "words": words.source,
                                      "vocabulary": opts.get("vocabulary"), "held_out": ds.held_out,
-                                     "max_guesses": max_guesses}}
+                                     "max_guesses": max_guesses, "shaping": float(shaping)}}
         if recorded is not None:
             self.env_desc["dataset"]["games"] = recorded
 

@@ -90,7 +90,8 @@ class PromptDatasetConfig(_Strict):
 
     source: Literal["file", "reasoning_gym", "wordle"] = Field(
         "file", description="file: read uri; reasoning_gym: generate `size` records of `task` with `seed`; wordle: "
-                            "whole games of Wordle, one completion per guess (options: vocabulary, max_guesses; "
+                            "whole games of Wordle, one completion per guess (options: vocabulary, max_guesses, "
+                            "shaping: the weight in [0, 1) of a per-guess training bonus from the guess's marks; "
                             "held_out: the share of words held out as evaluation secrets).")
     uri: str | None = Field(None, min_length=1, description="A .jsonl or .parquet file, local or s3://BUCKET/KEY "
                                                             "(cached); source: file.")
@@ -126,9 +127,9 @@ class PromptDatasetConfig(_Strict):
         if self.source == "wordle":
             if self.uri or self.task:
                 raise ValueError("source: wordle plays games; remove uri and task")
-            unknown = sorted(set(self.options) - {"vocabulary", "max_guesses"})
+            unknown = sorted(set(self.options) - {"vocabulary", "max_guesses", "shaping"})
             if unknown:
-                raise ValueError(f"options: {unknown} are not Wordle options (vocabulary, max_guesses)")
+                raise ValueError(f"options: {unknown} are not Wordle options (vocabulary, max_guesses, shaping)")
             if not 0 < self.held_out < 1:
                 raise ValueError("held_out: a wordle source holds out a share of its words (0 < held_out < 1)")
         if self.source == "reasoning_gym":
@@ -248,6 +249,9 @@ class LLMExperimentConfig(_ExperimentBase):
         if offline and self.dataset.source != "wordle":
             raise ValueError(f"algorithm: {self.algorithm} learns from recorded games; set dataset.source: wordle "
                              f"(and dataset.games: a games file or players)")
+        if offline and self.dataset.options.get("shaping"):
+            raise ValueError(f"dataset.options.shaping: shaping adds to the rewards of games the members play; "
+                             f"{self.algorithm} learns from recorded games' own rewards; remove it")
         if self.dataset.games is not None and not offline:
             raise ValueError(f"dataset.games: {self.algorithm} plays its own games; recorded games are for "
                              f"{' and '.join(sorted(OFFLINE_GAME_ALGORITHMS))}; remove dataset.games")

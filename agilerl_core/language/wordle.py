@@ -110,6 +110,12 @@ def word_list(vocabulary: int | None = None, held_out: float = 0.2) -> WordList:
     return WordList(tuple(sorted(kept)), tuple(sorted(train)), tuple(sorted(out)), SOURCE, tuple(sorted(everything)))
 
 
+def marks_score(marks: str) -> float:
+    """How close a guess came, from its feedback alone: (greens + yellows / 2) / 5, in [0, 1]; 0 for an invalid
+    guess (its feedback is :data:`INVALID`). The shaped reward's per-guess term (``dataset.options.shaping``)."""
+    return (marks.count("G") + 0.5 * marks.count("Y")) / LENGTH
+
+
 def feedback(guess: str, secret: str) -> str:
     """Wordle's feedback on `guess` for `secret`: greens first, then yellows use up the remaining letters
     left to right (so a letter is marked at most as often as it occurs in the secret)."""
