@@ -1,14 +1,11 @@
 """``agilerl-flow stages``: its arguments and the command (the flow is :mod:`flows.stages`, imported when the
-command runs, so the CLI starts without Prefect)."""
+command runs, so the CLI starts without Prefect or torch)."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 from typing import Any
-
-from agilerl_core.io.run_store import check_run_id
 
 
 def add_stages_parser(sub, debug: argparse.ArgumentParser) -> None:
@@ -24,27 +21,9 @@ def add_stages_parser(sub, debug: argparse.ArgumentParser) -> None:
 
 
 def stages_command(args: argparse.Namespace) -> dict[str, Any]:
-    """``agilerl-flow stages``: check the whole chain (every stage's config and base, the first stage's data and
-    model) before starting the parent flow on this process's Prefect server (or PREFECT_API_URL's)."""
+    """``agilerl-flow stages``: :func:`flows.api.run_stages` with the command's arguments."""
     from agilerl_core.config import parse_overrides
-    from flows.local_prefect import LocalPrefect, prefect_defaults
-    from flows.stages import llm_stages
-    from tasks.stages import load_stages
+    from flows.api import run_stages
 
-    stages = load_stages(args.config, parse_overrides(args.overrides))
-    run_id = check_run_id(args.run_id or stages.new_run_id())
-    for name in stages.names:
-        check_run_id(f"{run_id}-{name}")
-    for cfg in stages.configs:
-        cfg.check_env()
-    progress = not args.no_progress and sys.stderr.isatty()
-    prefect_defaults()
-    print(f"agilerl-flow: stages {run_id}: {' -> '.join(stages.names)}; if it stops, the same command with "
-          f"--run-id {run_id} resumes it", file=sys.stderr, flush=True)
-    server = LocalPrefect.start_if_needed()
-    try:
-        with server.serving() if server is not None else contextlib.nullcontext():
-            return llm_stages(names=stages.names, configs=stages.configs, run_id=run_id, progress=progress)
-    finally:
-        if server is not None:
-            server.stop()
+    return run_stages(args.config, parse_overrides(args.overrides), run_id=args.run_id,
+                      progress=not args.no_progress and sys.stderr.isatty())

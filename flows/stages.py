@@ -44,6 +44,7 @@ def llm_stages(names: list[str], configs: list[LLMPipelineConfig], run_id: str, 
         stage_run = f"{run_id}-{name}"
         logger.info("stages %s: stage %d/%d %s (run %s) starts from %s", run_id, i + 1, len(names), name, stage_run,
                     stage_input or cfg.model.init_adapter or "the base model")
+        received = dict(holder)  # the registered champion this stage starts from ({}: the base, or its own input)
         cfg = stage_config(cfg, stage_input)
         summary = llm_evolution(config=cfg, run_id=stage_run, progress=progress)
         nxt = names[i + 1] if i + 1 < len(names) else "end"
@@ -54,7 +55,7 @@ def llm_stages(names: list[str], configs: list[LLMPipelineConfig], run_id: str, 
         logger.info("stages %s: stage %s's champion scores %s against its input's %s: %s; hands on %s", run_id, name,
                     champion.get("fitness"), champion.get("input_fitness"), summary.get("promotion"),
                     handed.get("model_uri") or handed.get("path") or "the base model")
-        _tag_stage_run(cfg, summary, run_id, name, i, out[-1]["handed_on"] if out else None)
+        _tag_stage_run(cfg, summary, run_id, name, i, received)
         out.append({"stage": name, "run_id": stage_run, "input": cfg.model.init_adapter,
                     "fitness": champion.get("fitness"), "input_fitness": champion.get("input_fitness"),
                     "promoted": summary.get("promoted"), "promotion": summary.get("promotion"),
@@ -66,9 +67,10 @@ def llm_stages(names: list[str], configs: list[LLMPipelineConfig], run_id: str, 
 
 
 def _tag_stage_run(cfg: LLMPipelineConfig, summary: dict[str, Any], run_id: str, name: str, index: int,
-                   received: dict[str, Any] | None) -> None:
+                   received: dict[str, Any]) -> None:
     """The lineage across stages on the stage's MLflow run: the chain, the stage, and the registered version it
-    started from (a convenience: a failure is a warning)."""
+    started from (`received`; empty when it started from the base or its config's own init_adapter). A
+    convenience: a failure is a warning."""
     if not summary.get("mlflow_run_id"):
         return
     try:
@@ -78,8 +80,7 @@ def _tag_stage_run(cfg: LLMPipelineConfig, summary: dict[str, Any], run_id: str,
 
         client = MlflowClient(tracking_uri(cfg))
         tags = {"agilerl.stages": run_id, "agilerl.stage": f"{index}:{name}"}
-        if received is not None:
-            tags["agilerl.stage_input"] = received.get("model_uri") or "the previous stage's input"
+        tags["agilerl.stage_input"] = received.get("model_uri") or cfg.model.init_adapter or "the base model"
         for key, value in tags.items():
             client.set_tag(summary["mlflow_run_id"], key, value)
     except Exception as err:

@@ -173,11 +173,14 @@ def hand_on(cfg: LLMPipelineConfig, summary: dict[str, Any], stage_input: str | 
     name, version = summary["registered_model"], str(summary["version"])
     uri = tracking_uri(cfg)
     client = MlflowClient(uri)
-    alias = client.get_model_version_by_alias(name, "champion")
+    try:
+        held = str(client.get_model_version_by_alias(name, "champion").version)
+    except mlflow.exceptions.MlflowException:
+        held = None
     model_uri = f"models:/{name}@champion"
-    if str(alias.version) != version:  # promoted since by another run: hand on this stage's own version
+    if held != version:  # moved (or removed) since by someone else: hand on the version this stage promoted
         log.warning("%s@champion points at version %s now, not the version %s this stage promoted; handing on "
-                    "version %s", name, alias.version, version, version)
+                    "version %s", name, held, version, version)
         model_uri = f"models:/{name}/{version}"
     record = {"handed_on": "champion", "model_uri": model_uri, "registered_model": name, "version": version,
               "from_run": summary.get("run_id"), "member_id": (summary.get("champion") or {}).get("member_id"),

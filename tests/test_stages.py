@@ -89,6 +89,7 @@ def test_init_adapter_seeds_every_member_and_bad_ones_are_refused(tmp_path):
         assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
         assert m.agent.algorithm_name == "grpo" and m.agent.learn_steps == 0
     assert grpo.arena.env_desc["init_adapter"]["algorithm"] == "sft"
+    assert len(grpo.arena.env_desc["init_adapter"]["sha256"]) == 64
     with pytest.raises(ConfigError, match="model.init_adapter .*another base model"):
         build_evolution(llm_config(d, **{"dataset.uri": str(d / "const.jsonl"), "model.init_adapter": str(saved),
                                          "model.init_seed": 1}))
@@ -173,6 +174,32 @@ def test_stage_overrides_name_their_stage(tmp_path):
         load_stages(path)
 
 
+def test_run_stages_from_python_on_the_embedded_default_and_a_finished_chain_is_not_run_again(tmp_path, cli):
+    """flows.run_stages without servers (a Prefect server of its own, MLflow on a SQLite file, local storage): the
+    chain's summary; run again with its run id, every stage is read back as finished and nothing is registered
+    twice."""
+    d = _demos(tmp_path)
+    path = _stages_file(d, grpo_budget=256)
+    script = d / "chain.py"
+    script.write_text(
+        "import json, flows\n"
+        f"out = [flows.run_stages({str(path)!r}, run_id='again', progress=False) for _ in range(2)]\n"
+        "print(json.dumps(out))\n")
+    proc = cli.python(script, cwd=d)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first, second = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [s["stage"] for s in first["stages"]] == ["sft", "grpo"] and first["stages"][0]["promoted"]
+    assert first["champion_uri"] in ("models:/tiny-grpo@champion", "models:/tiny-sft@champion")
+    assert all(s["already_finished"] for s in second["stages"]) and not any(
+        s["already_finished"] for s in first["stages"])
+    assert second["champion_version"] == first["champion_version"]
+    assert (d / "runs" / "stage-inputs" / "again" / "grpo" / "member.json").is_file()
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{d / 'runs' / 'mlflow.db'}")
+    assert len(client.search_model_versions("name='tiny-sft'")) == 1  # registered once, across both calls
+
+
 # ---- the chain on the real stack ----------------------------------------------------------------------------
 @pytest.mark.integration
 def test_a_chain_killed_in_its_second_stage_resumes_to_the_same_champion(servers, tmp_path, cli):
@@ -220,6 +247,8 @@ def test_a_chain_killed_in_its_second_stage_resumes_to_the_same_champion(servers
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     from mlflow.tracking import MlflowClient
 
+    assert MlflowClient(servers.mlflow_url).get_run(sft["mlflow_run_id"]).data.tags["agilerl.stage_input"] == \
+        "the base model"
     run = MlflowClient(servers.mlflow_url).get_run(grpo["mlflow_run_id"])
     assert run.data.tags["agilerl.stages"] == chain and run.data.tags["agilerl.stage"] == "1:grpo"
     assert run.data.tags["agilerl.stage_input"].startswith("models:/tiny-sft")

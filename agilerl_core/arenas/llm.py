@@ -9,6 +9,7 @@ functions: every bad input fails here, before anything trains. Members share the
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from typing import Any
@@ -109,8 +110,6 @@ class LLMArena(OwnExperience):
     def _init_games(self, cfg) -> None:
         """Games of Wordle as the data: the training secrets to play (``group_size`` games each per learn step), the
         held-out ones (the first ``eval_prompts``) to judge greedy play on; the words and prompt pinned by hash."""
-        import hashlib
-
         from agilerl_core.algorithms.llm_games import INSTRUCTION, GameData
         from agilerl_core.language.wordle import word_list
 
@@ -262,8 +261,14 @@ class LLMArena(OwnExperience):
         if not lora.min_rank <= rank <= lora.max_rank:
             raise ConfigError(f"{where}: its adapter has rank {rank}, outside model.lora's [min_rank, max_rank] = "
                               f"[{lora.min_rank}, {lora.max_rank}]; widen them")
-        self.env_desc["init_adapter"] = {"path": str(path), "algorithm": member.agent.algorithm_name, "rank": rank}
-        return member.agent.adapter
+        adapter = member.agent.adapter
+        digest = hashlib.sha256()
+        for name, t in sorted(adapter.tensors().items()):  # what it starts from, whatever the folder holds later
+            digest.update(name.encode())
+            digest.update(t.detach().float().cpu().contiguous().numpy().tobytes())
+        self.env_desc["init_adapter"] = {"path": str(path), "algorithm": member.agent.algorithm_name, "rank": rank,
+                                         "sha256": digest.hexdigest()}
+        return adapter
 
     # ---- members ---------------------------------------------------------------------------------------------
     def build_members(self, seeds: list[int]) -> list[LLMAlgorithm]:
