@@ -4,11 +4,16 @@ scales ``Q' - V`` when acting, so one trained member is judged at every beta: be
 
     python benchmarks/ilql_beta.py [--seeds 0 1 2] [--steps 3000] [--every 1000] [--vocabulary 100]
         [--betas 0 0.5 1 2 4 8] [--mix random:0.2,solver:0.3,noisy_solver_0.5:0.5] [--set KEY=VALUE ...]
-        [--skip-bc | --only-bc]
+        [--skip-bc | --only-bc] [--probe]
+
+``--probe`` also reads the trained ILQL member's heads on games the data's players play on the held-out secrets:
+per player, the mean advantage ``min Q' - V`` of the letters it chose, how often the advantage's best letter and
+the language model's best letter are the letter the solver chose, and the spread (max - min over the 26 letters)
+of the advantage beside the language model's logits.
 
 Every agent plays greedily on every held-out secret of the game (never played in the data nor in training). Prints one
-JSON object: per seed and checkpoint (gradient steps of the member), BC's and ILQL's (per beta) mean return and win
-rate, and the mean over seeds; progress goes to stderr.
+JSON object: per seed and checkpoint (gradient steps of the member), BC's and ILQL's (per beta) mean return, win
+rate and share of guesses that are not words, and the mean over seeds; progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -20,11 +25,17 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 from agilerl_core.config import parse_overrides
 from agilerl_core.experiment import build_evolution
 from tasks.config import load_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "deployments" / "configs"
+
+
+def _metrics(member) -> dict:
+    return {k: round(member.eval_metrics[k], 4) for k in ("win_rate", "invalid_guesses")}
 
 
 def member_run(config: str, seed: int, args: argparse.Namespace, betas: list[float] | None) -> dict:
@@ -42,7 +53,7 @@ def member_run(config: str, seed: int, args: argparse.Namespace, betas: list[flo
         done += args.every
         if betas is None:
             score = arena.evaluate(member, seed)
-            out[done] = {"mean_return": score, "win_rate": member.eval_metrics["win_rate"]}
+            out[done] = {"mean_return": score, **_metrics(member)}
         else:
             judged = []
             for b in betas:
@@ -50,11 +61,41 @@ def member_run(config: str, seed: int, args: argparse.Namespace, betas: list[flo
                 clone.hp.beta = b
                 judged.append(clone)
             scores = arena.evaluate_group(judged, seed, list(range(len(judged))))
-            out[done] = {f"beta_{b:g}": {"mean_return": s, "win_rate": c.eval_metrics["win_rate"]}
+            out[done] = {f"beta_{b:g}": {"mean_return": s, **_metrics(c)}
                          for b, s, c in zip(betas, scores, judged, strict=True)}
         print(f"{config} seed {seed} step {done}: {json.dumps(out[done])} ({time.perf_counter() - t0:.0f} s)",
               file=sys.stderr, flush=True)
-    return {"checkpoints": out, "wall_s": round(time.perf_counter() - t0, 1), "held_out": len(arena.eval_secrets)}
+    result = {"checkpoints": out, "wall_s": round(time.perf_counter() - t0, 1), "held_out": len(arena.eval_secrets)}
+    if args.probe and betas is not None:
+        result["probe"] = probe(member, arena)
+    return result
+
+
+@torch.no_grad()
+def probe(member, arena) -> dict:
+    """What the member's Q and V heads say about the players' choices on held-out secrets (see the module doc)."""
+    from agilerl_core.algorithms.language_agent import target_call
+    from agilerl_core.language.players import make_player, play_games
+    from agilerl_core.language.tensors import game_tensors, sequence_length
+
+    words, guesses = arena.words, arena.cfg.env.max_guesses
+    out = {}
+    for name in ("random", "noisy_solver_0.5", "solver"):
+        games = play_games([(make_player(name, words), 1.0)], words.held_out, words, 64, seed=7, max_guesses=guesses)
+        data = game_tensors(games, sequence_length(guesses))
+        res = member.net(data.ids)
+        target = target_call([member], res["hidden"][None])
+        adv = (torch.stack([target[q][0] for q in ("q1", "q2") if q in target]).amin(0) - res["v"]).float()
+        act = data.act
+        taken = adv.gather(-1, data.action[..., None]).squeeze(-1)[act]
+        lm = res["lm"].float()
+        out[name] = {"mean_advantage_of_its_letters": round(float(taken.mean()), 4),
+                     "advantage_spread": round(float((adv.amax(-1) - adv.amin(-1))[act].mean()), 4),
+                     "lm_logit_spread": round(float((lm.amax(-1) - lm.amin(-1))[act].mean()), 4),
+                     "advantage_argmax_is_its_letter": round(float((adv.argmax(-1) == data.action)[act].float().mean()), 4),
+                     "lm_argmax_is_its_letter": round(float((lm.argmax(-1) == data.action)[act].float().mean()), 4),
+                     "mean_return": round(sum(g.total_return for g in games) / len(games), 3)}
+    return out
 
 
 def main() -> None:
@@ -70,6 +111,7 @@ def main() -> None:
                    help="override an ILQL config field, e.g. --set hyperparameters.cql_weight=1 (repeatable)")
     p.add_argument("--skip-bc", action="store_true", help="the ILQL member alone")
     p.add_argument("--only-bc", action="store_true", help="the BC member alone")
+    p.add_argument("--probe", action="store_true", help="read the ILQL member's heads on the players' games")
     args = p.parse_args()
     runs = {}
     for seed in args.seeds:

@@ -4,9 +4,8 @@ checkpoints in the configured storage), with what only Python can give it: an en
     import flows
 
     summary = flows.run("deployments/configs/cartpole_dqn.yaml", env=MyEnv, overrides={"seed": 1})
-    chain = flows.run_stages("deployments/stages/smollm2_wordle.yaml", {"grpo.max_env_steps": 128})
 
-:func:`run_stages` is ``agilerl-flow stages``: LLM runs in order, each starting from the previous stage's champion.
+``flows.run_stages`` (:func:`flows.stages.run_stages`) runs a chain of LLM stages the same way.
 """
 
 from __future__ import annotations
@@ -68,48 +67,3 @@ def run(config: str | Path | dict[str, Any] | Any, *, env: Callable[..., Any] | 
         return _flow(cfg, run_id, progress, debug)
     finally:
         RUN_HOOKS.take(run_id)
-
-
-def run_stages(path: str | Path, overrides: dict[str, Any] | None = None, *, run_id: str | None = None,
-               progress: bool = True) -> dict[str, Any]:
-    """Run a stages file (:mod:`tasks.stages`) as one parent Prefect flow run in this process and return the
-    chain's summary (each stage's fitness, its input's, whether it was promoted, what it handed on;
-    ``champion_uri``). The whole chain is checked first: every stage's config, the same base throughout, every
-    stage's data and model found. Running it again with the same `run_id` resumes it at the stage that was
-    running.
-
-    Args:
-        path: the stages file.
-        overrides: ``STAGE.dotted.field`` -> value, e.g. ``{"grpo.max_env_steps": 128}``.
-        run_id: the chain's id (default: a new one from its name, the first stage's seed and the time); each
-            stage's run id is ``RUN_ID-STAGE``.
-        progress: progress bars on stderr (else the runs' log lines).
-
-    Raises:
-        ConfigError: a bad stages file, stage config, override or run id, naming it, before any work.
-    """
-    import contextlib
-    import sys
-
-    from agilerl_core.io.run_store import check_run_id
-    from flows.local_prefect import LocalPrefect, prefect_defaults
-    from flows.stages import llm_stages
-    from tasks.stages import load_stages
-
-    stages = load_stages(path, overrides)
-    run_id = check_run_id(run_id or stages.new_run_id())
-    for name in stages.names:
-        check_run_id(f"{run_id}-{name}")
-    for cfg in stages.configs:
-        cfg.check_env()
-    prefect_defaults()
-    print(f"agilerl-flow: stages {run_id}: {' -> '.join(stages.names)}; if it stops, running it again with run id "
-          f"{run_id} resumes it", file=sys.stderr, flush=True)
-    server = LocalPrefect.start_if_needed()
-    try:
-        with server.serving() if server is not None else contextlib.nullcontext():
-            return llm_stages(names=stages.names, configs=stages.configs, run_id=run_id, progress=progress)
-    finally:
-        if server is not None:
-            server.stop()
-

@@ -21,9 +21,9 @@ def add_stages_parser(sub, debug: argparse.ArgumentParser) -> None:
 
 
 def stages_command(args: argparse.Namespace) -> dict[str, Any]:
-    """``agilerl-flow stages``: :func:`flows.api.run_stages` with the command's arguments."""
+    """``agilerl-flow stages``: :func:`flows.stages.run_stages` with the command's arguments."""
     from agilerl_core.config import parse_overrides
-    from flows.api import run_stages
+    from flows.stages import run_stages
 
     return run_stages(args.config, parse_overrides(args.overrides), run_id=args.run_id,
                       progress=not args.no_progress and sys.stderr.isatty())

@@ -1,5 +1,8 @@
 """The stages flow: one parent Prefect flow run for a chain of LLM runs (:mod:`tasks.stages`), each stage the
-LLM evolution flow as a child flow run of it, started from the previous stage's champion.
+LLM evolution flow as a child flow run of it, started from the previous stage's champion; :func:`run_stages` runs
+it from Python (``flows.run_stages``) and for ``agilerl-flow stages``.
+
+    chain = flows.run_stages("deployments/stages/smollm2_wordle.yaml", {"grpo.max_env_steps": 128})
 
 Running the same stages file again with the chain's run id (``agilerl-flow stages FILE --run-id ID``) resumes
 it: a finished stage is not run again (its stored summary is read back and its champion handed on as before),
@@ -85,3 +88,46 @@ def _tag_stage_run(cfg: LLMPipelineConfig, summary: dict[str, Any], run_id: str,
             client.set_tag(summary["mlflow_run_id"], key, value)
     except Exception as err:
         get_run_logger().warning("stages %s: could not tag stage %s's MLflow run: %s", run_id, name, err)
+
+
+def run_stages(path: str | Path, overrides: dict[str, Any] | None = None, *, run_id: str | None = None,
+               progress: bool = True) -> dict[str, Any]:
+    """Run a stages file (:mod:`tasks.stages`) as one parent Prefect flow run in this process and return the
+    chain's summary (each stage's fitness, its input's, whether it was promoted, what it handed on;
+    ``champion_uri``). The whole chain is checked first: every stage's config, the same base throughout, every
+    stage's data and model found. Running it again with the same `run_id` resumes it at the stage that was
+    running.
+
+    Args:
+        path: the stages file.
+        overrides: ``STAGE.dotted.field`` -> value, e.g. ``{"grpo.max_env_steps": 128}``.
+        run_id: the chain's id (default: a new one from its name, the first stage's seed and the time); each
+            stage's run id is ``RUN_ID-STAGE``.
+        progress: progress bars on stderr (else the runs' log lines).
+
+    Raises:
+        ConfigError: a bad stages file, stage config, override or run id, naming it, before any work.
+    """
+    import contextlib
+    import sys
+
+    from agilerl_core.io.run_store import check_run_id
+    from flows.local_prefect import LocalPrefect, prefect_defaults
+    from tasks.stages import load_stages
+
+    stages = load_stages(path, overrides)
+    run_id = check_run_id(run_id or stages.new_run_id())
+    for name in stages.names:
+        check_run_id(f"{run_id}-{name}")
+    for cfg in stages.configs:
+        cfg.check_env()
+    prefect_defaults()
+    print(f"agilerl-flow: stages {run_id}: {' -> '.join(stages.names)}; if it stops, running it again with run id "
+          f"{run_id} resumes it", file=sys.stderr, flush=True)
+    server = LocalPrefect.start_if_needed()
+    try:
+        with server.serving() if server is not None else contextlib.nullcontext():
+            return llm_stages(names=stages.names, configs=stages.configs, run_id=run_id, progress=progress)
+    finally:
+        if server is not None:
+            server.stop()
