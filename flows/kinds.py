@@ -11,6 +11,7 @@ FLOW_ENTRYPOINTS = {
     "multi_agent": "flows/multi_agent.py:multi_agent_evolution",
     "llm": "flows/llm.py:llm_evolution",
     "language": "flows/language.py:language_evolution",
+    "bandit": "flows/bandit.py:bandit_evolution",
 }
 
 

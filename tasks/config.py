@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agilerl_core.config import (
+    BanditExperimentConfig,
     ConfigKinds,
     GymExperimentConfig,
     LanguageExperimentConfig,
@@ -151,13 +152,17 @@ class LLMPipelineConfig(LLMExperimentConfig, _PipelineSections):
     """An LLM fine-tuning experiment as the pipeline runs it."""
 
 
+class BanditPipelineConfig(BanditExperimentConfig, _PipelineSections):
+    """A contextual-bandit experiment as the pipeline runs it."""
+
+
 class LanguagePipelineConfig(LanguageExperimentConfig, _PipelineSections):
     """A language-game experiment (Wordle agents learning from games) as the pipeline runs it."""
 
 
 PIPELINE_KINDS = ConfigKinds({"gym": GymPipelineConfig, "offline": OfflinePipelineConfig,
                               "multi_agent": MultiAgentPipelineConfig, "llm": LLMPipelineConfig,
-                              "language": LanguagePipelineConfig})
+                              "language": LanguagePipelineConfig, "bandit": BanditPipelineConfig})
 PipelineConfig = PIPELINE_KINDS.annotation
 """One evolution run as the pipeline reads it, discriminated by `kind` (default gym)."""
 

@@ -16,7 +16,7 @@ from tasks.config import PIPELINE_KINDS
 
 _TITLES = {"gym": "Gymnasium (`kind: gym`, the default)", "offline": "Offline (`kind: offline`)",
            "multi_agent": "Multi-agent (`kind: multi_agent`)", "llm": "LLM fine-tuning (`kind: llm`)",
-           "language": "Language games (`kind: language`)"}
+           "language": "Language games (`kind: language`)", "bandit": "Contextual bandits (`kind: bandit`)"}
 
 
 def _type_name(annotation: Any) -> str:

@@ -12,8 +12,9 @@ such a run (:func:`check_flow_run_parameters`):
   ``$AGILERL_TRUSTED_ADDRESSES``; ``tracking.uri``, ``storage.uri`` and ``storage.endpoint_url`` (the worker's
   MLflow and S3 credentials go with every request) must equal the deployment's value or be listed in
   ``$AGILERL_TRUSTED_URIS``;
-- writes and reads only where its deployment's own config does: ``output_dir``, ``dataset.uri`` and
-  ``dataset.cache_dir`` likewise (``$AGILERL_TRUSTED_URIS``);
+- writes and reads only where its deployment's own config does: ``output_dir``, ``dataset.uri``,
+  ``dataset.cache_dir``, a bandit's ``data.source`` (any ``sklearn:`` dataset, bundled, names no place) and
+  ``data.cache_dir`` likewise (``$AGILERL_TRUSTED_URIS``);
 - registers its champion only as the deployment's own model (``tracking.model_name``, else ``name``);
 - raises no entry of ``limits`` above the deployment's own config (its defaults when it sets none).
 
@@ -44,7 +45,10 @@ TARGETS = (
     ("output_dir", TRUSTED_URIS_ENV, "the run's files are written there on the worker's disk"),
     ("dataset.uri", TRUSTED_URIS_ENV, "the run reads its data from there with the worker's credentials"),
     ("dataset.cache_dir", TRUSTED_URIS_ENV, "the run writes its dataset cache there on the worker's disk"),
+    ("data.source", TRUSTED_URIS_ENV, "the run reads its bandit's table from there with the worker's credentials"),
+    ("data.cache_dir", TRUSTED_URIS_ENV, "the run writes its dataset cache there on the worker's disk"),
 )
+NO_LOCATION = {"data.source": "sklearn:"}  # values of a target that name no place: data bundled with a package
 
 
 def _deployment() -> tuple[str | None, dict[str, Any]]:
@@ -120,7 +124,8 @@ def check_targets(cfg, deployed, source: str = "the flow run's config") -> None:
         value = _field(cfg, field)
         if value is None or value == (_field(deployed, field) if deployed is not None else _default(cfg, field)):
             continue
-        if value_allowed(str(value), trusted_values_from_env(env)):
+        if value_allowed(str(value), trusted_values_from_env(env)) or \
+                (field in NO_LOCATION and str(value).startswith(NO_LOCATION[field])):
             continue
         shown = str(value) if len(str(value)) <= 200 else str(value)[:200] + "..."
         raise ConfigError(

@@ -115,6 +115,7 @@ def _same_run(a: Evolution, b: Evolution) -> None:
 
 @pytest.mark.parametrize("kind", ["dqn", "cartpole_ppo.yaml", "speaker_listener_matd3.yaml",
                                   "speaker_listener_ippo.yaml", "smollm2_arithmetic_grpo.yaml", "wordle_ilql.yaml",
+                                  "iris_neural_ucb.yaml",
                                   "cartpole_cqn.yaml"])
 def test_a_run_resumed_from_its_store_ends_as_an_uninterrupted_one(kind, tmp_path):
     """What the flow does after a crash, in process, for each kind of training: a new evolution resumes from the

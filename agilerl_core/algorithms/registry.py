@@ -10,6 +10,11 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
+from agilerl_core.algorithms.hyperparameters.bandit import (
+    NeuralEpsilonGreedyHyperparameters,
+    NeuralTSHyperparameters,
+    NeuralUCBHyperparameters,
+)
 from agilerl_core.algorithms.hyperparameters.base import Hyperparameters
 from agilerl_core.algorithms.hyperparameters.bc import BCHyperparameters
 from agilerl_core.algorithms.hyperparameters.cql import CQLHyperparameters, CQNHyperparameters
@@ -88,6 +93,12 @@ ALGORITHMS: dict[str, AlgorithmInfo] = {a.name: a for a in (
                   on_policy=True),
     AlgorithmInfo("bc_lm", BCLMHyperparameters, "agilerl_core.algorithms.bc_lm:BCLM", {"language": "language"}),
     AlgorithmInfo("ilql", ILQLHyperparameters, "agilerl_core.algorithms.ilql:ILQL", {"language": "language"}),
+    AlgorithmInfo("neural_ucb", NeuralUCBHyperparameters, "agilerl_core.algorithms.neural_bandit:NeuralUCB",
+                  {"bandit": "bandit"}),
+    AlgorithmInfo("neural_ts", NeuralTSHyperparameters, "agilerl_core.algorithms.neural_bandit:NeuralTS",
+                  {"bandit": "bandit"}),
+    AlgorithmInfo("neural_eps_greedy", NeuralEpsilonGreedyHyperparameters,
+                  "agilerl_core.algorithms.neural_bandit:NeuralEpsilonGreedy", {"bandit": "bandit"}),
 )}
 
 

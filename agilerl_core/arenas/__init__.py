@@ -18,6 +18,7 @@ ARENAS = {
     "multi_agent_on_policy": "agilerl_core.arenas.multi_agent:MultiAgentOnPolicyArena",
     "llm": "agilerl_core.arenas.llm:LLMArena",
     "language": "agilerl_core.arenas.language:LanguageArena",
+    "bandit": "agilerl_core.arenas.bandit:BanditArena",
 }
 
 

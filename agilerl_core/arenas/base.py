@@ -187,7 +187,7 @@ class GymArena(OwnExperience, ABC):
         torch.set_num_threads(cfg.torch_threads)
         if self.device == "cpu":
             keep_freed_memory()
-        self.recipe = EnvRecipe.of(cfg)
+        self.recipe = self.env_recipe(cfg)
         obs_space, act_space = self.recipe.spaces()
         self.obs_space, self.act_space = obs_space, act_space
         self.obs_spec = ObsSpec(obs_space, cfg.network.cnn.channels_last)
@@ -213,6 +213,10 @@ class GymArena(OwnExperience, ABC):
         self.eval_env = self.recipe.vector(cfg.eval_episodes, evaluation=True)
         self._eval_envs: dict[int, VectorEnv] = {}  # per slot, so that slots evaluate concurrently in threads
         self._lock = threading.Lock()
+
+    def env_recipe(self, cfg) -> EnvRecipe:
+        """How this arena's envs are built: the config's env (an arena with an env of its own overrides it)."""
+        return EnvRecipe.of(cfg)
 
     def _check_action_space(self) -> None:
         """A ConfigError naming the algorithms that fit when the algorithm cannot act in the env's actions."""

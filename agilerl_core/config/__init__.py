@@ -35,6 +35,7 @@ from agilerl_core.code_refs import (
     module_allowed,
     trusted_modules_from_env,
 )
+from agilerl_core.config.bandit import BANDIT_ALGORITHMS, BanditDataConfig, BanditExperimentConfig
 from agilerl_core.config.common import (
     RUN_NAME_MAX,
     ChampionConfig,
@@ -92,6 +93,7 @@ from agilerl_core.config.overrides import parse_overrides
 
 __all__ = [
     "ACTIVATIONS",
+    "BANDIT_ALGORITHMS",
     "ENGINE_KINDS",
     "EXPERIMENT_KINDS",
     "GYM_ALGORITHMS",
@@ -104,6 +106,8 @@ __all__ = [
     "SB3_ALGORITHMS",
     "SB3_FIELDS",
     "TRUSTED_MODULES_ENV",
+    "BanditDataConfig",
+    "BanditExperimentConfig",
     "CNNConfig",
     "ChampionConfig",
     "ConfigKinds",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agilerl_core.config.bandit import BanditExperimentConfig
 from agilerl_core.config.common import _ExperimentBase
 from agilerl_core.config.envs import GymExperimentConfig, MultiAgentExperimentConfig, OfflineExperimentConfig
 from agilerl_core.config.language import LanguageExperimentConfig
@@ -21,4 +22,5 @@ EXPERIMENT_KINDS: dict[str, type[_ExperimentBase]] = {"gym": GymExperimentConfig
                                                       "offline": OfflineExperimentConfig,
                                                       "multi_agent": MultiAgentExperimentConfig,
                                                       "llm": LLMExperimentConfig,
-                                                      "language": LanguageExperimentConfig}
+                                                      "language": LanguageExperimentConfig,
+                                                      "bandit": BanditExperimentConfig}
