@@ -34,7 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agilerl_core.config.common import check_run_name
 from agilerl_core.config.load import read_config_file
-from agilerl_core.errors import ConfigError, TrackingError
+from agilerl_core.errors import AgileRLError, ConfigError, TrackingError
+from agilerl_core.io.records import read_record
 from tasks.config import PIPELINE_KINDS, LLMPipelineConfig
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,6 @@ class Stages:
     name: str
     names: list[str]
     configs: list[LLMPipelineConfig]
-    source: str
 
     def new_run_id(self) -> str:
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S-%f")
@@ -117,7 +117,7 @@ def load_stages(path: str | Path, overrides: dict[str, Any] | None = None) -> St
             raw, source = dict(stage.config), f"{path}: {where}"
         cfg, _ = PIPELINE_KINDS.resolve(raw, {**stage.set, **per_stage[stage.name]})
         configs.append(_checked_stage(cfg, i, where, source, configs))
-    return Stages(spec.name, names, configs, str(path))
+    return Stages(spec.name, names, configs)
 
 
 def _checked_stage(cfg: Any, i: int, where: str, source: str, before: list[LLMPipelineConfig]) -> LLMPipelineConfig:
@@ -188,8 +188,8 @@ def hand_on(cfg: LLMPipelineConfig, summary: dict[str, Any], stage_input: str | 
     known = dest / SOURCE_FILE
     if known.is_file():
         try:
-            held = json.loads(known.read_text())
-        except (OSError, ValueError):
+            held = read_record(known, root=dest)  # bounded: a tampered or huge file is refused, then fetched anew
+        except (AgileRLError, OSError):
             held = None
         if isinstance(held, dict) and held.get("registered_model") == name and held.get("version") == version:
             return str(dest), record

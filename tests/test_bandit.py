@@ -276,7 +276,7 @@ def test_a_missing_or_irregular_table_is_named_before_any_work(tmp_path):
 
 def test_a_pinned_table_refuses_other_data(tmp_path):
     path = write_table(tmp_path / "t.csv", np.arange(8.0).reshape(4, 2), np.array([0, 1, 0, 1]))
-    with pytest.raises(DatasetError, match="differs from dataset.sha256"):
+    with pytest.raises(DatasetError, match="differs from data.sha256"):
         build_arena(bandit_config(data={"source": str(path), "sha256": "0" * 64}, population_size=1))
     with pytest.raises(ConfigError, match="data.sha256: sklearn:iris is bundled"):
         build_arena(bandit_config(data={"source": "sklearn:iris", "sha256": "0" * 64}))
@@ -336,3 +336,30 @@ def test_a_flow_run_parameter_may_not_point_a_bandit_at_other_files(monkeypatch,
         check_targets(bandit_config(data={"source": "s3://team/tables/digits.csv", "cache_dir": "/tmp/x"}), deployed)
     monkeypatch.setenv("AGILERL_TRUSTED_URIS", "s3://other-bucket/")
     check_targets(bandit_config(data={"source": "s3://other-bucket/x.parquet"}), deployed)
+
+
+@pytest.mark.integration
+def test_a_table_on_s3_is_read_through_the_verified_cache_and_pinned(s3, tmp_path, monkeypatch):
+    """data.source s3://...: fetched once into the content-addressed cache (the storage section's endpoint, the
+    environment's credentials), the same split as the local file, and pinned by data.sha256."""
+    from agilerl_core.io.storage import S3Options, open_storage
+
+    c = s3.credentials()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", c["access_key_id"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", c["secret_access_key"])
+    opts = S3Options(s3.s3_url, None, c["access_key_id"], c["secret_access_key"])
+    rng = np.random.default_rng(0)
+    local = write_table(tmp_path / "cues.npz", rng.standard_normal((40, 3)).astype(np.float32), rng.integers(0, 4, 40))
+    open_storage("s3://agilerl/tables", opts).put_bytes("cues.npz", local.read_bytes())
+    data = {"source": "s3://agilerl/tables/cues.npz", "cache_dir": str(tmp_path / "cache")}
+    over = {"storage": {"endpoint_url": s3.s3_url}, "population_size": 1}
+    arena = build_arena(bandit_config(data=data, **over))
+    mine = build_arena(bandit_config(data={"source": str(local)}, population_size=1))
+    assert np.array_equal(arena.split.held_x, mine.split.held_x) and arena.split.arms == 4
+    assert arena.table.sha256 == mine.table.sha256 == arena.env_desc["bandit"]["sha256"]
+    cached = list((tmp_path / "cache").rglob("cues.npz"))
+    stamp = cached[0].stat().st_mtime_ns
+    build_arena(bandit_config(data={**data, "sha256": arena.table.sha256}, **over))
+    assert cached[0].stat().st_mtime_ns == stamp  # served from the cache, not fetched again
+    with pytest.raises(DatasetError, match=r"^data.source 's3://agilerl/tables/cues.npz': .* differs from data.sha256"):
+        build_arena(bandit_config(data={**data, "sha256": "0" * 64}, **over))

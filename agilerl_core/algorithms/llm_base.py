@@ -324,7 +324,13 @@ class LLMAlgorithm:
     def generate(self, prompts: list[str], chat_template: bool, max_new_tokens: int | None = None,
                  temperature: float = 0.0, seed: int = 0) -> list[str]:
         """Completions of raw prompt texts (greedy by default): what the registered champion serves."""
-        ids, mask = self.prompt_batch(self.base.encode(prompts, chat_template))
+        return self.generate_ids(self.base.encode(prompts, chat_template), max_new_tokens, temperature, seed)
+
+    @torch.no_grad()
+    def generate_ids(self, prompt_ids: list[list[int]], max_new_tokens: int | None = None, temperature: float = 0.0,
+                     seed: int = 0) -> list[str]:
+        """Completions of tokenised prompts (greedy by default; ``max_new_tokens`` at most, else the member's)."""
+        ids, mask = self.prompt_batch(prompt_ids)
         gen = torch.Generator().manual_seed(seed)
         with self.base.bound(self.adapter) as model:
             comp, cmask = sample(model, ids, mask, max_new_tokens or getattr(self.hp, "max_new_tokens", 32),

@@ -82,18 +82,7 @@ class SFT(LLMBC):
         scores = (torch.stack(sums) / ntok).tolist()  # one host read for the group
         for m in members:
             shown = idx[:n_samples]
-            texts = m.complete([data.prompt_ids[i] for i in shown]) if shown else []
+            texts = m.generate_ids([data.prompt_ids[i] for i in shown]) if shown else []
             m.samples = [{"prompt": data.prompts[i], "reference": data.responses[i], "completion": t}
                          for i, t in zip(shown, texts, strict=True)]
         return scores
-
-    def complete(self, prompt_ids: list[list[int]]) -> list[str]:
-        """Greedy completions of tokenised prompts (``max_new_tokens`` at most)."""
-        from agilerl_core.llm.sampling import RowBlock, sample
-
-        ids, mask = self.prompt_batch(prompt_ids)
-        with self.base.bound(self.adapter) as model:
-            comp, cmask = sample(model, ids, mask, self.hp.max_new_tokens, 0.0, self.base.eos_id, self.base.pad_id,
-                                 blocks=[RowBlock(slice(0, ids.shape[0]), 0.0, torch.Generator().manual_seed(0),
-                                                  None)])
-        return self.base.decode(comp, cmask)

@@ -69,7 +69,7 @@ class BanditArena(OffPolicyArena):
         d = cfg.data
         table = load_table(d.source, d.label, d.features, s3_options(cfg), d.cache_dir)
         if table.sha256 is not None:
-            check_pin(d.source, table.sha256, d.sha256)
+            check_pin(d.source, table.sha256, d.sha256, "data", "source")
         elif d.sha256 is not None:
             raise ConfigError(f"data.sha256: {d.source} is bundled with scikit-learn (its version pins it); remove "
                               f"data.sha256")

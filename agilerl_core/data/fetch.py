@@ -58,11 +58,12 @@ def file_digests(path: Path) -> tuple[str, str]:
     return sha.hexdigest(), md5.hexdigest()
 
 
-def check_pin(uri: str, sha256: str, pinned: str | None) -> None:
-    """Refuse data whose content hash differs from the run's pin (`dataset.sha256`)."""
+def check_pin(uri: str, sha256: str, pinned: str | None, section: str = "dataset", source: str = "uri") -> None:
+    """Refuse data whose content hash differs from the run's pin (`SECTION.sha256`, the data named by
+    `SECTION.SOURCE`)."""
     if pinned is not None and sha256 != pinned:
-        raise DatasetError(f"dataset.uri {uri!r}: content hash {sha256} differs from dataset.sha256 {pinned} (the run "
-                           f"was started on other data); restore that dataset or start a new run")
+        raise DatasetError(f"{section}.{source} {uri!r}: content hash {sha256} differs from {section}.sha256 {pinned} "
+                           f"(the run was started on other data); restore that dataset or start a new run")
 
 
 def resolve_dataset(uri: str, s3: S3Options | None = None, cache_dir: str | None = None) -> LocalDataset:
