@@ -107,6 +107,45 @@ def test_the_confidence_width_and_its_update_match_per_sample_autograd(widths, l
         assert torch.allclose(m.sq_grads, want, rtol=1e-4, atol=1e-6)
 
 
+def test_a_learn_step_follows_the_mean_squared_error_gradient_of_the_pulled_arms():
+    """The hand-written backward of a learn step equals autograd's gradient of mean (f(x, a) - r)^2 over each
+    member's batch, for a padded group."""
+    from agilerl_core.algorithms.group import StackedRows
+    from agilerl_core.buffers.replay import Transition
+
+    arena = build_arena(bandit_config())
+    members = _members(arena, [(8, 6), (5, 6)], [1.0, 1.0])
+    gen = torch.Generator().manual_seed(5)
+    ctx, arm = torch.randn(2 * 6, 4, generator=gen), torch.randint(0, 3, (2 * 6,), generator=gen)
+    reward = torch.randint(0, 2, (2 * 6,), generator=gen).float()
+    want = []
+    for i, m in enumerate(members):
+        net = m.networks["value"]
+        net.zero_grad()
+        rows = slice(6 * i, 6 * i + 6)
+        x = arm_inputs(ctx[rows][None], torch.eye(3)[arm[rows]][None, :, None], "one_hot")[0]
+        ((net({"obs": x}).squeeze(-1) - reward[rows]).square().mean()).backward()
+        want.append(torch.cat([p.grad.reshape(-1) for p in net.parameters()]))
+    group = NeuralUCB.group(members)
+    batch = Transition({"obs": ctx}, arm, reward, {"obs": ctx}, torch.zeros(12))
+    group.learn(batch, StackedRows([torch.arange(6), torch.arange(6)], group.device))
+    for i, m in enumerate(members):  # the group's gradient, in member i's own layout
+        got = group.adam.grad[i]
+        own = torch.cat([b.reshape(-1) for b in _own_blocks(got, m, group)])
+        assert torch.allclose(own, want[i], atol=1e-6), i
+
+
+def _own_blocks(row, member, group):
+    """Member `member`'s parameters' values in a padded group row `row` (each block's leading corner)."""
+    out, i = [], 0
+    for p, shape in zip(member.networks["value"].parameters(), group.adam.padded, strict=True):
+        n = int(np.prod(shape))
+        block = row[i: i + n].view(shape)
+        out.append(block[tuple(slice(0, d) for d in p.shape)])
+        i += n
+    return out
+
+
 def test_a_pull_narrows_the_width_where_it_was_taken_and_no_bonus_is_greedy():
     arena = build_arena(bandit_config(hyperparameters={"gamma": 0.0}, hp_space={"gamma": None}))
     m, = _members(arena, [(8, 6)], [1.0])

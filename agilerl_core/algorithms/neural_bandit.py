@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from agilerl_core.algorithms.base import RLAlgorithm
-from agilerl_core.algorithms.group import ReplayGroup, StackedRows, clipped_step, gradients
+from agilerl_core.algorithms.group import ReplayGroup, StackedRows, clipped_step
 from agilerl_core.algorithms.group_state import group_state, unstack_into
 from agilerl_core.algorithms.hyperparameters.bandit import (
     NeuralEpsilonGreedyHyperparameters,
@@ -64,8 +64,7 @@ class NeuralBanditGroup(ReplayGroup):
         super().__init__(agents)
         first = self.agents[0]
         self.adam = self.adams["value"]
-        self.value = StackedNetwork([a.networks["value"] for a in self.agents], self.adam.flat, self.adam.padded,
-                                    trainable=True)
+        self.value = StackedNetwork([a.networks["value"] for a in self.agents], self.adam.flat, self.adam.padded)
         if not self.value.hand_backward:
             raise ValueError(f"{first.name}: the bonus walks a plain ReLU or tanh MLP (this one is "
                              f"{first.arch.activation}); use network.activation relu or tanh")
@@ -166,10 +165,12 @@ class NeuralBanditGroup(ReplayGroup):
         """One MSE step of f(x, a) on each member's minibatch of past pulls; returns each member's loss [K]."""
         k = rows.k
         ctx = batch.obs[self.ctx_key].view(k, -1, batch.obs[self.ctx_key].shape[-1]).to(torch.float32)
-        pred = self.scores(self.pulled(ctx, batch.action.view(k, -1).long()))
-        err = pred - batch.reward.view(k, -1)
+        inputs = self.pulled(ctx, batch.action.view(k, -1).long())
+        out, saved = self.value.forward_saving({self.in_key: inputs.reshape(-1, inputs.shape[-1])})
+        err = out.squeeze(-1) - batch.reward.view(k, -1)
         losses = (err.square() * rows.weight).sum(1)
-        (self.adam.grad,) = gradients(losses.sum(), self.value.leaves)
+        # the MLP's backward by hand (StackedNetwork.backward: the walk the width uses) from d loss / d f
+        self.value.backward(saved, (2.0 * err * rows.weight).unsqueeze(-1), out=self.adam.grad)
         due = self.metrics.due()
         norm = clipped_step(self.adam, self.max_grad_norm, None if rows.all_active else rows.active, due)
         for a, on in zip(self.agents, rows.who, strict=True):
