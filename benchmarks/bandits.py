@@ -7,7 +7,8 @@ uniformly random policy (0.1 expected).
 
 Each run: population 4, evo_steps 1,000 pulls per member per generation, `--pulls` over the population (the
 shipped config's budget by default). Prints one JSON object: per algorithm and seed the elite's held-out reward,
-the run's best and its first generation reaching 0.9, the wall time and pulls per second; progress on stderr.
+the run's best and its first generation reaching 0.9, the regret of all the population's training pulls, the wall
+time and pulls per second; progress on stderr.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ def run(config: str, algorithm: str, seed: int, pulls: int | None) -> dict:
         wall = time.perf_counter() - t0
     curve = [round(h.best_fitness, 3) for h in res.history]
     first = next((i for i, f in enumerate(curve) if f >= 0.9), None)
+    regret = sum(m.get("regret", 0.0) for h in res.history for m in h.train_metrics)  # every member's pulls
     return {"seed": seed, "elite": round(res.elite_fitness, 4), "best": round(res.best_fitness, 4),
+            "population_regret": regret,
             "first_generation_at_0.9": first, "pulls_at_0.9": None if first is None else
             (first + 1) * cfg.population_size * cfg.evo_steps, "curve": curve, "wall_s": round(wall, 1),
             "pulls_per_s": round(res.global_steps / wall)}

@@ -184,7 +184,12 @@ def test_a_population_learns_iris_from_bandit_feedback_and_logs_its_regret(algor
     first, last = res.history[0].train_metrics[0], res.history[-1].train_metrics[0]
     assert 0 <= first["regret"] <= 1000 and first["regret"] + first["mean_reward"] * 1000 == pytest.approx(1000)
     assert last["mean_reward"] > first["mean_reward"]
-    assert last["cumulative_regret"] >= first["cumulative_regret"] + last["regret"] - 1e-9
+    for h in res.history:  # a member's cumulative regret holds its ancestors' pulls too
+        assert all(m["cumulative_regret"] >= m["regret"] for m in h.train_metrics)
+    assert all(m["cumulative_regret"] == m["regret"] for m in res.history[0].train_metrics)
+    alone = bandit_config(algorithm=algorithm, population_size=1, evo_steps=300, max_env_steps=900)
+    line = train_local(alone, progress=False, run_dir=tmp_path / "alone").history  # one lineage: the sum
+    assert line[-1].train_metrics[0]["cumulative_regret"] == sum(h.train_metrics[0]["regret"] for h in line)
     # the fitness is the share of held-out rows classified right by greedy pulls
     member = evo.population.members[0].agent
     x, y = evo.arena.split.held_x, evo.arena.split.held_y

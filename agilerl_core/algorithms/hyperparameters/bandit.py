@@ -24,7 +24,7 @@ class NeuralBanditHyperparameters(Hyperparameters):
 
     lr: float = Field(1e-3, gt=0, description="Adam learning rate.")
     batch_size: int = Field(64, ge=1, description="Pulls per gradient step.")
-    learn_step: int = Field(2, ge=1, description="Pulls per gradient step (a member's, counted over its envs).")
+    learn_step: int = Field(1, ge=1, description="Pulls per gradient step (a member's, counted over its envs).")
     learning_delay: int = Field(64, ge=0, description="Member pulls before the first gradient step.")
     buffer_size: int = Field(10_000, ge=1, description="Pulls the shared replay holds.")
     max_grad_norm: float | None = Field(None, gt=0, description="Clip the gradient norm (None: off).")
@@ -62,7 +62,9 @@ class NeuralTSHyperparameters(_ConfidenceHyperparameters):
     algorithm_name: ClassVar[str] = "neural_ts"
     default_space: ClassVar[HyperparameterSpace] = {**_LEARNING, "nu": _SCALE, "lamb": _LAMBDA}
 
-    nu: float = Field(1.0, ge=0, description="Exploration: the posterior's scale (the sample's std is nu * sigma).")
+    nu: float = Field(0.1, ge=0, description="Exploration: the posterior's scale (the sample's std is nu * sigma). "
+                                             "On digits, 0.1 against 1.0: the population's training regret "
+                                             "4,150-4,380 against 27,700-29,800 for the same held-out reward.")
 
 
 class NeuralEpsilonGreedyHyperparameters(NeuralBanditHyperparameters):
