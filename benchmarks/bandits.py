@@ -24,8 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from agilerl_core.arenas.bandit import SPLIT_SEED
-from agilerl_core.data.tables import load_table
-from agilerl_core.envs.bandit import BanditSplit
+from agilerl_core.data.tables import BanditSplit, load_table
 from agilerl_core.experiment import train_local
 from tasks.config import load_config
 

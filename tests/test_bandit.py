@@ -15,8 +15,7 @@ import torch
 from agilerl_core.algorithms.neural_bandit import NeuralTS, NeuralUCB, arm_inputs
 from agilerl_core.arenas import build_arena
 from agilerl_core.arenas.bandit import SPLIT_SEED
-from agilerl_core.data.tables import load_table, write_table
-from agilerl_core.envs.bandit import BanditSplit
+from agilerl_core.data.tables import BanditSplit, load_table, write_table
 from agilerl_core.errors import ConfigError, DatasetError
 from agilerl_core.experiment import build_evolution, train_local
 from tasks.config import validate_config

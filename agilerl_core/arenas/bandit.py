@@ -22,8 +22,8 @@ from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.arenas.gym_off_policy import OffPolicyArena
 from agilerl_core.arenas.gym_off_policy import train_group as train_off_policy
 from agilerl_core.data.fetch import check_pin
-from agilerl_core.data.tables import load_table
-from agilerl_core.envs.bandit import BEST_REWARD, BanditSplit
+from agilerl_core.data.tables import BanditSplit, load_table
+from agilerl_core.envs.bandit import BEST_REWARD
 from agilerl_core.envs.group import GroupEnv, GroupStep
 from agilerl_core.envs.make import EnvRecipe
 from agilerl_core.errors import ConfigError

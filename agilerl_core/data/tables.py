@@ -16,6 +16,7 @@ import math
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +43,45 @@ class Table:
     @property
     def arms(self) -> int:
         return len(self.classes)
+
+
+@dataclass(frozen=True)
+class BanditSplit:
+    """A table split into training and held-out rows (a seeded permutation), features standardised with the
+    training rows' mean and std (`scale`: what a deployed policy applies to raw features too)."""
+
+    train_x: np.ndarray
+    train_y: np.ndarray
+    held_x: np.ndarray
+    held_y: np.ndarray
+    arms: int
+    mean: np.ndarray
+    std: np.ndarray
+
+    @classmethod
+    def of(cls, table: Table, held_out: float, seed: int, standardize: bool = True) -> BanditSplit:
+        n = len(table.labels)
+        held = round(n * held_out)
+        if held < 1 or held >= n:
+            raise DatasetError(f"data.held_out: {held_out} of {n} rows leaves {held} held-out and {n - held} training "
+                               f"rows; both need at least one")
+        order = np.random.default_rng(seed).permutation(n)
+        train, out = order[held:], order[:held]
+        x = table.features
+        mean = x[train].mean(0) if standardize else np.zeros(x.shape[1], np.float32)
+        std = x[train].std(0) if standardize else np.ones(x.shape[1], np.float32)
+        std = np.where(std > 1e-8, std, 1.0).astype(np.float32)  # a constant column stays 0
+
+        def scaled(rows: np.ndarray) -> np.ndarray:
+            return ((x[rows] - mean) / std).astype(np.float32)
+
+        return cls(scaled(train), table.labels[train], scaled(out), table.labels[out], table.arms,
+                   mean.astype(np.float32), std)
+
+    def describe(self) -> dict[str, Any]:
+        """The split's sizes and scaling as checkpoint JSON (data: what predict's inputs must be scaled by)."""
+        return {"arms": self.arms, "train_rows": len(self.train_y), "held_out_rows": len(self.held_y),
+                "feature_mean": [float(v) for v in self.mean], "feature_std": [float(v) for v in self.std]}
 
 
 def check_table_source(source: str) -> str | None:

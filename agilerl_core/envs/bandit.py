@@ -1,5 +1,5 @@
 """A classification table as a contextual bandit (one arm per class, reward 1 for the right arm, else 0), as
-AgileRL turns tabular data into bandits, and the split and scaling every member of a run shares.
+AgileRL turns tabular data into bandits (the table's split and scaling: :class:`agilerl_core.data.tables.BanditSplit`).
 
 :class:`TabularBandit` is a Gymnasium env: each step shows one context (a row's features), takes the pulled arm,
 pays its reward and shows the next context, drawn uniformly from its rows by the env's own seeded generator. It
@@ -8,55 +8,12 @@ never ends (a bandit has no episodes); the best arm always pays 1, so a pull's r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 
-from agilerl_core.data.tables import Table
-from agilerl_core.errors import DatasetError
-
 BEST_REWARD = 1.0  # what the right arm pays: the regret of a pull is BEST_REWARD - its reward
-
-
-@dataclass(frozen=True)
-class BanditSplit:
-    """A table split into training and held-out rows (a seeded permutation), features standardised with the
-    training rows' mean and std (`scale`: what a deployed policy applies to raw features too)."""
-
-    train_x: np.ndarray
-    train_y: np.ndarray
-    held_x: np.ndarray
-    held_y: np.ndarray
-    arms: int
-    mean: np.ndarray
-    std: np.ndarray
-
-    @classmethod
-    def of(cls, table: Table, held_out: float, seed: int, standardize: bool = True) -> BanditSplit:
-        n = len(table.labels)
-        held = round(n * held_out)
-        if held < 1 or held >= n:
-            raise DatasetError(f"data.held_out: {held_out} of {n} rows leaves {held} held-out and {n - held} training "
-                               f"rows; both need at least one")
-        order = np.random.default_rng(seed).permutation(n)
-        train, out = order[held:], order[:held]
-        x = table.features
-        mean = x[train].mean(0) if standardize else np.zeros(x.shape[1], np.float32)
-        std = x[train].std(0) if standardize else np.ones(x.shape[1], np.float32)
-        std = np.where(std > 1e-8, std, 1.0).astype(np.float32)  # a constant column stays 0
-
-        def scaled(rows: np.ndarray) -> np.ndarray:
-            return ((x[rows] - mean) / std).astype(np.float32)
-
-        return cls(scaled(train), table.labels[train], scaled(out), table.labels[out], table.arms,
-                   mean.astype(np.float32), std)
-
-    def describe(self) -> dict[str, Any]:
-        """The split's sizes and scaling as checkpoint JSON (data: what predict's inputs must be scaled by)."""
-        return {"arms": self.arms, "train_rows": len(self.train_y), "held_out_rows": len(self.held_y),
-                "feature_mean": [float(v) for v in self.mean], "feature_std": [float(v) for v in self.std]}
 
 
 class TabularBandit(gym.Env):
