@@ -117,12 +117,15 @@ def test_a_learn_step_follows_the_mean_squared_error_gradient_of_the_pulled_arms
     gen = torch.Generator().manual_seed(5)
     ctx, arm = torch.randn(2 * 6, 4, generator=gen), torch.randint(0, 3, (2 * 6,), generator=gen)
     reward = torch.randint(0, 2, (2 * 6,), generator=gen).float()
+    mean, std = torch.tensor([1.0, -2.0, 0.5, 3.0]), torch.tensor([2.0, 0.5, 1.0, 4.0])
+    for m in members:  # the raw contexts a table shows, standardised by each member
+        m.set_context_scaling(mean, std)
     want = []
     for i, m in enumerate(members):
         net = m.networks["value"]
         net.zero_grad()
         rows = slice(6 * i, 6 * i + 6)
-        x = arm_inputs(ctx[rows][None], torch.eye(3)[arm[rows]][None, :, None], "one_hot")[0]
+        x = arm_inputs(((ctx[rows] - mean) / std)[None], torch.eye(3)[arm[rows]][None, :, None], "one_hot")[0]
         ((net({"obs": x}).squeeze(-1) - reward[rows]).square().mean()).backward()
         want.append(torch.cat([p.grad.reshape(-1) for p in net.parameters()]))
     group = NeuralUCB.group(members)
@@ -212,6 +215,14 @@ def test_a_bandit_checkpoint_is_data_and_carries_s_and_the_regret(tmp_path):
     for bad in (sq[:-1], -sq - 1, torch.full_like(sq, float("nan"))):  # a wrong shape, negative, not finite
         with pytest.raises(ValueError, match="extra/sq_grads"):
             NeuralUCB.from_state(agent.obs_spec, {**tensors, "extra/sq_grads": bad}, meta)
+    std = tensors["extra/ctx_std"]
+    for name, bad in (("ctx_std", std[:-1]), ("ctx_std", -std), ("ctx_mean", torch.full_like(std, float("inf")))):
+        with pytest.raises(ValueError, match=f"extra/{name}"):
+            NeuralUCB.from_state(agent.obs_spec, {**tensors, f"extra/{name}": bad}, meta)
+    # the member standardises raw features itself: the elite's accuracy on iris's raw held-out rows is its fitness
+    split = BanditSplit.of(load_table("sklearn:iris"), 0.2, SPLIT_SEED)
+    assert torch.equal(agent.ctx_std, torch.as_tensor(split.std)) and float(split.held_x.std()) > 1.5  # raw: cm
+    assert float((policy.predict(split.held_x) == split.held_y).mean()) == pytest.approx(policy.fitness)
 
 
 def test_an_architecture_mutation_keeps_s_where_the_weights_stay():
@@ -329,7 +340,8 @@ def test_a_pinned_table_refuses_other_data(tmp_path):
 def test_a_bandit_run_through_the_cli_tracks_regret_and_registers_a_champion_that_pulls(tmp_path, cli):
     """Through the CLI and the bandit flow on the embedded default: every member's MLflow run has its fitness,
     pull reward, regret and cumulative regret and its evolving lambda and gamma; the registered champion pulls an
-    arm per (standardised) context, the same as the loaded elite. (Resuming: tests/test_tasks.py.)"""
+    arm per raw context (the members standardise their own), the loaded elite too, each scoring its fitness on the
+    held-out rows. (Resuming: tests/test_tasks.py.)"""
     import mlflow
     import yaml
     from mlflow.tracking import MlflowClient

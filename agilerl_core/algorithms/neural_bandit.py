@@ -81,12 +81,15 @@ class NeuralBanditGroup(ReplayGroup):
         self.lamb = self.hp_tensor("lamb").view(-1, 1, 1) if hasattr(first.hp, "lamb") else None
         self.scale = self.hp_tensor(first.exploration_field) if first.exploration_field else None
         self._eye = torch.eye(self.arms, device=self.device)
+        # each member's context scaling [K, 1, D] (a table's training-row statistics; identity for an env)
+        self.ctx_mean = torch.stack([a.ctx_mean for a in self.agents]).unsqueeze(1)
+        self.ctx_std = torch.stack([a.ctx_std for a in self.agents]).unsqueeze(1)
 
     # ---- the network on (context, arm) pairs ----------------------------------------------------------
     def contexts(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Member-major contexts [K * N, D] as [K, N, D]."""
+        """Member-major raw contexts [K * N, D] as each member's standardised contexts [K, N, D]."""
         x = obs[self.ctx_key]
-        return x.view(self.k, -1, x.shape[-1]).to(torch.float32)
+        return (x.view(self.k, -1, x.shape[-1]).to(torch.float32) - self.ctx_mean) / self.ctx_std
 
     def every_arm(self, ctx: torch.Tensor) -> torch.Tensor:
         """Inputs [K, N * A, F] pairing each context with every arm (arm-minor)."""
@@ -164,7 +167,7 @@ class NeuralBanditGroup(ReplayGroup):
     def learn(self, batch: Transition, rows: StackedRows) -> torch.Tensor:
         """One MSE step of f(x, a) on each member's minibatch of past pulls; returns each member's loss [K]."""
         k = rows.k
-        ctx = batch.obs[self.ctx_key].view(k, -1, batch.obs[self.ctx_key].shape[-1]).to(torch.float32)
+        ctx = self.contexts(batch.obs)
         inputs = self.pulled(ctx, batch.action.view(k, -1).long())
         out, saved = self.value.forward_saving({self.in_key: inputs.reshape(-1, inputs.shape[-1])})
         err = out.squeeze(-1) - batch.reward.view(k, -1)
@@ -201,6 +204,15 @@ class NeuralBandit(RLAlgorithm):
         super().__init__(*args, **kwargs)
         self.sq_grads = torch.zeros_like(self.optimizers["value"].flat)
         self.regret = 0.0  # the regret of every pull this member and its ancestors made (where it is known)
+        d = self.obs_spec.vector_dim
+        self.ctx_mean = torch.zeros(d, device=self.device)  # contexts are standardised as (x - mean) / std
+        self.ctx_std = torch.ones(d, device=self.device)
+
+    def set_context_scaling(self, mean: Any, std: Any) -> None:
+        """Standardise contexts by `mean` and `std` [D] (a table's training rows: the arena sets them at birth;
+        they travel with the member, so a deployed policy takes raw features)."""
+        self.ctx_mean = torch.as_tensor(mean, dtype=torch.float32, device=self.device).clone()
+        self.ctx_std = torch.as_tensor(std, dtype=torch.float32, device=self.device).clone()
 
     def network_obs_spec(self, name: str) -> ObsSpec:
         d = self.obs_spec.vector_dim
@@ -239,7 +251,8 @@ class NeuralBandit(RLAlgorithm):
         return kept
 
     def extra_tensors(self) -> dict[str, torch.Tensor]:
-        return {"sq_grads": self.sq_grads, "regret": torch.tensor([self.regret], dtype=torch.float64)}
+        return {"sq_grads": self.sq_grads, "regret": torch.tensor([self.regret], dtype=torch.float64),
+                "ctx_mean": self.ctx_mean, "ctx_std": self.ctx_std}
 
     def load_extra_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         sq = tensors.get("sq_grads")
@@ -255,6 +268,15 @@ class NeuralBandit(RLAlgorithm):
             if regret.numel() != 1 or not bool(torch.isfinite(regret).all()):
                 raise ValueError("extra/regret: one finite number")
             self.regret = float(regret.reshape(()))
+        d = self.obs_spec.vector_dim
+        mean, std = tensors.get("ctx_mean"), tensors.get("ctx_std")
+        for name, t in (("ctx_mean", mean), ("ctx_std", std)):
+            if t is not None and (tuple(t.shape) != (d,) or not bool(torch.isfinite(t).all())):
+                raise ValueError(f"extra/{name}: {d} finite numbers (one per context feature)")
+        if std is not None and bool((std <= 0).any()):
+            raise ValueError("extra/ctx_std: every scale must be positive")
+        if mean is not None and std is not None:
+            self.set_context_scaling(mean, std)
 
     # ---- acting alone ---------------------------------------------------------------------------------
     @torch.no_grad()

@@ -3,13 +3,14 @@ shared replay of pulls (the off-policy arena's loop, semantics and resume), eval
 
 The bandit is a classification table (``data``: one arm per class, reward 1 for the right one; see
 :mod:`agilerl_core.envs.bandit`) or a Gymnasium env of your own (``env_id``). A table is split once (the same
-held-out rows for every run seed, so seeds compare on one test set) and its features standardised with the
-training rows' statistics (recorded in every checkpoint's env description). Fitness: the mean reward of each
-member's greedy pulls on every held-out row, all members in one batched forward (``eval_max_steps`` caps the rows
-judged); for an env, the mean return of ``eval_episodes`` greedy episodes of at most ``eval_max_steps`` pulls
-divided by ``eval_max_steps`` (an episode that ends early counts its missing pulls as 0). Each generation's training
-metrics give the mean reward of the member's pulls and, where the best arm's reward is known (a table: 1), their
-regret and the member's cumulative regret (its ancestors' included, carried in its checkpoint).
+held-out rows for every run seed, so seeds compare on one test set); every member standardises its contexts with the
+training rows' statistics, which it carries (its checkpoint too: a deployed policy takes raw features). Fitness: the
+mean reward of each member's greedy pulls on every held-out row, all members in one batched forward
+(``eval_max_steps`` caps the rows judged); for an env, the mean return of ``eval_episodes`` greedy episodes of at
+most ``eval_max_steps`` pulls divided by ``eval_max_steps`` (an episode that ends early counts its missing pulls as
+0). Each generation's training metrics give the mean reward of the member's pulls and, where the best arm's reward
+is known (a table: 1), their regret and the member's cumulative regret (its ancestors' included, carried in its
+checkpoint).
 """
 
 from __future__ import annotations
@@ -89,6 +90,13 @@ class BanditArena(OffPolicyArena):
             rows = cfg.eval_max_steps or len(self.split.held_y)  # the first rows of the split: all by default
             self._held_x = torch.as_tensor(self.split.held_x[:rows], device=self.device)
             self._held_y = torch.as_tensor(self.split.held_y[:rows], device=self.device)
+
+    def build_members(self, seeds: list[int]) -> list[RLAlgorithm]:
+        """New members; a table's standardise their contexts by its training rows' statistics."""
+        members = super().build_members(seeds)
+        for m in members if self.split is not None else ():
+            m.set_context_scaling(self.split.mean, self.split.std)
+        return members
 
     # ---- training: the off-policy loop, with each member's rewards and regret ----------------------------
     def group_env(self, slots: list[int], device: torch.device | str, evaluation: bool = False) -> GroupEnv:

@@ -47,8 +47,9 @@ class Table:
 
 @dataclass(frozen=True)
 class BanditSplit:
-    """A table split into training and held-out rows (a seeded permutation), features standardised with the
-    training rows' mean and std (`scale`: what a deployed policy applies to raw features too)."""
+    """A table split into training and held-out rows (a seeded permutation), with the training rows' feature mean
+    and std: the members standardise their contexts with them (carried in their checkpoints, so a deployed policy
+    takes raw features)."""
 
     train_x: np.ndarray
     train_y: np.ndarray
@@ -70,16 +71,12 @@ class BanditSplit:
         x = table.features
         mean = x[train].mean(0) if standardize else np.zeros(x.shape[1], np.float32)
         std = x[train].std(0) if standardize else np.ones(x.shape[1], np.float32)
-        std = np.where(std > 1e-8, std, 1.0).astype(np.float32)  # a constant column stays 0
-
-        def scaled(rows: np.ndarray) -> np.ndarray:
-            return ((x[rows] - mean) / std).astype(np.float32)
-
-        return cls(scaled(train), table.labels[train], scaled(out), table.labels[out], table.arms,
-                   mean.astype(np.float32), std)
+        std = np.where(std > 1e-8, std, 1.0)  # a constant column stays 0
+        return cls(x[train], table.labels[train], x[out], table.labels[out], table.arms, mean.astype(np.float32),
+                   std.astype(np.float32))
 
     def describe(self) -> dict[str, Any]:
-        """The split's sizes and scaling as checkpoint JSON (data: what predict's inputs must be scaled by)."""
+        """The split's sizes and scaling as checkpoint JSON (information: the members carry the scaling)."""
         return {"arms": self.arms, "train_rows": len(self.train_y), "held_out_rows": len(self.held_y),
                 "feature_mean": [float(v) for v in self.mean], "feature_std": [float(v) for v in self.std]}
 
