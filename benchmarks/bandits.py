@@ -3,7 +3,11 @@ of each run's elite (the share of held-out digits its greedy pull gets right) fo
 digits_neural_ts.yaml), NeuralUCB and the epsilon-greedy network at the same budget and architecture, beside a
 uniformly random policy (0.1 expected).
 
-    python benchmarks/bandits.py [--seeds 0 1 2] [--pulls 40000] [--config digits_neural_ts.yaml]
+    python benchmarks/bandits.py [--seeds 0 1 2] [--pulls 40000] [--config digits_neural_ts.yaml] [--peer]
+
+With ``--peer``, AgileRL 2.58's NeuralTS and NeuralUCB run the same budget on the same split right after ours
+(``../shared/bench/peer_agilerl_bandit.py`` in the peer's own venv, see ../shared/bench/README.md; its own
+``train_bandits``, its BanditEnv layout and network), so the wall-time ratios come from one run.
 
 Each run: population 4, evo_steps 1,000 pulls per member per generation, `--pulls` over the population (the
 shipped config's budget by default). Prints one JSON object: per algorithm and seed the elite's held-out reward,
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -27,6 +32,9 @@ from agilerl_core.arenas.bandit import SPLIT_SEED
 from agilerl_core.data.tables import BanditSplit, load_table
 from agilerl_core.experiment import train_local
 from tasks.config import load_config
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peer import peer_result
 
 CONFIGS = Path(__file__).resolve().parents[1] / "deployments" / "configs"
 ALGORITHMS = {"neural_ts": {}, "neural_ucb": {"gamma": 1.0, "lamb": 1.0}, "neural_eps_greedy": {"epsilon": 0.1}}
@@ -52,6 +60,16 @@ def run(config: str, algorithm: str, seed: int, pulls: int | None) -> dict:
             "pulls_per_s": round(res.global_steps / wall)}
 
 
+def peer(python: str, algo: str, seed: int, pulls: int) -> dict:
+    """AgileRL 2.58's population (its NeuralTS or NeuralUCB) on the same split and budget: its elite's held-out
+    reward, the population's training regret and its wall time."""
+    r = peer_result(python, "peer_agilerl_bandit.py", "--algo", algo, "--seed", str(seed), "--threads", "1",
+                    "--pulls-per-member", str(pulls // 4))
+    return {"seed": seed, "elite": round(r["holdout_reward_elite"], 4), "best": round(r["holdout_reward_best"], 4),
+            "population_regret": r["population_regret_total"], "wall_s": round(r["wall_s"], 1),
+            "pulls_per_s": round(r["total_pulls"] / r["wall_s"])}
+
+
 def random_policy(config: str, seeds: list[int]) -> dict:
     """A uniformly random arm per held-out row (the same rows the runs are judged on)."""
     cfg = load_config(CONFIGS / config)
@@ -67,6 +85,8 @@ def main() -> None:
     p.add_argument("--pulls", type=int, default=None, help="max_env_steps (default: the config's)")
     p.add_argument("--config", default="digits_neural_ts.yaml")
     p.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), choices=list(ALGORITHMS))
+    p.add_argument("--peer", action="store_true", help="also AgileRL 2.58's NeuralTS and NeuralUCB (slow: minutes)")
+    p.add_argument("--peer-python", default=os.path.expanduser("~/peer-venv/bin/python"))
     args = p.parse_args()
     cfg = load_config(CONFIGS / args.config)
     out: dict = {"budget": {"config": args.config, "pulls": args.pulls or cfg.max_env_steps,
@@ -81,6 +101,17 @@ def main() -> None:
         elites = [r["elite"] for r in runs]
         out[algo] = {"runs": runs, "elite_median": statistics.median(elites), "elite_min": min(elites),
                      "every_seed_at_least_0.9": all(e >= 0.9 for e in elites)}
+    for algo in ("NeuralTS", "NeuralUCB") if args.peer else ():  # population 4, as the config's
+        runs = []
+        for seed in args.seeds:
+            print(f"peer {algo} seed {seed}...", file=sys.stderr)
+            runs.append(peer(args.peer_python, algo, seed, args.pulls or cfg.max_env_steps))
+        row = {"runs": runs, "elite_median": statistics.median(r["elite"] for r in runs)}
+        ours = out.get("neural_ts" if algo == "NeuralTS" else "neural_ucb")
+        if ours:  # the peer's median wall time over ours, same algorithm, same run
+            row["wall_ratio_median"] = round(statistics.median(p["wall_s"] for p in runs) /
+                                             statistics.median(r["wall_s"] for r in ours["runs"]), 1)
+        out[f"agilerl_{algo}"] = row
     print(json.dumps(out))
 
 
