@@ -30,25 +30,29 @@ def _demos(d: Path) -> Path:
     return d
 
 
-def _sft_config(d: Path, **overrides):
+def _sft_config(d: Path, lr: float = 0.01, **overrides):
     return llm_config(d, **{"algorithm": "sft", "dataset.uri": str(d / "demos.jsonl"),
-                            "hyperparameters": {"lr": 0.01, "batch_size": 16, "max_new_tokens": 1}, **overrides})
+                            "hyperparameters": {"lr": lr, "batch_size": 16, "max_new_tokens": 1}, **overrides})
 
 
 # ---- SFT ---------------------------------------------------------------------------------------------------------
 def test_sft_learns_the_responses_its_loss_masked_to_them(tmp_path):
     """The loss weighs the response tokens only (a prompt token's probability is never a target), fitness is the
-    held-out responses' mean log-likelihood per token, and after training the greedy answers are the responses."""
+    held-out responses' mean log-likelihood per token, and after training the greedy answers are the responses.
+
+    At lr 0.003 for 40 phases of 192 records the held-out log-likelihood ends above -0.03 at seeds 0-4, with the CPU
+    kernels of ATEN_CPU_CAPABILITY=default and avx512 alike (measured); the earlier lr 0.01 for 16 phases ended
+    anywhere in [-0.8, -0.18] as float rounding steered it, so it passed or failed by the machine's kernels."""
     from agilerl_core.algorithms.sft import SFT
 
     d = _demos(tmp_path)
-    evo = build_evolution(_sft_config(d, population_size=1))
+    evo = build_evolution(_sft_config(d, lr=0.003, population_size=1))
     data = evo.arena.train_data
     assert all(all(own) for own in data.own) and all(t[-1] == evo.arena.base.eos_id for t in data.tokens)
     assert not set(evo.arena.eval_data.prompts) & set(data.prompts)  # fitness never sees a training record
     member = evo.population.members[0].agent
     before = evo.arena.evaluate(member, 0)
-    for g in range(16):
+    for g in range(40):
         evo.arena.train(member, 0, g, 192)
     after = evo.arena.evaluate(member, 0)
     assert before < -1.0 and after > -0.3, (before, after)
