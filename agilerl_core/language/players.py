@@ -224,16 +224,22 @@ def play_games(mix: Sequence[tuple[Player, float]], secrets: Sequence[str], word
     return records
 
 
-def _stats(records: Sequence[GameRecord]) -> dict[str, Any]:
-    n = len(records)
+def _stats(returns: list[float], solved: list[bool], guesses: list[int]) -> dict[str, Any]:
+    n = len(returns)
     if n == 0:
         return {"games": 0, "mean_return": None, "win_rate": None, "mean_guesses": None}
-    return {"games": n, "mean_return": float(np.mean([r.total_return for r in records])),
-            "win_rate": float(np.mean([r.solved for r in records])),
-            "mean_guesses": float(np.mean([len(r.guesses) for r in records]))}
+    return {"games": n, "mean_return": float(np.mean(returns)), "win_rate": float(np.mean(solved)),
+            "mean_guesses": float(np.mean(guesses))}
 
 
 def mix_report(records: Sequence[GameRecord]) -> dict[str, Any]:
-    """Games, mean return, win rate and mean guesses: overall and per player."""
-    names = sorted({r.player for r in records})
-    return {"overall": _stats(records), "players": {n: _stats([r for r in records if r.player == n]) for n in names}}
+    """Games, mean return, win rate and mean guesses: overall and per player (one pass over the games, so a file
+    of many distinct players costs no more than one of few)."""
+    per: dict[str, tuple[list[float], list[bool], list[int]]] = {}
+    everyone: tuple[list[float], list[bool], list[int]] = ([], [], [])
+    for r in records:
+        values = (r.total_return, r.solved, len(r.guesses))
+        for bucket in (everyone, per.setdefault(r.player, ([], [], []))):
+            for column, v in zip(bucket, values, strict=True):
+                column.append(v)
+    return {"overall": _stats(*everyone), "players": {n: _stats(*per[n]) for n in sorted(per)}}
