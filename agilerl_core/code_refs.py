@@ -17,9 +17,16 @@ against an allowlist when a config arrives as a flow-run parameter (:func:`check
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import importlib
 import os
 import re
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agilerl_core.errors import ConfigError
@@ -156,14 +163,62 @@ def check_code_allowed(cfg: ExperimentConfig, allowed: set[str], source: str = "
                 f"{TRUSTED_MODULES_ENV} in the worker's environment")
 
 
-def import_from_working_directory() -> str | None:
-    """Let the modules a user's config names be found in the working directory, as ``python -m`` finds them
-    (``env_entry_point: myenvs.keyenv:CueBandit`` beside ``myenvs/``): the directory is added once at the end
-    of ``sys.path``, so an installed package of the same name still wins. For the user's own configs run from
-    their shell or Python (the CLI, ``evolve``); a config arriving as a flow-run parameter is still checked
-    against the allowlist (:func:`check_code_allowed`). Returns the directory added (None: already there)."""
+_LINK_FOLDERS: dict[str, Path] = {}  # working directory -> the folder of links this process made for it
+
+
+def _remove_links(folder: Path) -> None:
+    """Remove a folder of links made by :func:`import_from_working_directory` (the links, never their targets)."""
+    with contextlib.suppress(OSError):
+        for entry in folder.iterdir():
+            if entry.is_symlink():
+                entry.unlink()
+            elif entry.name == "__pycache__":  # compiled top-level modules imported through the links
+                shutil.rmtree(entry, ignore_errors=True)
+        folder.rmdir()
+
+
+def import_from_working_directory(modules: Iterable[str]) -> str | None:
+    """Let the modules a user's config names (`modules`: dotted names, e.g. ``code_references(cfg).values()``) be
+    found in the working directory, as ``python -m`` finds them (``env_entry_point: myenvs.keyenv:CueBandit``
+    beside ``myenvs/``), and nothing else there: a folder holding links to only those top-level names (``myenvs/``,
+    ``myenvs.py``, whatever the importer would consider for them) is added at the end of ``sys.path``, so an
+    installed package of the same name still wins, and a stray ``opt_einsum.py`` or ``dill.py`` in the working
+    directory is never imported by a library that probes for it. For the user's own configs run from their
+    shell or Python (the CLI, ``evolve``); a config arriving as a flow-run parameter is still checked against the
+    allowlist (:func:`check_code_allowed`). Returns the folder of links (None: nothing to link, or the working
+    directory is already on ``sys.path``, as under ``python -m`` or an interactive interpreter); worker processes
+    find it through ``PYTHONPATH``."""
     cwd = os.getcwd()
     if "" in sys.path or cwd in sys.path:
         return None
-    sys.path.append(cwd)
-    return cwd
+    tops = sorted({m.split(".")[0] for m in modules if is_module(m)})
+    entries = [e for e in _listing(cwd) if e.split(".")[0] in tops and e != "__pycache__"]
+    if not entries:
+        return None
+    folder = _LINK_FOLDERS.get(cwd)
+    if folder is None or not folder.is_dir():
+        folder = Path(tempfile.mkdtemp(prefix="agilerl-workdir-"))
+        _LINK_FOLDERS[cwd] = folder
+        atexit.register(_remove_links, folder)
+    for name in entries:
+        link = folder / name
+        if not link.is_symlink():
+            link.symlink_to(Path(cwd) / name)
+    if str(folder) not in sys.path:
+        sys.path.append(str(folder))
+        importlib.invalidate_caches()
+    if str(folder) not in os.environ.get("PYTHONPATH", "").split(os.pathsep):  # worker processes find them too
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(folder)) if p)
+    return str(folder)
+
+
+def import_config_modules(*configs: ExperimentConfig) -> str | None:
+    """:func:`import_from_working_directory` for the modules `configs` name (:func:`code_references`)."""
+    return import_from_working_directory({m for cfg in configs for m in code_references(cfg).values()})
+
+
+def _listing(folder: str) -> list[str]:
+    try:
+        return sorted(os.listdir(folder))
+    except OSError:
+        return []

@@ -22,7 +22,7 @@ import threading
 import traceback
 from pathlib import Path
 
-from agilerl_core.code_refs import import_from_working_directory
+from agilerl_core.code_refs import import_config_modules
 from agilerl_core.errors import AgileRLError, CheckpointError, ConfigError, StorageError, TrackingError
 from flows.cli_dataset import add_dataset_parser, dataset_command
 from flows.cli_stages import add_stages_parser, stages_command
@@ -106,6 +106,7 @@ def _run(args: argparse.Namespace) -> dict:
     if args.storage:
         overrides["storage.uri"] = args.storage
     cfg = load_config(args.config, overrides)
+    import_config_modules(cfg)
     if args.local:
         from agilerl_core.experiment import build_evolution, train_local
 
@@ -269,6 +270,7 @@ def _resume(args: argparse.Namespace) -> dict:
     data.setdefault("storage", {})["uri"] = uri
     data.setdefault("kind", "offline" if data.get("dataset") else "gym")  # records written before kinds existed
     cfg = validate_config(data, source=store.storage.url(store.key("run.json")))
+    import_config_modules(cfg)
     return _flow(cfg, args.run_id, _progress(args), args.debug)
 
 
@@ -339,9 +341,6 @@ def _kind(err: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _quiet_libraries(getattr(args, "verbose", False))
-    added = import_from_working_directory()  # as `python -m` does: modules a config names, beside the user
-    if added:  # the runner's worker processes see it too
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), added) if p)
     try:
         # stdout carries the JSON summary alone (CI parses it): whatever libraries print there while the
         # command runs (MLflow's "View run ..." links against a server) goes to stderr with the logs

@@ -96,6 +96,13 @@ def dataset_command(args: argparse.Namespace) -> dict:
     env_id = args.env or (cfg.env_id if args.config else None)
     if env_id is None:
         raise ConfigError("--env: name the env to record in (e.g. --env CartPole-v1), or give --config")
+    from agilerl_core.code_refs import import_config_modules, import_from_working_directory, split_env_id
+
+    if args.config:
+        import_config_modules(cfg)
+    module = split_env_id(env_id, "--env")[0]
+    if module is not None:  # --env my_pkg.envs:GridWorld-v0 beside my_pkg/, as python -m finds it
+        import_from_working_directory([module])
     episodes = collect_episodes(env_id, policy, args.episodes, args.seed, args.num_envs, args.epsilon,
                                 progress=_bar(args), algorithms=get_algorithm,
                                 **recipe)

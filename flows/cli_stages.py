@@ -22,8 +22,11 @@ def add_stages_parser(sub, debug: argparse.ArgumentParser) -> None:
 
 def stages_command(args: argparse.Namespace) -> dict[str, Any]:
     """``agilerl-flow stages``: :func:`flows.stages.run_stages` with the command's arguments."""
+    from agilerl_core.code_refs import import_config_modules
     from agilerl_core.config import parse_overrides
     from flows.stages import run_stages
+    from tasks.stages import load_stages
 
+    import_config_modules(*load_stages(args.config, parse_overrides(args.overrides)).configs)  # python rewards
     return run_stages(args.config, parse_overrides(args.overrides), run_id=args.run_id,
                       progress=not args.no_progress and sys.stderr.isatty())

@@ -11,6 +11,7 @@ import shlex
 import signal
 import sys
 import time
+from pathlib import Path
 
 import agilerl_core as ac
 from agilerl_core.progress import show_generation
@@ -86,22 +87,39 @@ def test_ctrl_c_names_the_run_and_the_command_that_continues_it(tmp_path, cli):
     assert resumed["run_id"] == args[2] and resumed["global_steps"] == 4000
 
 
-def test_a_config_names_a_module_beside_it_as_python_m_finds_it(tmp_path, cli, monkeypatch):
+STRAY = ("opt_einsum", "numexpr", "bottleneck", "dill", "lz4", "pydot", "pynvml")  # what libraries probe for
+
+
+def test_a_config_names_a_module_beside_it_as_python_m_finds_it_and_nothing_else_there(tmp_path, cli, monkeypatch):
+    """Issue 66, item 13: the working directory's modules that the config names are imported from there (a user's
+    own env beside the config), and nothing else of it: a stray module named like one a library probes for (dill,
+    pynvml... a plain run looks for them) is never imported, in the CLI, its worker processes or evolve."""
     (tmp_path / "myenvs").mkdir()
     (tmp_path / "myenvs" / "__init__.py").write_text("")
     (tmp_path / "myenvs" / "keyenv.py").write_text(CUE_BANDIT)
+    for name in STRAY:
+        (tmp_path / f"{name}.py").write_text(f"open({str(tmp_path / ('imported-' + name))!r}, 'w').close()\n")
     (tmp_path / "c.yaml").write_text(TINY.format(budget=400).replace("env_id: CartPole-v1", "env_id: CueBandit-v0")
                                      + "env_entry_point: myenvs.keyenv:CueBandit\n")
     # -P: the interpreter adds no working directory of its own (as the installed `agilerl-flow` script runs)
     p = cli.python("-P", "-m", "flows.cli", "run", "c.yaml", "--local", "--no-progress")
     assert cli_summary(p)["global_steps"] == 400
+    (tmp_path / "plain.yaml").write_text(TINY.format(budget=400))  # a run naming no module of its own
+    p = cli.python("-P", "-m", "flows.cli", "run", "plain.yaml", "--local", "--no-progress")
+    assert cli_summary(p)["global_steps"] == 400
+    assert not sorted(tmp_path.glob("imported-*")), "a module of the working directory that no config names ran"
 
-    monkeypatch.chdir(tmp_path)  # evolve, from Python, finds it too (sys.path restored after the test)
+    monkeypatch.chdir(tmp_path)  # evolve, from Python, finds it too (sys.path and PYTHONPATH restored after the test)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
     result = ac.evolve({"env_id": "CueBandit-v1", "env_entry_point": "myenvs.keyenv:CueBandit", "num_envs": 2,
                         "population_size": 2, "evo_steps": 100, "max_env_steps": 200, "eval_episodes": 1,
                         "hyperparameters": {"batch_size": 32, "learning_delay": 20}}, progress=False)
-    assert result.summary["global_steps"] == 200 and str(tmp_path) == sys.path[-1]
+    assert result.summary["global_steps"] == 200
+    links = Path(sys.path[-1])  # a folder of links to the named top-level modules, nothing else of the directory
+    assert sorted(p.name for p in links.iterdir() if p.name != "__pycache__") == ["myenvs"]
+    assert (links / "myenvs").resolve() == tmp_path / "myenvs" and str(links) in os.environ["PYTHONPATH"]
+    assert not sorted(tmp_path.glob("imported-*"))
 
 
 def test_the_bar_numbers_the_generation_it_shows_as_the_history_does():

@@ -116,11 +116,11 @@ def evolve(config: str | Path | dict[str, Any] | ExperimentConfig, *, env: Calla
     Raises:
         ConfigError: a bad config, override, env or callback, naming the field, before anything trains.
     """
-    from agilerl_core.code_refs import import_from_working_directory
+    from agilerl_core.code_refs import import_config_modules
     from agilerl_core.experiment import build_evolution, default_run_dir, point_latest, train_local
 
-    import_from_working_directory()  # modules the config names, found beside the user as `python -m` finds them
     cfg, left_out = resolve_config(config, overrides, env)
+    import_config_modules(cfg)  # modules the config names, found beside the user as `python -m` finds them
     if env is not None and "name" not in cfg.model_fields_set:  # runs of an env are named after it
         cfg = cfg.model_copy(update={"name": env_run_name(env, cfg.name)})
     runner = left_out.get("runner")
