@@ -51,6 +51,9 @@ class Limits(BaseModel):
                                                               "(rows of a Parquet file, lines of a JSONL file).")
     record_bytes: int = Field(4 * 2**20, ge=1, description="Bytes of one record of a prompt, preference or game set "
                                                           "(one JSONL line, one Parquet row's text).")
+    bandit_arms: int = Field(1_024, ge=1, description="Arms of a contextual bandit (distinct labels of its table, "
+                                                     "choices of its env's actions): every arm is scored for every "
+                                                     "context.")
     llm_params: int = Field(2_000_000_000, ge=1, description="Parameters of an LLM base read from files, "
                                                              "counted from its config before any tensor is built.")
     llm_config_params: int = Field(200_000_000, ge=1, description="Parameters of an LLM base built from a "

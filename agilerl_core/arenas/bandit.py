@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from agilerl_core.algorithms.base import RLAlgorithm
+from agilerl_core.algorithms.neural_bandit import input_width
 from agilerl_core.arenas.gym_off_policy import OffPolicyArena
 from agilerl_core.arenas.gym_off_policy import train_group as train_off_policy
 from agilerl_core.data.fetch import check_pin
@@ -29,12 +30,14 @@ from agilerl_core.envs.group import GroupEnv, GroupStep
 from agilerl_core.envs.make import EnvRecipe
 from agilerl_core.errors import ConfigError
 from agilerl_core.io.storage import s3_options
+from agilerl_core.limits import check
 from agilerl_core.results import TrainResult
 
 SPLIT_SEED = 0  # the held-out rows of a table: one split for every run seed
 TABLE_ENV_ID = "agilerl/TabularBandit-v0"
 TABLE_ENTRY_POINT = "agilerl_core.envs.bandit:TabularBandit"
-EVAL_CHUNK = 4096  # held-out rows per batched forward
+EVAL_CHUNK = 4096  # held-out rows per batched forward, at most
+EVAL_INPUTS = 2**25  # input elements of one batched forward (members x rows x arms x input width), at most
 
 
 class _Tally(GroupEnv):
@@ -78,6 +81,25 @@ class BanditArena(OffPolicyArena):
         self.split = BanditSplit.of(table, d.held_out, SPLIT_SEED, d.standardize)
         return EnvRecipe(TABLE_ENV_ID, {"contexts": self.split.train_x, "labels": self.split.train_y,
                                         "arms": self.split.arms}, TABLE_ENTRY_POINT)
+
+    def _check_action_space(self) -> None:
+        """Besides the algorithm's actions: the arms within ``limits.bandit_arms`` and the value network's input
+        width (D + K for ``one_hot``, K x D for ``block``) and first parameters within ``limits.space_elements`` and
+        ``limits.network_params``, before any member, network or arm one-hot is built."""
+        super()._check_action_space()
+        cfg = self.cfg
+        where = f"data.source {cfg.data.source}" if cfg.data is not None else f"env_id {cfg.env_id}"
+        arms, d = self.action_spec.dim, self.obs_spec.vector_dim
+        check("bandit_arms", arms, f"{where}: arms (each scored for every context)", ConfigError)
+        layout = cfg.hyperparameters.arm_features
+        width = input_width(d, arms, layout)
+        form = f"{d:,} features + {arms:,} arms" if layout == "one_hot" else f"{arms:,} arms x {d:,} features"
+        at = f"hyperparameters.arm_features: {layout} for {where} ({form})"
+        check("space_elements", width, f"{at}: inputs of the value network", ConfigError)
+        dims = [width, *cfg.network.hidden_sizes, 1]
+        params = sum(a * b + b for a, b in zip(dims[:-1], dims[1:], strict=False))
+        check("network_params", params, f"{at}: parameters of the value network (hidden {cfg.network.hidden_sizes})",
+              ConfigError)
 
     def __init__(self, cfg, algo_cls: type[RLAlgorithm]) -> None:
         super().__init__(cfg, algo_cls)
@@ -139,8 +161,11 @@ class BanditArena(OffPolicyArena):
         group = self.algo_cls.group(members)
         k, rows = len(members), len(self._held_y)
         right = torch.zeros(k, dtype=torch.float64, device=self.device)
-        for start in range(0, rows, EVAL_CHUNK):
-            x = self._held_x[start: start + EVAL_CHUNK]
+        # every row is paired with every arm: fewer rows per forward when arms x input width is large
+        width = input_width(self._held_x.shape[1], group.arms, group.layout)
+        chunk = max(1, min(EVAL_CHUNK, EVAL_INPUTS // (k * group.arms * width)))
+        for start in range(0, rows, chunk):
+            x = self._held_x[start: start + chunk]
             arms = group.greedy({group.ctx_key: x.repeat(k, 1)}, None)  # member-major [K * R, D] -> [K, R]
-            right += (arms == self._held_y[start: start + EVAL_CHUNK]).sum(1, dtype=torch.float64)
+            right += (arms == self._held_y[start: start + chunk]).sum(1, dtype=torch.float64)
         return (right / rows * BEST_REWARD).tolist()
