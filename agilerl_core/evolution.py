@@ -34,6 +34,7 @@ from agilerl_core.hpo.population import Member, Population, Selection
 from agilerl_core.hpo.space import HyperparameterSpace
 from agilerl_core.hpo.tournament import TournamentSelection
 from agilerl_core.io.checkpoint import load_population, save_member, save_population
+from agilerl_core.io.history import generation_history
 from agilerl_core.io.manifest import ShardRef
 from agilerl_core.io.run_store import RunStore
 from agilerl_core.limits import Limits, applied
@@ -398,13 +399,12 @@ class Evolution:
     def extra_state(self) -> dict[str, Any]:
         return {"global_steps": self.global_steps, "history": [asdict(h) for h in self.history]}
 
-    def _load_extra(self, extra: dict[str, Any], where: str = "population.json") -> None:
-        from agilerl_core.io.records import guarded
-
-        def load() -> tuple[int, list[GenerationStats]]:
-            return int(extra["global_steps"]), [GenerationStats(**h) for h in extra["history"]]
-
-        self.global_steps, self.history = guarded(where, "extra (global_steps, history)", load)
+    def _load_extra(self, population: Population, meta: dict[str, Any], where: str = "population.json") -> None:
+        """Take `population` with the run's step count and history from its population.json record `meta` (read
+        from `where`), every field of every generation's stats checked first (:func:`generation_history`): a
+        CheckpointError names the file and field, and the evolution stays as it was."""
+        steps, history = generation_history(meta, where, len(population.members))
+        self.population, self.global_steps, self.history = population, steps, history
 
     @_under_limits
     def save(self, path: str | Path, config: dict[str, Any] | None = None, with_buffer: bool = True) -> Path:
@@ -417,8 +417,7 @@ class Evolution:
     def restore(self, path: str | Path) -> None:
         """Continue from :meth:`save` output: the run then proceeds exactly as if uninterrupted."""
         pop, meta = load_population(path, buffer=self.arena.buffer, rebuild=self.arena.member_from_state)
-        self.population = pop
-        self._load_extra(meta["extra"], str(Path(path) / "population.json"))
+        self._load_extra(pop, meta, str(Path(path) / "population.json"))
 
     @_under_limits
     def save_elite(self, path: str | Path) -> Path:
@@ -441,7 +440,6 @@ class Evolution:
         if len(pop.members) != self.settings.population_size:
             raise CheckpointError(f"{store.uri}: generation {generation} has {len(pop.members)} members, the "
                                   f"config asks for {self.settings.population_size}")
-        self.population = pop
-        self._load_extra(meta["extra"], store.storage.url(store.key(store.gen_dir(generation), "population",
-                                                                    "population.json")))
+        self._load_extra(pop, meta, store.storage.url(store.key(store.gen_dir(generation), "population",
+                                                                "population.json")))
         self.arena.restore_experience(store, generation)

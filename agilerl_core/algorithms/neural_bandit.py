@@ -34,6 +34,7 @@ from agilerl_core.algorithms.hyperparameters.bandit import (
     NeuralUCBHyperparameters,
 )
 from agilerl_core.buffers.replay import Transition
+from agilerl_core.data.tables import STD_FLOOR
 from agilerl_core.envs.spaces import Obs, ObsSpec
 from agilerl_core.hpo.evolvable import RL_MUTATION_KINDS
 from agilerl_core.networks.stacked import _DERIVATIVES, StackedNetwork, parameter_blocks
@@ -52,6 +53,13 @@ def arm_inputs(ctx: torch.Tensor, arms: torch.Tensor, layout: str) -> torch.Tens
 
 def input_width(context_dim: int, arms: int, layout: str) -> int:
     return context_dim + arms if layout == "one_hot" else context_dim * arms
+
+
+def _as_float32(t: torch.Tensor, name: str) -> torch.Tensor:
+    """Checkpoint tensor extra/`name` in the float32 the member computes in (a ValueError when it is not numbers)."""
+    if not (t.is_floating_point() or t.dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)):
+        raise ValueError(f"extra/{name}: {str(t.dtype).removeprefix('torch.')} where numbers are needed")
+    return t.to(torch.float32)
 
 
 class NeuralBanditGroup(ReplayGroup):
@@ -255,14 +263,17 @@ class NeuralBandit(RLAlgorithm):
                 "ctx_mean": self.ctx_mean, "ctx_std": self.ctx_std}
 
     def load_extra_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        """S, the regret and the context scaling from a checkpoint, each checked in the float32 the member computes
+        in (a float64 1e300 is finite as stored and inf once cast): a ValueError names the tensor."""
         sq = tensors.get("sq_grads")
         want = self.optimizers["value"].flat.shape
         if sq is None or tuple(sq.shape) != tuple(want):
             raise ValueError(f"extra/sq_grads: {None if sq is None else tuple(sq.shape)} where the network's "
                              f"parameters need {tuple(want)}")
+        sq = _as_float32(sq, "sq_grads")
         if not bool(torch.isfinite(sq).all()) or bool((sq < 0).any()):
-            raise ValueError("extra/sq_grads: sums of squares must be finite and non-negative")
-        self.sq_grads = sq.to(self.device, torch.float32).clone()
+            raise ValueError("extra/sq_grads: sums of squares must be finite and non-negative (as float32)")
+        self.sq_grads = sq.to(self.device).clone()
         regret = tensors.get("regret")
         if regret is not None:
             if regret.numel() != 1 or not bool(torch.isfinite(regret).all()):
@@ -271,11 +282,17 @@ class NeuralBandit(RLAlgorithm):
         d = self.obs_spec.vector_dim
         mean, std = tensors.get("ctx_mean"), tensors.get("ctx_std")
         for name, t in (("ctx_mean", mean), ("ctx_std", std)):
-            if t is not None and (tuple(t.shape) != (d,) or not bool(torch.isfinite(t).all())):
-                raise ValueError(f"extra/{name}: {d} finite numbers (one per context feature)")
-        if std is not None and bool((std <= 0).any()):
-            raise ValueError("extra/ctx_std: every scale must be positive")
+            if t is not None and (tuple(t.shape) != (d,) or not bool(torch.isfinite(_as_float32(t, name)).all())):
+                raise ValueError(f"extra/{name}: {d} finite numbers as float32 (one per context feature)")
+        if std is not None and bool((_as_float32(std, "ctx_std") < STD_FLOOR).any()):
+            raise ValueError(f"extra/ctx_std: every scale must be at least {STD_FLOOR:g} (the floor a table's split "
+                             f"gives a feature's std; a smaller one makes every score and width NaN), found "
+                             f"{float(std.min()):.3g}")
         if mean is not None and std is not None:
+            mean, std = _as_float32(mean, "ctx_mean"), _as_float32(std, "ctx_std")
+            if not bool(torch.isfinite(mean / std).all()):
+                raise ValueError("extra/ctx_mean, extra/ctx_std: a mean over its scale overflows float32, so a zero "
+                                 "context would standardise to inf")
             self.set_context_scaling(mean, std)
 
     # ---- acting alone ---------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from agilerl_core.errors import CheckpointError
 from agilerl_core.hpo.population import LineageEvent, Member, Population
 from agilerl_core.io.digest import sha256_file
 from agilerl_core.io.files import quote
+from agilerl_core.io.history import generation_history
 from agilerl_core.io.records import check_type, field, guarded, read_format, sized
 from agilerl_core.io.storage import fsync_path
 
@@ -71,7 +72,8 @@ def _save_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> str:
 
 def _load_tensors(path: Path, expected_sha: str | None, root: Path | None = None) -> dict[str, torch.Tensor]:
     """The tensors of safetensors file `path` (a regular file inside `root`), after its checksum matched, each
-    floating tensor checked finite: a NaN or inf weight, moment or buffer row is refused naming the tensor."""
+    floating tensor checked finite as stored and as float32 (:func:`check_tensors`): a NaN or inf weight, moment or
+    buffer row, or a float64 one beyond float32's range, is refused naming the tensor."""
     if not path.exists() and not path.is_symlink():
         raise CheckpointError(f"{path}: file not found")
     if expected_sha is None:
@@ -82,13 +84,40 @@ def _load_tensors(path: Path, expected_sha: str | None, root: Path | None = None
         tensors = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as err:
         raise CheckpointError(f"{path}: not a readable safetensors file ({quote(str(err))})") from None
+    check_tensors(tensors, str(path))
+    return tensors
+
+
+# A wider floating dtype and the one members compute in: a value is checked finite after the cast, where it is used.
+_NARROWED = {torch.float64: torch.float32, torch.complex128: torch.complex64}
+_CHUNK = 1 << 22  # elements cast at a time: the check's memory stays bounded whatever the tensor's size
+
+
+def _fits(t: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether every value of `t` stays finite cast to `dtype` (piece by piece)."""
+    return all(bool(torch.isfinite(piece.to(dtype)).all()) for piece in t.reshape(-1).split(_CHUNK))
+
+
+def check_tensors(tensors: dict[str, torch.Tensor], label: str) -> None:
+    """Every floating tensor of `tensors` (read from `label`) finite, in its stored dtype and in the float32 members
+    compute in: a NaN or inf, or a float64 value beyond float32's range (a 1e300 that loads as inf), is refused
+    with a CheckpointError naming `label`, the tensor and its dtype."""
     for name, t in tensors.items():
-        if (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all()):
+        if not (t.is_floating_point() or t.is_complex()):
+            continue
+        if not bool(torch.isfinite(t).all()):
             bad = int((~torch.isfinite(t)).sum())
-            raise CheckpointError(f"{path}: tensor {quote(name)} holds {bad:,} non-finite value(s) (NaN or inf); a "
+            raise CheckpointError(f"{label}: tensor {quote(name)} holds {bad:,} non-finite value(s) (NaN or inf); a "
                                   f"member with non-finite weights is never saved by a run, so the file was damaged "
                                   f"or forged: load an earlier generation or the run's elite/")
-    return tensors
+        narrow = _NARROWED.get(t.dtype)
+        if narrow is not None and not _fits(t, narrow):
+            largest = float(t.abs().max())
+            raise CheckpointError(f"{label}: tensor {quote(name)} is {str(t.dtype).removeprefix('torch.')} and holds "
+                                  f"a value of magnitude {largest:.3g}, beyond float32's range "
+                                  f"({torch.finfo(torch.float32).max:.3g}): members compute in float32, where it "
+                                  f"would be inf, and a run never saves such a value, so the file was damaged or "
+                                  f"forged: load an earlier generation or the run's elite/")
 
 
 def _atomic_dir(target: Path):
@@ -304,7 +333,7 @@ def load_population(path: str | Path, obs_spec: ObsSpec | None = None, buffer: R
             obs_spec = member.agent.env_spec
         members.append(member)
     rng = np.random.default_rng()
-    state = field(meta, "rng", dict, file)
+    state = rng_state(meta, file)
     guarded(file, "rng", lambda: setattr(rng.bit_generator, "state", state))
     lineage = lineage_events(field(meta, "lineage", list, file), file)
     pop = Population(members, rng, meta["generation"], meta["next_id"], lineage)
@@ -319,7 +348,8 @@ def load_population(path: str | Path, obs_spec: ObsSpec | None = None, buffer: R
 
 def population_fields(meta: dict[str, Any], file: str) -> list[str]:
     """population.json's scalar fields and member list checked (members within limits.population_size,
-    each a slot number, never a path); returns the member slot names."""
+    each a slot number, never a path), and the run's counters and history when it holds them
+    (:func:`generation_history`); returns the member slot names."""
     names = field(meta, "members", list, file)
     from agilerl_core.limits import check
 
@@ -338,7 +368,25 @@ def population_fields(meta: dict[str, Any], file: str) -> list[str]:
         sized(meta, "extra.buffer_pos", "buffer_size", file)
     for k, v in files.items():
         check_type(v, str, f"files.{k}", file)
+    if "global_steps" in extra or "history" in extra:  # a run's counters and history: checked before any member loads
+        generation_history(meta, file, len(names))
     return names
+
+
+def rng_state(meta: dict[str, Any], file: str) -> dict[str, Any]:
+    """population.json's ``rng``: the evolution generator's PCG64 state, every field a whole number in its range
+    (numpy would take ``1.5`` as 1 and fail on a string with a TypeError)."""
+    state = field(meta, "rng", dict, file)
+    if sorted(state) != ["bit_generator", "has_uint32", "state", "uinteger"] or \
+            state["bit_generator"] != "PCG64" or not isinstance(state["state"], dict) or \
+            sorted(state["state"]) != ["inc", "state"]:
+        raise CheckpointError(f"{file}: field rng is {quote(state)}, not a PCG64 generator's state (bit_generator, "
+                              f"state.state, state.inc, has_uint32, uinteger)")
+    for name, top in (("state.state", 2**128), ("state.inc", 2**128), ("has_uint32", 2), ("uinteger", 2**32)):
+        value = field(meta, f"rng.{name}", int, file)
+        if not 0 <= value < top:
+            raise CheckpointError(f"{file}: field rng.{name} is {quote(value)}, not a whole number in [0, {top:,})")
+    return state
 
 
 def lineage_events(events: list[Any], file: str, limits: Any = None) -> list[LineageEvent]:

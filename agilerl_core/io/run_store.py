@@ -47,12 +47,14 @@ from agilerl_core.hpo.population import Member, Population
 from agilerl_core.io.checkpoint import (
     Algorithms,
     Rebuild,
+    check_tensors,
     lineage_events,
     load_member,
     load_population,
     save_member,
     save_population,
 )
+from agilerl_core.io.files import quote
 from agilerl_core.io.lease import LEASE_FORMAT, LeaseRecord
 from agilerl_core.io.manifest import MANIFEST_FORMAT, VERSION, Manifests, ShardRef
 from agilerl_core.io.records import field, read_format
@@ -140,7 +142,7 @@ class RunStore(Manifests, LeaseRecord, Retention):
         """The ref of a shard already written (what :meth:`put_shard` returned for it)."""
         key = self.key(self.gen_dir(generation), "shards", f"{slot}.safetensors")
         data = self.storage.get_bytes(key)
-        shard = load_tensors_bytes(data)
+        shard = _read_tensors(data, self.storage.url(key))
         return ShardRef(key, _sha(data), shard_rows(shard))
 
     def get_shard(self, ref: ShardRef) -> Shard:
@@ -148,10 +150,7 @@ class RunStore(Manifests, LeaseRecord, Retention):
         if _sha(data) != ref.sha256:
             raise CheckpointError(f"{self.storage.url(ref.key)}: checksum mismatch; the shard was truncated or "
                                   f"modified after it was written")
-        try:
-            return load_tensors_bytes(data)
-        except (SafetensorError, ValueError) as err:
-            raise CheckpointError(f"{self.storage.url(ref.key)}: not a readable safetensors file ({err})") from None
+        return _read_tensors(data, self.storage.url(ref.key))
 
     # ---- members handed to and from another process (deployment runs) ----------------------------------
     def _dispatch_key(self, generation: int, slot: int, side: str, ext: str) -> str:
@@ -180,7 +179,7 @@ class RunStore(Manifests, LeaseRecord, Retention):
         if _sha(data) != doc["sha256"]:
             raise CheckpointError(f"{self.storage.url(key)}: checksum mismatch; the member state was truncated or "
                                   f"modified after it was written")
-        return load_tensors_bytes(data), doc["meta"], doc["extra"]
+        return _read_tensors(data, self.storage.url(key)), doc["meta"], doc["extra"]
 
     # ---- commit ----------------------------------------------------------------------------------------
     def commit_generation(self, population: Population, env: dict[str, Any], shards: list[ShardRef],
@@ -311,3 +310,14 @@ _VOLATILE = ("storage", "tracking", "runner")  # where a run is stored/tracked/e
 
 def _comparable(config: dict) -> dict:
     return {k: v for k, v in config.items() if k not in _VOLATILE}
+
+
+def _read_tensors(data: bytes, url: str) -> dict[str, torch.Tensor]:
+    """The tensors of safetensors bytes read from `url` (a shard, a dispatched member's state), checked as a
+    checkpoint's are: readable, every floating tensor finite as stored and in float32."""
+    try:
+        tensors = load_tensors_bytes(data)
+    except (SafetensorError, ValueError) as err:
+        raise CheckpointError(f"{url}: not a readable safetensors file ({quote(str(err))})") from None
+    check_tensors(tensors, url)
+    return tensors
