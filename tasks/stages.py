@@ -186,14 +186,17 @@ def hand_on(cfg: LLMPipelineConfig, summary: dict[str, Any], stage_input: str | 
               "from_run": summary.get("run_id"), "member_id": (summary.get("champion") or {}).get("member_id"),
               "path": str(dest)}
     known = dest / SOURCE_FILE
+    mlflow.set_tracking_uri(uri)
     if known.is_file():
         try:
             held = read_record(known, root=dest)  # bounded: a tampered or huge file is refused, then fetched anew
         except (AgileRLError, OSError):
             held = None
         if isinstance(held, dict) and held.get("registered_model") == name and held.get("version") == version:
-            return str(dest), record
-    mlflow.set_tracking_uri(uri)
+            if _holds_registered(dest, name, version):
+                return str(dest), record
+            log.warning("%s says it holds %s version %s, but its member.json or a file it lists differs from that "
+                        "registered version's; fetching the version again", dest, name, version)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".incoming-", dir=dest.parent) as tmp:
         got = Path(mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}", dst_path=tmp))
@@ -206,3 +209,38 @@ def hand_on(cfg: LLMPipelineConfig, summary: dict[str, Any], stage_input: str | 
             shutil.rmtree(dest)
         member.rename(dest)
     return str(dest), record
+
+
+def _holds_registered(dest: Path, name: str, version: str) -> bool:
+    """Whether member folder `dest` holds registered version `version` of model `name`: its member.json is byte
+    for byte the registry's (``artifacts/member/member.json`` of that version, fetched alone: a few KB), and every
+    file that record lists hashes to the SHA-256 it records (what :func:`agilerl_core.io.checkpoint.load_member`
+    checks again when the next stage loads it). ``stage_input.json`` alone proves nothing: whoever can write
+    the folder can write it too."""
+    import mlflow
+
+    from agilerl_core.io.digest import sha256_file
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".check-", dir=dest.parent) as tmp:
+        got = Path(mlflow.artifacts.download_artifacts(
+            artifact_uri=f"models:/{name}/{version}/artifacts/member/member.json", dst_path=tmp))
+        try:
+            theirs = read_record(got)
+            if sha256_file(dest / "member.json", root=dest) != sha256_file(got):
+                return False
+        except (AgileRLError, OSError):
+            return False
+    files = theirs.get("files") if isinstance(theirs, dict) else None
+    if not isinstance(files, dict) or not files:
+        return False
+    for file, sha in files.items():
+        if not isinstance(file, str) or Path(file).name != file or not isinstance(sha, str):
+            return False
+        try:
+            if sha256_file(dest / file, root=dest) != sha:
+                return False
+        except (AgileRLError, OSError):
+            return False
+    return True
+

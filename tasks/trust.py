@@ -12,10 +12,18 @@ such a run (:func:`check_flow_run_parameters`):
   ``$AGILERL_TRUSTED_ADDRESSES``; ``tracking.uri``, ``storage.uri`` and ``storage.endpoint_url`` (the worker's
   MLflow and S3 credentials go with every request) must equal the deployment's value or be listed in
   ``$AGILERL_TRUSTED_URIS``;
-- writes and reads only where its deployment's own config does: ``output_dir``, ``dataset.uri``,
-  ``dataset.cache_dir``, a bandit's ``data.source`` (any ``sklearn:`` dataset, bundled, names no place) and
-  ``data.cache_dir`` likewise (``$AGILERL_TRUSTED_URIS``);
-- registers its champion only as the deployment's own model (``tracking.model_name``, else ``name``);
+- writes and reads only where its deployment's own config does: every field of the config marked as a location
+  (:class:`agilerl_core.config.common.Location`: ``output_dir``, ``dataset.uri``, ``dataset.cache_dir``,
+  ``dataset.games.uri``, ``dataset.games.cache_dir``, ``model.path``, ``model.gguf_file``, ``model.init_adapter``,
+  a bandit's ``data.source`` and ``data.cache_dir``, found by walking the config, nested sections and lists
+  included) likewise (``$AGILERL_TRUSTED_URIS``). A value with a prefix its marker lists names no place and is
+  allowed: a bandit's ``sklearn:NAME`` (a table bundled with scikit-learn, never downloaded) and a base model's
+  ``package:NAME`` (an installed package's directory: the operator installed it on the worker, it is found
+  without importing it, one top-level name, and read as data: hashed, no ``.py`` file in it run, so a parameter
+  picks among what the worker holds already, nothing it could write or point elsewhere);
+- registers its champion only as the deployment's own model (``tracking.model_name``, else ``name``), and runs
+  under the deployment's own ``name`` (the run's MLflow experiment and the ``OUTPUT_DIR/NAME-latest`` pointer
+  are named by it: another name would log into another deployment's experiment and move its pointer);
 - raises no entry of ``limits`` above the deployment's own config (its defaults when it sets none).
 
 Each variable is read on the worker, comma-separated; an entry ending in ``/`` also allows every value below
@@ -28,7 +36,10 @@ import contextlib
 import os
 from typing import Any
 
+from pydantic import BaseModel
+
 from agilerl_core.config import check_code_allowed, code_references, trusted_modules_from_env
+from agilerl_core.config.common import Location
 from agilerl_core.errors import ConfigError
 from agilerl_core.limits import Limits
 from tasks.config import validate_config
@@ -36,19 +47,13 @@ from tasks.config import validate_config
 TRUSTED_ADDRESSES_ENV = "AGILERL_TRUSTED_ADDRESSES"  # cluster addresses a flow-run parameter may name
 TRUSTED_URIS_ENV = "AGILERL_TRUSTED_URIS"  # tracking / storage URIs and S3 endpoints a flow-run parameter may name
 
-# (field, the allowlist's variable, what goes there)
-TARGETS = (
+# The pipeline's own sections (tasks.config: runner, tracking) that name a place: (field, the allowlist's
+# variable, what goes there). Every such field of the engine's config is marked with Location instead and found
+# by walking the config (:func:`location_fields`), checked against $AGILERL_TRUSTED_URIS.
+PIPELINE_TARGETS = (
     ("runner.address", TRUSTED_ADDRESSES_ENV, "the run's members and data are sent to that cluster (pickled)"),
     ("tracking.uri", TRUSTED_URIS_ENV, "the worker's tracking credentials, metrics and models go there"),
-    ("storage.uri", TRUSTED_URIS_ENV, "the run's checkpoints go there with the worker's storage credentials"),
-    ("storage.endpoint_url", TRUSTED_URIS_ENV, "the worker's S3 credentials sign every request sent there"),
-    ("output_dir", TRUSTED_URIS_ENV, "the run's files are written there on the worker's disk"),
-    ("dataset.uri", TRUSTED_URIS_ENV, "the run reads its data from there with the worker's credentials"),
-    ("dataset.cache_dir", TRUSTED_URIS_ENV, "the run writes its dataset cache there on the worker's disk"),
-    ("data.source", TRUSTED_URIS_ENV, "the run reads its bandit's table from there with the worker's credentials"),
-    ("data.cache_dir", TRUSTED_URIS_ENV, "the run writes its dataset cache there on the worker's disk"),
 )
-NO_LOCATION = {"data.source": "sklearn:"}  # values of a target that name no place: data bundled with a package
 
 
 def _deployment() -> tuple[str | None, dict[str, Any]]:
@@ -107,6 +112,54 @@ def _field(cfg, dotted: str) -> Any:
     return value
 
 
+FieldPath = tuple[str | int, ...]  # a field's place in a config: attribute names, list indices
+
+
+def dotted_path(path: FieldPath) -> str:
+    """`path` as messages name a field: ``dataset.games.uri``, ``rewards[0].function``."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def location_fields(model: BaseModel, path: FieldPath = ()):
+    """(path, value, marker, the field's default) of every field marked with :class:`Location` in config `model`
+    and in every section under it (a nested model, a list or dict of models), in field order; the default is
+    None for a required field."""
+    for name, info in type(model).model_fields.items():
+        value, here = getattr(model, name, None), (*path, name)
+        marker = next((m for m in info.metadata if isinstance(m, Location)), None)
+        if marker is not None:
+            yield here, value, marker, None if info.is_required() else info.get_default(call_default_factory=True)
+        else:
+            yield from _sections(value, here)
+
+
+def _sections(value: Any, path: FieldPath):
+    if isinstance(value, BaseModel):
+        yield from location_fields(value, path)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _sections(item, (*path, i))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _sections(item, (*path, str(key)))
+
+
+def _at(cfg: Any, path: FieldPath) -> Any:
+    """The value at `path` in `cfg` (None where that section is absent)."""
+    value = cfg
+    for part in path:
+        if isinstance(part, int):
+            value = value[part] if isinstance(value, (list, tuple)) and part < len(value) else None
+        elif isinstance(value, dict):
+            value = value.get(part)
+        else:
+            value = getattr(value, part, None)
+    return value
+
+
 def _default(cfg, dotted: str) -> Any:
     """The config model's default for `dotted` (what a deployment without a config of its own would use)."""
     head, _, rest = dotted.partition(".")
@@ -117,15 +170,27 @@ def _default(cfg, dotted: str) -> Any:
     return _field(value, rest) if rest else value
 
 
+def targets(cfg, deployed):
+    """(field, value in `cfg`, the deployment's value, allowlist variable, what goes there, prefixes naming no
+    place) of every place `cfg` names: :data:`PIPELINE_TARGETS`, then every field marked with :class:`Location`.
+    The deployment's value is `deployed`'s (its validated config), or, when it has none, the config model's
+    default."""
+    for field, env, why in PIPELINE_TARGETS:
+        theirs = _field(deployed, field) if deployed is not None else _default(cfg, field)
+        yield field, _field(cfg, field), theirs, env, why, ()
+    for path, value, marker, default in location_fields(cfg):
+        theirs = _at(deployed, path) if deployed is not None else default
+        yield dotted_path(path), value, theirs, TRUSTED_URIS_ENV, marker.why, marker.no_place
+
+
 def check_targets(cfg, deployed, source: str = "the flow run's config") -> None:
-    """A ConfigError naming the first of :data:`TARGETS` whose value in `cfg` is neither `deployed`'s (the
-    deployment's validated config; None: it has none, so its defaults) nor in the worker's allowlist."""
-    for field, env, why in TARGETS:
-        value = _field(cfg, field)
-        if value is None or value == (_field(deployed, field) if deployed is not None else _default(cfg, field)):
+    """A ConfigError naming the first place `cfg` names (:func:`targets`: a cluster, a tracking server, and every
+    field marked as a location) whose value is neither `deployed`'s (the deployment's validated config; None: it
+    has none, so its defaults) nor in the worker's allowlist, nor one its marker says names no place."""
+    for field, value, theirs, env, why, no_place in targets(cfg, deployed):
+        if value is None or value == theirs:
             continue
-        if value_allowed(str(value), trusted_values_from_env(env)) or \
-                (field in NO_LOCATION and str(value).startswith(NO_LOCATION[field])):
+        if value_allowed(str(value), trusted_values_from_env(env)) or str(value).startswith(no_place):
             continue
         shown = str(value) if len(str(value)) <= 200 else str(value)[:200] + "..."
         raise ConfigError(
@@ -174,17 +239,34 @@ def check_registered_model(cfg, deployed, source: str = "the flow run's config")
         f"tracking.register_model: false in the parameter")
 
 
+def check_name(cfg, deployed, source: str = "the flow run's config") -> None:
+    """A ConfigError when `cfg`'s ``name`` is not the deployment's own config's (its default ``name`` when it
+    has none): the run's MLflow experiment and the ``OUTPUT_DIR/NAME-latest`` pointer are named by it, so a
+    parameter naming another deployment's config would log into that experiment and point its ``-latest`` at
+    this run."""
+    theirs = deployed.name if deployed is not None else type(cfg).model_fields["name"].default
+    if cfg.name == theirs:
+        return
+    raise ConfigError(
+        f"name: {source} sets {cfg.name[:200]!r}, not the deployment's own {theirs!r}: the run logs into the MLflow "
+        f"experiment of that name and moves OUTPUT_DIR/NAME-latest to itself (another deployment's, when the name is "
+        f"theirs), and a flow run's parameters come from anyone who can reach the Prefect API. Keep the deployment's "
+        f"name in the parameter, or deploy a config of that name")
+
+
 def check_flow_run_parameters(cfg, parameters: dict[str, Any]) -> None:
     """Refuse, naming the field and the fix, a config that arrived as a parameter of a run of the deployment
     whose own default parameters are `parameters`, when it names code outside the allowlist
-    (``$AGILERL_TRUSTED_MODULES``), a cluster, tracking or storage target outside the deployment's own and
-    the operator's allowlists, or a limit above the deployment's."""
+    (``$AGILERL_TRUSTED_MODULES``), a cluster, tracking or storage target or any other location outside the
+    deployment's own and the operator's allowlists, a limit above the deployment's, another registered model
+    or another name than the deployment's."""
     if code_references(cfg):  # a reference the importer would read otherwise is refused here too
         check_code_allowed(cfg, deployed_modules(parameters) | trusted_modules_from_env())
     deployed = deployed_config(parameters)
     check_targets(cfg, deployed)
     check_limits(cfg, deployed)
     check_registered_model(cfg, deployed)
+    check_name(cfg, deployed)
 
 
 def check_flow_run_code(cfg) -> None:

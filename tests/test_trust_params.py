@@ -200,9 +200,9 @@ def test_a_parameter_may_not_write_or_read_outside_the_deployments_own_paths(mar
     monkeypatch.setenv("AGILERL_TRUSTED_URIS", "/srv/")
     check_flow_run_code(validate_config({**deployed, "output_dir": "/srv/other-team"}))
     monkeypatch.delenv("AGILERL_TRUSTED_URIS")
-    _as_deployment_run(monkeypatch, None)  # no config of its own: the default output_dir only
+    _as_deployment_run(monkeypatch, None)  # no config of its own: the default output_dir (and name) only
     monkeypatch.setenv("AGILERL_TRUSTED_MODULES", marker.allowed)
-    check_flow_run_code(validate_config(_deployed(marker)))
+    check_flow_run_code(validate_config({**_deployed(marker), "name": "experiment"}))
     with pytest.raises(ConfigError, match=r"^output_dir: "):
         check_flow_run_code(validate_config({**_deployed(marker), "output_dir": "/srv/runs"}))
     offline = {"kind": "offline", "name": "off", "env_id": "CartPole-v1", "algorithm": "cqn",
@@ -227,8 +227,9 @@ def test_a_parameter_may_not_register_its_champion_as_another_model(marker, monk
         with pytest.raises(ConfigError, match=r"^tracking\.model_name: the flow run's config would register its "
                                               r"champion as model 'prod-policy', not the deployment's own 'corridor'"):
             check_flow_run_code(validate_config({**deployed, **attack}))
-    check_flow_run_code(validate_config({**deployed, "name": "prod-policy",  # registering nothing: allowed
-                                         "tracking": {"enabled": True, "register_model": False}}))
+    with pytest.raises(ConfigError, match=r"^name: .*'prod-policy', not the deployment's own 'corridor'"):
+        check_flow_run_code(validate_config({**deployed, "name": "prod-policy",  # registering nothing: still
+                                             "tracking": {"enabled": True, "register_model": False}}))  # its name
     _as_deployment_run(monkeypatch, None)  # a deployment without a config: no model may be registered
     monkeypatch.setenv("AGILERL_TRUSTED_MODULES", marker.allowed)
     with pytest.raises(ConfigError, match=r"^tracking\.model_name: .*as model 'corridor' \(set through"):

@@ -4,13 +4,13 @@ observation is the context, the action the arm, the reward the pull's)."""
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from agilerl_core.algorithms.hyperparameters.bandit import NeuralUCBHyperparameters
 from agilerl_core.code_refs import env_id_problem
-from agilerl_core.config.common import _Strict
+from agilerl_core.config.common import DATA_CACHE, Location, _Strict
 from agilerl_core.config.envs import _EnvExperimentBase
 from agilerl_core.config.hyperparameters import _hyperparameter_union, algorithms_for_kind
 
@@ -18,13 +18,18 @@ BANDIT_ALGORITHMS = algorithms_for_kind("bandit")
 BanditHyperparameters = _hyperparameter_union("bandit")
 
 
+# sklearn:NAME is a table bundled with scikit-learn (never downloaded): it names no place
+_TABLE = Location("the run reads its bandit's table from there with the worker's credentials", no_place=("sklearn:",))
+
+
 class BanditDataConfig(_Strict):
     """A classification table turned into a bandit: each class an arm, reward 1 for the row's class, else 0."""
 
-    source: str = Field(min_length=1, description="sklearn:iris, sklearn:digits, sklearn:wine or "
-                                                  "sklearn:breast_cancer (bundled with scikit-learn, never "
-                                                  "downloaded), or a .csv, .parquet or .npz file, local or at "
-                                                  "s3://BUCKET/KEY.")
+    source: Annotated[str, _TABLE] = Field(min_length=1, description="sklearn:iris, sklearn:digits, sklearn:wine "
+                                                                     "or sklearn:breast_cancer (bundled with "
+                                                                     "scikit-learn, never downloaded), or a .csv, "
+                                                                     ".parquet or .npz file, local or at "
+                                                                     "s3://BUCKET/KEY.")
     label: str = Field("label", min_length=1, description="The label column (CSV, Parquet) or array (NPZ).")
     features: list[str] | None = Field(None, description="Feature columns (None: every column but the label); for "
                                                          "NPZ the one 2-D array (default: features).")
@@ -33,8 +38,9 @@ class BanditDataConfig(_Strict):
     standardize: bool = Field(True, description="Scale features by the training rows' mean and std (recorded "
                                                 "with every checkpoint: a deployed policy scales its inputs "
                                                 "alike).")
-    cache_dir: str | None = Field(None, description="Where s3:// files are cached; None: $AGILERL_DATASET_CACHE, "
-                                                    "else ~/.cache/agilerl/datasets.")
+    cache_dir: Annotated[str | None, DATA_CACHE] = Field(None, description="Where s3:// files are cached; None: "
+                                                                           "$AGILERL_DATASET_CACHE, else "
+                                                                           "~/.cache/agilerl/datasets.")
     sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="Expected content hash of the file; "
                                                                            "other data is refused.")
 

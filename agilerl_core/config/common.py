@@ -6,6 +6,7 @@ every kind inherits (population, budget, seed, device, limits)."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
@@ -21,6 +22,22 @@ from agilerl_core.limits import Limits
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+@dataclass(frozen=True)
+class Location:
+    """Marks a config field that names a place the run reads from or writes to (a path, URI, directory or file),
+    as ``Annotated[str | None, Location("...")]``: `why` says what goes there; `no_place` lists value prefixes
+    that name no place (``sklearn:``: data bundled with a package). Pydantic keeps it as the field's metadata only
+    (validation and the schema are unchanged); :func:`tasks.trust.check_targets` walks every marked field of a
+    config a flow run takes as a parameter, and tests/test_trust_params_round4.py fails when a field named like a
+    location is left unmarked."""
+
+    why: str
+    no_place: tuple[str, ...] = ()
+
+
+DATA_CACHE = Location("the run writes its dataset cache there on the worker's disk")
 
 
 class MutationConfig(_Strict):
@@ -80,9 +97,11 @@ class SelectionConfig(_Strict):
 class StorageConfig(_Strict):
     """Where a run's generations (checkpoints, experience shards, manifests) are persisted."""
 
-    uri: str | None = Field(None, description="Local directory or s3://BUCKET/PREFIX; None: $AGILERL_STORAGE_URI, "
+    uri: Annotated[str | None, Location("the run's checkpoints go there with the worker's storage credentials")] = Field(
+        None, description="Local directory or s3://BUCKET/PREFIX; None: $AGILERL_STORAGE_URI, "
                                               "else output_dir.")
-    endpoint_url: str | None = Field(None, description="S3 endpoint (SeaweedFS/MinIO); None: $AWS_ENDPOINT_URL.")
+    endpoint_url: Annotated[str | None, Location("the worker's S3 credentials sign every request sent there")] = Field(
+        None, description="S3 endpoint (SeaweedFS/MinIO); None: $AWS_ENDPOINT_URL.")
     region: str | None = Field(None, description="S3 region; None: $AWS_REGION, else us-east-1.")
     access_key_id: SecretStr | None = Field(None, description="S3 access key; prefer $AWS_ACCESS_KEY_ID.")
     secret_access_key: SecretStr | None = Field(None, description="S3 secret; prefer $AWS_SECRET_ACCESS_KEY.")
@@ -153,7 +172,8 @@ class _ExperimentBase(_Strict):
                                                             "shrinks to fit it.")
     target_fitness: float | None = Field(None, description="Stop once the best fitness reaches this.")
     seed: int = Field(0, ge=0, description="Master seed: same config + seed gives the same result on CPU.")
-    output_dir: str = Field("runs", min_length=1, description="Where checkpoints are written.")
+    output_dir: Annotated[str, Location("the run's files are written there on the worker's disk")] = Field(
+        "runs", min_length=1, description="Where checkpoints are written.")
     device: str = Field("cpu", description="Torch device of every member's networks, optimiser state and sampled batches: "
                                     "cpu, cuda (the task's first visible GPU: under Ray or a GPU Dask worker, "
                                     "the one it was given), cuda:N, or auto (cuda when one is visible). "

