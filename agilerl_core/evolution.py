@@ -32,7 +32,7 @@ from agilerl_core.hpo.multi_frequency import MultiFrequencySelection
 from agilerl_core.hpo.mutation import Mutations
 from agilerl_core.hpo.population import Member, Population, Selection
 from agilerl_core.hpo.space import HyperparameterSpace
-from agilerl_core.hpo.tournament import TournamentSelection
+from agilerl_core.hpo.tournament import NoSelection, TournamentSelection
 from agilerl_core.io.checkpoint import load_population, save_member, save_population
 from agilerl_core.io.history import generation_history
 from agilerl_core.io.manifest import ShardRef
@@ -153,11 +153,13 @@ class EvolutionSettings:
 
 
 def selection_of(cfg) -> Selection:
-    """The selection a config asks for: tournaments (``tournament:``) or multi-frequency subpopulations
-    (``selection: {method: multi_frequency}``)."""
+    """The selection a config asks for: tournaments (``tournament:``), multi-frequency subpopulations
+    (``selection: {method: multi_frequency}``) or none (``selection: {method: none}``: evolution off)."""
     sel = getattr(cfg, "selection", None)
     if sel is not None and sel.method == "multi_frequency":
         return MultiFrequencySelection(sel.periods, sel.winners, sel.losers, sel.migration)
+    if sel is not None and sel.method == "none":
+        return NoSelection()
     return TournamentSelection(cfg.tournament.size, cfg.tournament.elitism)
 
 

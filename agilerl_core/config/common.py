@@ -66,13 +66,16 @@ class TournamentConfig(_Strict):
 
 
 class SelectionConfig(_Strict):
-    """How the next generation is chosen: tournaments (``tournament:`` holds their size and elitism) or
-    multi-frequency subpopulations (MF-PBT; see :mod:`agilerl_core.hpo.multi_frequency`)."""
+    """How the next generation is chosen: tournaments (``tournament:`` holds their size and elitism),
+    multi-frequency subpopulations (MF-PBT; see :mod:`agilerl_core.hpo.multi_frequency`), or none (evolution
+    off: each member continues itself, the ablation that shows what selection and mutation add)."""
 
-    method: Literal["tournament", "multi_frequency"] = Field(
+    method: Literal["tournament", "multi_frequency", "none"] = Field(
         "tournament", description="tournament: every generation, tournaments with elitism; multi_frequency: the "
                                   "population split into len(periods) subpopulations, subpopulation i evolving "
-                                  "after every periods[i]-th evaluation (MF-PBT).")
+                                  "after every periods[i]-th evaluation (MF-PBT); none: evolution off, every "
+                                  "member continues itself unmutated (K independent learners sharing their "
+                                  "experience as usual), to measure what evolution adds on an env.")
     periods: list[Annotated[int, Field(ge=1)]] = Field(
         default_factory=lambda: [1, 4], description="multi_frequency: generations between the evolutions of each "
                                                     "subpopulation (one entry per subpopulation, slots split "
@@ -219,7 +222,7 @@ class _ExperimentBase(_Strict):
             raise ValueError(f"selection.periods: {len(sel.periods)} subpopulations need at least as many members; "
                              f"population_size is {self.population_size}: list at most {self.population_size} "
                              "periods or raise population_size")
-        if sel.method == "tournament" and sel.periods != SelectionConfig().periods:
+        if sel.method != "multi_frequency" and sel.periods != SelectionConfig().periods:
             raise ValueError("selection.periods: only multi_frequency selection has subpopulations; set "
                              "selection.method: multi_frequency or drop periods")
         return self

@@ -1,4 +1,5 @@
-"""Tournament selection with elitism, and the plan every selection hands the population."""
+"""Tournament selection with elitism, no selection (evolution off), and the plan every selection hands the
+population."""
 
 from __future__ import annotations
 
@@ -65,3 +66,19 @@ class TournamentSelection:
         f = ranked(fitnesses)
         entrants = rng.choice(others, size=min(self.size, len(others)), replace=False)
         return int(entrants[np.argmax(f[entrants])])
+
+
+class NoSelection:
+    """Evolution off (``selection: {method: none}``): every slot carries its own member on unchanged, never
+    mutated, crossed or replaced, so the population is K independent learners (still sharing their experience
+    as every population does); what a run with selection gains over it is what evolution adds."""
+
+    elitism = False  # no slot is reserved for the best: every member stays in its own slot
+
+    def plan(self, fitnesses: list[float], generation: int, rng: np.random.Generator) -> list[Placement]:
+        """Every slot from itself, kept as it is."""
+        return [Placement(slot, "kept") for slot in range(len(fitnesses))]
+
+    def second_parent(self, fitnesses: list[float], first: int, rng: np.random.Generator) -> int:
+        """No crossover partner: nothing is mutated."""
+        return first
