@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from agilerl_core import limits as _limits
+from agilerl_core.data.budget import ReadBudget
 from agilerl_core.data.fetch import resolve_dataset
 from agilerl_core.errors import DatasetError
 from agilerl_core.io.files import bounded_lines, open_regular, quote, regular_file
@@ -64,41 +64,10 @@ _COLUMNS = ("prompt", "answer", "chosen", "rejected", "response")
 _JSONL = (".jsonl", ".json", ".jsonl.gz")
 
 
-class _Budget:
-    """The bytes a set's records may come to in memory: its file size times ``limits.dataset_expansion``, capped
-    by ``limits.dataset_bytes``; each record's text against ``limits.record_bytes``, the records against
-    ``limits.dataset_records``. Every refusal names the file, the limit and how to raise it."""
-
-    def __init__(self, uri: str, size: int, fields: int) -> None:
-        lim = _limits.current()
-        self.uri, self.size, self.lim = uri, size, lim
-        self.per_record = RECORD_OVERHEAD * max(fields, 1)
-        by_size = max(size, 1) * lim.dataset_expansion
-        self.total = min(by_size, lim.dataset_bytes)
-        self.limit_name = "dataset_expansion" if by_size <= lim.dataset_bytes else "dataset_bytes"
-        self.used = 0
-
-    def records(self, n: int, where: str) -> None:
-        if n > self.lim.dataset_records:
-            raise DatasetError(f"dataset {self.uri}: {n:,} records {where}, over the limit limits.dataset_records = "
-                               f"{self.lim.dataset_records:,}; if the set is meant, raise limits.dataset_records in "
-                               f"your own config (or split the set)")
-
-    def record(self, nbytes: int, index: int) -> None:
-        if nbytes > self.lim.record_bytes:
-            raise DatasetError(f"dataset {self.uri}: record {index} holds {nbytes:,} bytes of text, over the limit "
-                               f"limits.record_bytes = {self.lim.record_bytes:,}; if such records are meant, raise "
-                               f"limits.record_bytes in your own config")
-
-    def spend(self, nbytes: int, where: str) -> None:
-        self.used += nbytes
-        if self.used > self.total:
-            how = (f"{self.size:,} bytes of file x limits.dataset_expansion = {self.lim.dataset_expansion:,}"
-                   if self.limit_name == "dataset_expansion" else
-                   f"limits.dataset_bytes = {self.lim.dataset_bytes:,}")
-            raise DatasetError(f"dataset {self.uri}: its records come to more than {self.total:,} bytes in memory "
-                               f"{where} ({how}); a small file that expands this far is damaged or hostile. If the set "
-                               f"is genuine, raise limits.{self.limit_name} in your own config")
+def _budget(uri: str, size: int, fields: int) -> ReadBudget:
+    """A set's budget (:class:`~agilerl_core.data.budget.ReadBudget`), each record charged RECORD_OVERHEAD per
+    field beyond its text."""
+    return ReadBudget(f"dataset {uri}", size, "set", "records", per_record=RECORD_OVERHEAD * max(fields, 1))
 
 
 class _Columns:
@@ -155,7 +124,7 @@ def _suffix(path: Path, uri: str) -> str:
     return suffix
 
 
-def _read_jsonl(f: BinaryIO, gz: bool, uri: str, budget: _Budget, out: _Columns) -> None:
+def _read_jsonl(f: BinaryIO, gz: bool, uri: str, budget: ReadBudget, out: _Columns) -> None:
     """The records of JSON Lines (gzip-compressed when `gz`): each line read with at most limits.record_bytes in
     memory, all lines together (decompressed) bounded by the file's budget, never one unbounded line."""
     lim = budget.lim
@@ -166,7 +135,7 @@ def _read_jsonl(f: BinaryIO, gz: bool, uri: str, budget: _Budget, out: _Columns)
     try:
         for n, line in lines:
             if n > most:  # every line counts, blank ones too
-                budget.records(n, f"or more (line {n:,}; every line counts)")
+                budget.count(n, f"or more (line {n:,}; every line counts)")
             if not line.strip():
                 continue
             try:
@@ -249,8 +218,8 @@ def _read_parquet(f: BinaryIO, uri: str, size: int, fields: dict[str, str], need
             columns.append(name)
         elif col in need and name not in names:
             raise out.missing(col, 0, quote(sorted(names)))
-    budget = _Budget(uri, size, len(columns))
-    budget.records(rows, "declared by its metadata")
+    budget = _budget(uri, size, len(columns))
+    budget.count(rows, "declared by its metadata")
     budget.spend(rows * budget.per_record, f"for the {rows:,} rows its metadata declares, before reading")
     budget.spend(unpacked, "with its column pages uncompressed, as its metadata declares them")
     budget.used = rows * budget.per_record  # the pages are transient: what stays is the records' text
@@ -263,12 +232,12 @@ def _read_parquet(f: BinaryIO, uri: str, size: int, fields: dict[str, str], need
         for batch in reader.iter_batches(batch_size=_BATCH, columns=columns, use_threads=False):
             n = batch.num_rows
             seen += n
-            budget.records(seen, "or more read")
+            budget.count(seen, "or more read")
             sizes = np.zeros(n, dtype=np.int64)
             for name in columns:
                 sizes += _text_bytes(batch.column(name), name, uri)
             if n and int(sizes.max()) > budget.lim.record_bytes:
-                budget.record(int(sizes.max()), seen - n + int(sizes.argmax()))
+                budget.text(int(sizes.max()), f"record {seen - n + int(sizes.argmax())}")
             if seen > rows:  # more rows than declared: their overhead was not counted up front
                 budget.spend((seen - max(rows, seen - n)) * budget.per_record, f"by record {seen - 1:,}")
             budget.spend(int(sizes.sum()), f"by record {seen - 1:,}")
@@ -283,7 +252,7 @@ def _read_parquet(f: BinaryIO, uri: str, size: int, fields: dict[str, str], need
 
 def _read_columns(path: Path, uri: str, fields: dict[str, str], need: tuple[str, ...]) -> dict[str, list[str] | None]:
     """The prompt/answer/chosen/rejected columns of the set at local `path` (a regular file only: a FIFO or a
-    folder is refused at once), read within the limit table's bounds (see :class:`_Budget`)."""
+    folder is refused at once), read within the limit table's bounds (see :class:`~agilerl_core.data.budget.ReadBudget`)."""
     suffix = _suffix(path, uri)
     out = _Columns(uri, fields, need)
     with open_regular(path, f"dataset {uri}", DatasetError) as f:
@@ -291,7 +260,7 @@ def _read_columns(path: Path, uri: str, fields: dict[str, str], need: tuple[str,
         if suffix == ".parquet":
             _read_parquet(f, uri, size, fields, need, out)
         else:
-            _read_jsonl(f, suffix.endswith(".gz"), uri, _Budget(uri, size, len(set(out.fields.values()))), out)
+            _read_jsonl(f, suffix.endswith(".gz"), uri, _budget(uri, size, len(set(out.fields.values()))), out)
     return out.done()
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from agilerl_core import limits as _limits
+from agilerl_core.data.budget import ReadBudget
 from agilerl_core.errors import DatasetError
 from agilerl_core.io.files import quote
 
@@ -26,49 +27,6 @@ _BATCH_ROWS = 65_536  # Parquet rows decoded at a time, at most
 _NPZ_COMPRESSION = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)  # what np.savez and np.savez_compressed write
 _FEATURE_KINDS = "biuf"  # bool, int, uint, float
 _TEXT_KINDS = "US"  # unicode, bytes
-
-
-class Budget:
-    """The bytes a table may come to in memory as it is read and decoded: its file size times
-    ``limits.dataset_expansion``, capped by ``limits.dataset_bytes`` (as a prompt set's); one row's text against
-    ``limits.record_bytes``, the rows against ``limits.dataset_records``. Every refusal names the file, the limit
-    and how to raise it."""
-
-    def __init__(self, source: str, size: int) -> None:
-        lim = _limits.current()
-        self.source, self.size, self.lim = source, size, lim
-        by_size = max(size, 1) * lim.dataset_expansion
-        self.total = min(by_size, lim.dataset_bytes)
-        self.limit_name = "dataset_expansion" if by_size <= lim.dataset_bytes else "dataset_bytes"
-        self.used = 0
-
-    def rows(self, n: int, where: str) -> None:
-        if n > self.lim.dataset_records:
-            raise DatasetError(f"data.source {self.source}: {n:,} rows {where}, over the limit limits.dataset_records "
-                               f"= {self.lim.dataset_records:,}; if the table is meant, raise limits.dataset_records "
-                               f"in your own config")
-
-    def record(self, nbytes: int, where: str) -> None:
-        if nbytes > self.lim.record_bytes:
-            raise DatasetError(f"data.source {self.source}: {where} holds {nbytes:,} bytes of text, over the limit "
-                               f"limits.record_bytes = {self.lim.record_bytes:,}; if such rows are meant, raise "
-                               f"limits.record_bytes in your own config")
-
-    def spend(self, nbytes: int, where: str) -> None:
-        """Count `nbytes` more against the budget (before they are allocated); refused past it."""
-        self.used += nbytes
-        if self.used > self.total:
-            how = (f"{self.size:,} bytes of file x limits.dataset_expansion = {self.lim.dataset_expansion:,}"
-                   if self.limit_name == "dataset_expansion" else
-                   f"limits.dataset_bytes = {self.lim.dataset_bytes:,}")
-            raise DatasetError(f"data.source {self.source}: the table comes to more than {self.total:,} bytes in "
-                               f"memory {where} ({how}); a small file that expands this far is damaged or hostile. "
-                               f"If the table is genuine, raise limits.{self.limit_name} in your own config")
-
-    def peek(self, nbytes: int, where: str) -> None:
-        """Refuse `nbytes` more that would pass the budget, without keeping them counted (a transient buffer)."""
-        self.spend(nbytes, where)
-        self.used -= nbytes
 
 
 class _Classes:
@@ -113,7 +71,7 @@ def _too_many_arms(source: str, what: str, most: int) -> DatasetError:
                         f"limits.bandit_arms in your own config")
 
 
-def unique_classes(y: np.ndarray, source: str, budget: Budget | None) -> tuple[np.ndarray, tuple[str, ...]]:
+def unique_classes(y: np.ndarray, source: str, budget: ReadBudget | None) -> tuple[np.ndarray, tuple[str, ...]]:
     """Class indices and names of a label array of numbers or fixed-width text (its sorted distinct values)."""
     if y.ndim != 1:
         raise DatasetError(f"data.label: the labels of {source} have shape {y.shape}; give one label per row (a "
@@ -151,7 +109,7 @@ def _not_numbers(name: str, source: str) -> DatasetError:
                         f"encode it or leave it out of data.features")
 
 
-def read_csv(raw: bytes, source: str, label: str, features: list[str] | None, budget: Budget
+def read_csv(raw: bytes, source: str, label: str, features: list[str] | None, budget: ReadBudget
          ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
     """A CSV's features and class indices: rows counted against limits.dataset_records as they are read, each
     row's text against limits.record_bytes, and every field (its text and what it costs as a Python value)
@@ -178,9 +136,9 @@ def read_csv(raw: bytes, source: str, label: str, features: list[str] | None, bu
                 continue
             if len(row) != len(header):
                 raise DatasetError(f"data.source {source}: line {n} has {len(row)} fields, the header {len(header)}")
-            budget.rows(len(first_seen) + 1, f"or more (line {n:,})")
+            budget.count(len(first_seen) + 1, f"or more (line {n:,})")
             size = sum(len(v) for v in row)
-            budget.record(size, f"line {n:,}")
+            budget.text(size, f"line {n:,}")
             budget.spend(size + per_row, f"by line {n:,}")
             for values, i in zip(cols, at, strict=True):
                 v = _number(row[i])
@@ -249,7 +207,7 @@ def _missing_feature(name: str, source: str, row: int) -> DatasetError:
                         f"data.features)")
 
 
-def read_parquet(raw: bytes, source: str, label: str, features: list[str] | None, budget: Budget
+def read_parquet(raw: bytes, source: str, label: str, features: list[str] | None, budget: ReadBudget
              ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
     """A Parquet file's features and class indices: its columns' types checked and its declared rows (metadata)
     counted against limits.dataset_records and the budget before anything is decoded; then only the wanted
@@ -286,7 +244,7 @@ def read_parquet(raw: bytes, source: str, label: str, features: list[str] | None
         if _arrow_kind(t) == "other":
             raise DatasetError(f"data.features: column {quote(name)} of {source} is of type {quote(str(t))}, not "
                                f"numbers; features are numbers (encode it or leave it out of data.features)")
-    budget.rows(rows, "declared by its metadata")
+    budget.count(rows, "declared by its metadata")
     budget.peek(unpacked, "with its column pages uncompressed, as its metadata declares them")
     per_row = sum(_value_bytes(schema.field(n).type) for n in names) + _value_bytes(label_type) + 4 * len(names) + 16
     budget.spend(rows * per_row, f"for the {rows:,} rows its metadata declares, decoded, before reading")
@@ -351,14 +309,14 @@ def _numbers(arr: Any, pa: Any, pc: Any) -> np.ndarray:
     return arr.to_numpy(zero_copy_only=False)
 
 
-def _text_labels(arr: Any, start: int, source: str, label: str, budget: Budget, classes: _Classes, pa: Any,
+def _text_labels(arr: Any, start: int, source: str, label: str, budget: ReadBudget, classes: _Classes, pa: Any,
                  pc: Any) -> np.ndarray:
     """First-seen class ids of one batch of a text label column, each row's text measured from its dictionary
     (against limits.record_bytes, and all of them against the budget) before a distinct value used is decoded."""
     if not pa.types.is_dictionary(arr.type):
         lengths = pc.binary_length(arr).fill_null(0).to_numpy(zero_copy_only=False)
         if len(lengths) and int(lengths.max()) > budget.lim.record_bytes:
-            budget.record(int(lengths.max()), f"the label of row {start + int(lengths.argmax()):,}")
+            budget.text(int(lengths.max()), f"the label of row {start + int(lengths.argmax()):,}")
         budget.peek(int(lengths.sum()), f"by row {start + len(arr) - 1:,} (its labels as text)")
         arr = pc.dictionary_encode(arr)
     if arr.null_count:
@@ -369,7 +327,7 @@ def _text_labels(arr: Any, start: int, source: str, label: str, budget: Budget, 
     used = np.unique(index)
     if len(used) and int(lengths[used].max()) > budget.lim.record_bytes:
         row = int(np.flatnonzero(index == used[int(lengths[used].argmax())])[0])
-        budget.record(int(lengths[used].max()), f"the label of row {start + row:,}")
+        budget.text(int(lengths[used].max()), f"the label of row {start + row:,}")
     budget.spend(int(lengths[index].sum()), f"by row {start + len(index) - 1:,} (its labels as text)")
     values = words.take(pa.array(used)).to_pylist()
     if any(v is None for v in values):
@@ -381,7 +339,7 @@ def _text_labels(arr: Any, start: int, source: str, label: str, budget: Budget, 
 
 
 # ---- NPZ ------------------------------------------------------------------------------------------------------
-def read_npz(raw: bytes, source: str, label: str, features: list[str] | None, budget: Budget
+def read_npz(raw: bytes, source: str, label: str, features: list[str] | None, budget: ReadBudget
          ) -> tuple[np.ndarray, np.ndarray]:
     """The feature and label arrays of an NPZ file: each a stored or deflated member (what np.savez and
     np.savez_compressed write), its header (dtype, shape) read and its declared bytes counted against the budget
@@ -405,7 +363,7 @@ def read_npz(raw: bytes, source: str, label: str, features: list[str] | None, bu
     return out[0], out[1]
 
 
-def _npy(archive: zipfile.ZipFile, member: str, source: str, field: str, kinds: str, budget: Budget) -> np.ndarray:
+def _npy(archive: zipfile.ZipFile, member: str, source: str, field: str, kinds: str, budget: ReadBudget) -> np.ndarray:
     where = f"data.source {source}: array {member}"
     info = archive.getinfo(member)
     if info.compress_type not in _NPZ_COMPRESSION:
@@ -442,7 +400,7 @@ def _npy(archive: zipfile.ZipFile, member: str, source: str, field: str, kinds: 
     return arr.reshape(shape, order="F" if fortran else "C")
 
 
-def _check_dtype(dtype: np.dtype, where: str, field: str, kinds: str, budget: Budget) -> None:
+def _check_dtype(dtype: np.dtype, where: str, field: str, kinds: str, budget: ReadBudget) -> None:
     """A DatasetError naming the array unless its dtype is one of `kinds` (features: numbers; labels: numbers or
     text of at most limits.record_bytes per value)."""
     if dtype.kind not in kinds or dtype.itemsize == 0 or dtype.names is not None or dtype.subdtype is not None:
@@ -451,4 +409,4 @@ def _check_dtype(dtype: np.dtype, where: str, field: str, kinds: str, budget: Bu
         raise DatasetError(f"{where}: dtype {quote(dtype.str)} is not read; {field} is an array of {what}: save it "
                            f"as such")
     if dtype.kind in _TEXT_KINDS:
-        budget.record(dtype.itemsize, "one label of its text")
+        budget.text(dtype.itemsize, "one label of its text")

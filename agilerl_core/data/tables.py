@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from agilerl_core import limits as _limits
+from agilerl_core.data.budget import ReadBudget
 from agilerl_core.data.fetch import resolve_dataset
-from agilerl_core.data.table_formats import Budget, read_csv, read_npz, read_parquet, unique_classes
+from agilerl_core.data.table_formats import read_csv, read_npz, read_parquet, unique_classes
 from agilerl_core.errors import DatasetError
 from agilerl_core.io.files import quote, read_bytes
 from agilerl_core.io.storage import S3Options
@@ -111,7 +112,7 @@ def load_table(source: str, label: str = "label", features: list[str] | None = N
     local = resolve_dataset(source, s3, cache_dir)
     lim = _limits.current()
     raw = read_bytes(local.path, lim.dataset_bytes, "dataset_bytes", f"data.source {source}", DatasetError)
-    budget = Budget(source, len(raw))
+    budget = ReadBudget(f"data.source {source}", len(raw), "table", "rows")
     suffix = source.lower().rsplit(".", 1)[-1]
     if suffix == "npz":
         x, y = read_npz(raw, source, label, features, budget)
@@ -133,7 +134,7 @@ def _bundled(source: str) -> Table:
 
 
 def _table(x: np.ndarray, labels: np.ndarray, classes: tuple[str, ...], source: str, sha256: str | None,
-           budget: Budget | None) -> Table:
+           budget: ReadBudget | None) -> Table:
     """Checked features (2-D, numeric, finite, at least 2 rows) and class indices with their names."""
     if x.ndim != 2 or x.shape[0] < 2 or x.shape[1] < 1:
         raise DatasetError(f"data.source {source}: features must be a table of at least 2 rows and 1 column, got "
