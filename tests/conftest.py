@@ -156,6 +156,22 @@ def _single_thread():
     torch.set_num_threads(1)
 
 
+def commit_generations(exp, store, generations: int = 1) -> None:
+    """The pipeline's sequence in one process: evolve, train, evaluate, commit shards + generation, `generations`
+    times (generation 0 first when `exp` has run none)."""
+    for _ in range(generations):
+        if exp.history:
+            exp.evolve()
+        exp.begin_generation()
+        n = len(exp.population.members)
+        results = [exp.train(s) for s in range(n)]
+        fits = [exp.evaluate(s) for s in range(n)]
+        shards = [exp.arena.buffer.shard(s) for s in range(n)]
+        refs = [store.put_shard(exp.population.generation, s, sh) for s, sh in enumerate(shards)]
+        exp.finish_generation(results, fits, shards)
+        exp.commit(store, refs)
+
+
 def wait_for_commit(store, generation: int, proc, timeout: float = 240) -> None:
     """Wait until `store` has committed `generation` (checked every 50 ms), failing at once with the run's
     stderr if `proc` exits first, and after `timeout` seconds otherwise."""

@@ -10,26 +10,12 @@ import torch
 from agilerl_core.algorithms.registry import get_algorithm
 from agilerl_core.buffers.rebuild import ring_after
 from agilerl_core.errors import CheckpointError, ConfigError
-from agilerl_core.evolution import Evolution
 from agilerl_core.experiment import build_evolution
 from agilerl_core.io.run_store import RunStore, check_run_id
 from agilerl_core.io.storage import LocalStorage
-from tests.conftest import tiny_config
+from tests.conftest import commit_generations, tiny_config
 
-
-def _run(exp: Evolution, store: RunStore, generations: int) -> None:
-    """The pipeline's sequence in one process: evolve, train, evaluate, commit shards + generation."""
-    for _ in range(generations):
-        if exp.history:
-            exp.evolve()
-        exp.begin_generation()
-        n = len(exp.population.members)
-        results = [exp.train(s) for s in range(n)]
-        fits = [exp.evaluate(s) for s in range(n)]
-        shards = [exp.arena.buffer.shard(s) for s in range(n)]
-        refs = [store.put_shard(exp.population.generation, s, sh) for s, sh in enumerate(shards)]
-        exp.finish_generation(results, fits, shards)
-        exp.commit(store, refs)
+_run = commit_generations  # as other test files import it
 
 
 def _weights(exp):

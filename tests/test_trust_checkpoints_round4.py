@@ -36,7 +36,7 @@ from agilerl_core.io.run_store import RunStore
 from agilerl_core.io.storage import LocalStorage
 from agilerl_core.results import GenerationStats
 from tasks.config import validate_config
-from tests.conftest import tiny_config
+from tests.conftest import commit_generations, tiny_config
 
 GEN0 = "r/generations/000000"
 POP = f"{GEN0}/population/population.json"
@@ -69,15 +69,7 @@ def committed(tmp_path_factory):
     store = RunStore(LocalStorage(root), "r")
     cfg = tiny_config(population_size=2, num_envs=2, evo_steps=64, max_env_steps=256,
                       **{"hyperparameters.learning_delay": 16})
-    exp = build_evolution(cfg)
-    exp.begin_generation()
-    n = len(exp.population.members)
-    results = [exp.train(s) for s in range(n)]
-    fits = [exp.evaluate(s) for s in range(n)]
-    shards = [exp.arena.buffer.shard(s) for s in range(n)]
-    refs = [store.put_shard(0, s, sh) for s, sh in enumerate(shards)]
-    exp.finish_generation(results, fits, shards)
-    exp.commit(store, refs)
+    commit_generations(build_evolution(cfg), store)
     return root, store, build_evolution(cfg)
 
 

@@ -30,7 +30,7 @@ from agilerl_core.io.checkpoint import save_member
 from agilerl_core.io.records import field, read_record
 from agilerl_core.io.run_store import RunStore
 from agilerl_core.io.storage import LocalStorage
-from tests.conftest import tiny_config
+from tests.conftest import commit_generations, tiny_config
 
 GEN0 = "r/generations/000000"
 
@@ -42,14 +42,7 @@ def committed(tmp_path_factory):
     root = tmp_path_factory.mktemp("store")
     store = RunStore(LocalStorage(root), "r")
     exp = build_evolution(tiny_config())
-    exp.begin_generation()
-    n = len(exp.population.members)
-    results = [exp.train(s) for s in range(n)]
-    fits = [exp.evaluate(s) for s in range(n)]
-    shards = [exp.arena.buffer.shard(s) for s in range(n)]
-    refs = [store.put_shard(0, s, sh) for s, sh in enumerate(shards)]
-    exp.finish_generation(results, fits, shards)
-    exp.commit(store, refs)
+    commit_generations(exp, store)
     store._put_json("LEASE.json", {"format": lease_mod.LEASE_FORMAT, "version": 1, "owner": "elsewhere:1:ab",
                                    "acquired": 1.0, "heartbeat": 1.0, "ttl_s": 60.0})
     save_member(root / "member", exp.population.members[0], exp.arena.env_desc)
