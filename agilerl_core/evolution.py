@@ -31,8 +31,8 @@ from agilerl_core.hpo.evolvable import Evolvable
 from agilerl_core.hpo.multi_frequency import MultiFrequencySelection
 from agilerl_core.hpo.mutation import Mutations
 from agilerl_core.hpo.population import Member, Population, Selection
-from agilerl_core.hpo.space import HyperparameterSpace
-from agilerl_core.hpo.tournament import NoSelection, TournamentSelection
+from agilerl_core.hpo.space import HyperparameterSpace, initial_values
+from agilerl_core.hpo.tournament import EveryNth, NoSelection, TournamentSelection
 from agilerl_core.io.checkpoint import load_population, save_member, save_population
 from agilerl_core.io.history import generation_history
 from agilerl_core.io.manifest import ShardRef
@@ -76,7 +76,7 @@ def groups_of(keys: Sequence[object | None], cap: int | None) -> list[tuple[int,
 
 
 # what each seed is for: derive_seed(master, PURPOSE, ...)
-MEMBER_SEED, TRAIN_SEED, EVAL_SEED, CHILD_SEED, CHAMPION_SEED = 1, 2, 3, 4, 5
+MEMBER_SEED, TRAIN_SEED, EVAL_SEED, CHILD_SEED, CHAMPION_SEED, HP_INIT_SEED = 1, 2, 3, 4, 5, 6
 
 
 class Arena(Protocol):
@@ -141,6 +141,7 @@ class EvolutionSettings:
     batch_members: bool = True  # members of one batch key learn as one group
     group_cap: int | None = None  # at most this many members per group (None: no limit)
     limits: Limits | None = None  # the config's limit table: what the run reads and rebuilds is checked against it
+    hp_init: tuple[str, float] = ("config", 2.0)  # the first generation's hyperparameters: (method, spread)
 
     @classmethod
     def from_config(cls, cfg, space: HyperparameterSpace, arch_bounds: Any, batch_members: bool = True,
@@ -149,7 +150,12 @@ class EvolutionSettings:
         return cls(cfg.population_size, cfg.seed, cfg.evo_steps, cfg.max_env_steps, cfg.target_fitness,
                    selection_of(cfg),
                    Mutations.from_config(cfg.mutation, space, arch_bounds), batch_members, group_cap,
-                   getattr(cfg, "limits", None))
+                   getattr(cfg, "limits", None), _hp_init(cfg))
+
+
+def _hp_init(cfg) -> tuple[str, float]:
+    init = getattr(cfg, "hp_init", None)
+    return ("config", 2.0) if init is None else (init.method, init.spread)
 
 
 def selection_of(cfg) -> Selection:
@@ -160,7 +166,9 @@ def selection_of(cfg) -> Selection:
         return MultiFrequencySelection(sel.periods, sel.winners, sel.losers, sel.migration)
     if sel is not None and sel.method == "none":
         return NoSelection()
-    return TournamentSelection(cfg.tournament.size, cfg.tournament.elitism)
+    tournament = TournamentSelection(cfg.tournament.size, cfg.tournament.elitism)
+    every = getattr(sel, "every", 1) if sel is not None else 1
+    return EveryNth(tournament, every) if every > 1 else tournament
 
 
 def _under_limits(method: Callable) -> Callable:
@@ -180,10 +188,25 @@ class Evolution:
         self.arena = arena
         self.settings = settings
         seeds = [derive_seed(settings.seed, MEMBER_SEED, i) for i in range(settings.population_size)]
-        self.population = Population.create(arena.build_members(seeds), settings.seed)
+        members = arena.build_members(seeds)
+        self._initial_hyperparameters(members)
+        self.population = Population.create(members, settings.seed)
         self.global_steps = 0
         self.history: list[GenerationStats] = []
         self._gen_t0 = time.perf_counter()
+
+    def _initial_hyperparameters(self, members: list[Evolvable]) -> None:
+        """``hp_init``: every member but slot 0 (which keeps the config's values) starts at values spread around
+        the config's or sampled from the mutable space, each slot from a generator of its own."""
+        method, spread = self.settings.hp_init
+        space = self.arena.space
+        if method == "config" or not space:
+            return
+        for slot, member in enumerate(members[1:], start=1):
+            rng = np.random.default_rng(derive_seed(self.settings.seed, HP_INIT_SEED, slot))
+            current = {name: float(getattr(member.hp, name)) for name in space}
+            for name, value in initial_values(space, current, method, spread, rng).items():
+                member.set_hyperparameter(name, value)
 
     # ---- the generation step -------------------------------------------------------------------------
     @property

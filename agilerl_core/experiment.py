@@ -24,6 +24,7 @@ from agilerl_core.champion import choose_champion, eval_rounds
 from agilerl_core.config import ExperimentConfig
 from agilerl_core.errors import CheckpointError, ConfigError
 from agilerl_core.evolution import Evolution, EvolutionSettings, RunResult
+from agilerl_core.hpo.found import config_data, found_hyperparameters, rerun_yaml
 from agilerl_core.hpo.population import Member
 from agilerl_core.io.checkpoint import save_member
 from agilerl_core.limits import applied
@@ -139,6 +140,11 @@ def train_local(cfg: ExperimentConfig, progress: bool = True, run_dir: str | Pat
         point_latest(cfg, run_dir)
     result = evo.result(wall, evo.global_steps - steps0, str(elite_path.resolve()))
     result.best_uri, result.champion, result.best_member = str(best_path.resolve()), choice.summary(), choice.member
+    result.found = found_hyperparameters([e.to_dict() for e in evo.population.lineage], choice.member.member_id,
+                                         sorted(evo.arena.space))
+    found_path = run_dir / "found_config.yaml"
+    found_path.write_text(rerun_yaml(config_data(cfg), result.found["values"], run_dir.name))
+    result.found_config_uri = str(found_path.resolve())
     return result
 
 

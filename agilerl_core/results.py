@@ -95,6 +95,11 @@ class RunResult:
     """That choice: the candidates (final elite, best ever) and their fresh-seed scores."""
     best_member: Any = field(default=None, repr=False, compare=False)
     """That member, in-process runs only (:attr:`agilerl_core.api.EvolveResult.best` wraps it)."""
+    found: dict[str, Any] | None = None
+    """What the run found (:func:`agilerl_core.hpo.found.found_hyperparameters`): the champion's mutable
+    hyperparameters, their moves along its line, the final population's spread."""
+    found_config_uri: str = ""
+    """Where the config that re-runs from them was written (``found_config.yaml``)."""
 
     def summary(self) -> dict[str, Any]:
         groups = [len(g) for g in self.history[-1].groups] if self.history else []
@@ -103,4 +108,5 @@ class RunResult:
                 "global_steps": self.global_steps, "max_env_steps": self.max_env_steps,
                 "wall_s": round(self.wall_s, 3), "env_steps_per_s": round(self.env_steps_per_s, 1),
                 "generations": self.generations, "elite_uri": self.elite_uri, "reached_target": self.reached_target,
-                **({"best_uri": self.best_uri, "champion": self.champion} if self.best_uri else {})}
+                **({"best_uri": self.best_uri, "champion": self.champion} if self.best_uri else {}),
+                **({"found": self.found, "found_config_uri": self.found_config_uri} if self.found else {})}

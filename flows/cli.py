@@ -115,11 +115,17 @@ def _run(args: argparse.Namespace) -> dict:
         if note:
             print(f"agilerl-flow: note: {note}", file=sys.stderr, flush=True)
         try:
-            return train_local(cfg, progress=_progress(args), run_dir=args.run_dir, evolution=evolution).summary()
+            summary = train_local(cfg, progress=_progress(args), run_dir=args.run_dir, evolution=evolution).summary()
         except KeyboardInterrupt:
             raise KeyboardInterrupt("a --local run writes its population only when it ends, so nothing of this one "
                                     "was kept; without --local every generation is committed and `agilerl-flow "
                                     "resume RUN_ID` continues an interrupted run") from None
+        if summary.get("found"):
+            from agilerl_core.hpo.found import found_words
+
+            print(f"agilerl-flow: found {found_words(summary['found'])}; its config with them: "
+                  f"{summary['found_config_uri']}", file=sys.stderr, flush=True)
+        return summary
     return _flow(cfg, args.run_id, _progress(args), args.debug)
 
 

@@ -21,11 +21,12 @@ from agilerl_core.champion import choose_champion, eval_rounds, input_fitness
 from agilerl_core.errors import CheckpointError, TrackingError
 from agilerl_core.evolution import Evolution
 from agilerl_core.experiment import point_latest
+from agilerl_core.hpo.found import found_hyperparameters, rerun_yaml
 from agilerl_core.io.checkpoint import save_member
 from agilerl_core.io.run_store import RunStore
 from agilerl_core.io.storage import LocalStorage
 from agilerl_core.progress import show_generation
-from flows.run_setup import PreparedRun
+from flows.run_setup import PreparedRun, rerun_data
 from tasks.artifacts import RunView, generation_rows, lineage_markdown
 from tasks.delivery import TrackingQueue
 from tasks.generation import WORKER_RUNS
@@ -113,11 +114,12 @@ class RunAttempt:
                    "mlflow_run_url": tracker.run_url if tracker else None, "prefect_flow_run_id": _flow_run("id"),
                    "group_placements": self.placements, **({"stopped_by": hooks.stopped_by} if hooks else {})}
         lineage = [e.to_dict() for e in evo.population.lineage]
+        found_yaml = _record_found(prepared, lineage, choice.member.member_id, space_names, summary)
         with tempfile.TemporaryDirectory(prefix="agilerl-end-") as tmp:
             tracked = False
             if tracker is not None and not self.pending:  # the pictures are rendered into tmp beside the champion's logging
                 elite_dir = save_member(Path(tmp) / "member", choice.member, evo.arena.env_desc)
-                tracked = _track_end(tracker, evo, lineage, space_names, elite_dir, summary, tmp, logger)
+                tracked = _track_end(tracker, evo, lineage, space_names, elite_dir, summary, tmp, logger, found_yaml)
             if tracker is not None and not tracked:
                 self.end_pending = True
                 summary["tracking_pending"] = {"generations": self.pending, "end": True}
@@ -162,14 +164,33 @@ def end_finished_run(prepared: PreparedRun, finished: dict[str, Any], logger) ->
     return {**finished, "already_finished": True}
 
 
+def _record_found(prepared: PreparedRun, lineage: list[dict], member_id: int, space_names: list[str],
+                  summary: dict[str, Any]) -> str:
+    """What the run found (the champion's hyperparameters and their moves) into `summary`, and the config that
+    re-runs from them stored beside the run (``found_config.yaml``); returns that file's text."""
+    store = prepared.store
+    found = found_hyperparameters(lineage, member_id, space_names)
+    text = rerun_yaml(rerun_data(prepared.cfg), found["values"], prepared.run_id)
+    key = store.key(FOUND_CONFIG)
+    store.storage.put_bytes(key, text.encode())
+    summary.update(found=found, found_config_uri=store.storage.url(key))
+    return text
+
+
+def _stored_found_yaml(store: RunStore) -> str | None:
+    key = store.key(FOUND_CONFIG)
+    return store.storage.get_bytes(key).decode() if store.storage.exists(key) else None
+
+
 def _track_end(tracker: Tracker, evo: Evolution, lineage: list[dict], space_names: list[str], elite_dir: Path,
-               summary: dict[str, Any], tmp: str, logger) -> bool:
-    """The run's ending in MLflow: lineage table and pictures, the champion logged, registered and (by policy)
-    promoted; `summary` updated. False when the tracking server failed (the summary then marks it pending)."""
+               summary: dict[str, Any], tmp: str, logger, found_yaml: str | None = None) -> bool:
+    """The run's ending in MLflow: lineage table and pictures, what it found, the champion logged, registered
+    and (by policy) promoted; `summary` updated. False when the tracking server failed (the summary then marks
+    it pending)."""
     signature, example = champion_io(evo.arena)
     try:
         summary.update(log_run_end_task(tracker, lineage, space_names, str(elite_dir), summary, tmp, signature,
-                                        example))
+                                        example, found_yaml))
     except Exception as err:
         logger.warning("run %s: logging the run's end to %s failed: %s", tracker.run_id, tracker.uri, err)
         return False
@@ -181,6 +202,9 @@ def _pending_message(tracker: Tracker, run_id: str, storage_uri: str, pending: l
     return (f"run {run_id} finished, but the tracking server {tracker.uri} did not take everything: {gens}the "
             f"lineage and the champion model are not logged yet (nothing is lost: they are in storage). Once the "
             f"server is back, `agilerl-flow resume {run_id} --storage {storage_uri}` delivers them, each exactly once")
+
+
+FOUND_CONFIG = "found_config.yaml"  # beside summary.json in the run's storage
 
 
 def _spill_key(store: RunStore, generation: int) -> str:
@@ -238,7 +262,8 @@ def _deliver_pending(prepared: PreparedRun, summary: dict[str, Any], logger) -> 
                                              (summary.get("champion") or {}).get("fitness"),
                                              (summary.get("champion") or {}).get("input_fitness")))
             tracker.log_lineage(lineage, space_names, tmp)
-        elif not _track_end(tracker, evo, lineage, space_names, elite_dir, summary, tmp, logger):
+        elif not _track_end(tracker, evo, lineage, space_names, elite_dir, summary, tmp, logger,
+                            _stored_found_yaml(store)):
             raise TrackingError(f"run {run_id}: the tracking server {tracker.uri} failed while the run's end was "
                                 f"delivered; run `agilerl-flow resume {run_id} --storage {store.storage.uri}` again")
     _describe(tracker, run_description(cfg, run_id, store.uri, summary, _flow_run("ui_url")), logger)

@@ -17,6 +17,7 @@ from typing import Any
 from agilerl_core.api.callbacks import CallbackHooks
 from agilerl_core.evolution import Evolution
 from agilerl_core.experiment import build_evolution, new_run_id
+from agilerl_core.hpo.found import config_data
 from agilerl_core.io.lease import LeaseKeeper
 from agilerl_core.io.run_store import RunStore, check_run_id
 from agilerl_core.io.storage import storage_from_config
@@ -32,6 +33,16 @@ def stored_config(cfg: PipelineConfig) -> dict[str, Any]:
     for dotted in SECRET_FIELDS:
         section, name = dotted.split(".")
         data[section].pop(name, None)
+    return data
+
+
+def rerun_data(cfg: PipelineConfig) -> dict[str, Any]:
+    """The config as a user would write it (fields away from their defaults), secrets removed: what a run's
+    ``found_config.yaml`` starts from."""
+    data = config_data(cfg)
+    for dotted in SECRET_FIELDS:
+        section, name = dotted.split(".")
+        data.get(section, {}).pop(name, None)
     return data
 
 

@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from agilerl_core.hpo.found import found_words
 from agilerl_core.train_metrics import headline
 from tasks.config import PipelineConfig
 from tasks.reports import member_rows
@@ -90,9 +91,11 @@ def end_line(summary: dict[str, Any], target: float | None = None) -> str:
     why = (f"reached its target fitness {target:g} after {summary['global_steps']:,} of {summary['max_env_steps']:,} "
            f"budgeted steps" if summary.get("reached_target") and target is not None else
            f"stopped by callback {summary['stopped_by']}" if summary.get("stopped_by") else "spent its step budget")
+    found = summary.get("found")
     return (f"run {summary['run_id']} finished ({why}): best fitness {summary['best_fitness']:.2f} over "
             f"{summary['generations']} generations, {summary['global_steps']:,} steps in {summary['wall_s']:.1f} s; "
-            f"champion checkpoint {summary['elite_uri']}; {champion_words(summary)}")
+            f"champion checkpoint {summary['elite_uri']}; {champion_words(summary)}"
+            + (f"\nfound: {found_words(found)}; its config with them: {summary['found_config_uri']}" if found else ""))
 
 
 def generation_rows(population, stats: dict[str, Any], space_names: list[str]) -> list[dict[str, Any]]:

@@ -28,6 +28,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from agilerl_core.errors import TrackingError
+from agilerl_core.hpo.found import found_words
 from tasks.artifacts import champion_words, subject
 from tasks.config import PipelineConfig
 from tasks.registry import ModelRegistry
@@ -79,9 +80,12 @@ def run_description(cfg: PipelineConfig, run_id: str, storage_uri: str, summary:
         lines += ["", "Running: the metrics `best_fitness` and `mean_fitness` grow a point per generation; each "
                       "slot of the population is a child run (`slot-N · " + run_id + "`)."]
     else:  # the result first: the UI shows a description's first lines before "Show more"
+        found = summary.get("found")
         lines = [f"Best fitness **{summary['best_fitness']:.2f}** over {summary['generations']} generations "
                  f"({summary['global_steps']:,} steps, {summary['wall_s']:.0f} s). Champion: "
                  f"{champion_words(summary)}.", "",
+                 *([f"Found: {found_words(found)}. Params `found.*`; the artifact `found/found_config.yaml` "
+                    f"re-runs from them.", ""] if found else []),
                  *lines, "", "Lineage: the artifacts `lineage/family_tree.png` (who descends from whom, edges coloured by "
                       "the mutation that made each child, the elite's line in red), `lineage/hp_schedules.png` and "
                       "`lineage/lineage.json`. Compare the slots: the child runs `slot-N · " + run_id + "` "
@@ -223,6 +227,16 @@ class Tracker(ModelRegistry):
         for picture in render_lineage(lineage, hp_names, out_dir, self.cfg.name):
             self.client.log_artifact(self.parent_id, str(picture), "lineage")
 
+    def log_found(self, found: dict[str, Any], found_yaml: str | None) -> None:
+        """What the run found on the parent run: the champion's hyperparameters as params ``found.NAME``, the
+        whole record (moves along its line, the population's spread) and the config that re-runs from them."""
+        params = [Param(f"found.{n}", str(v)) for n, v in found["values"].items()]
+        for i in range(0, len(params), 100):
+            self.client.log_batch(self.parent_id, params=params[i: i + 100], synchronous=True)
+        self.client.log_dict(self.parent_id, found, "found/found_hyperparameters.json")
+        if found_yaml is not None:
+            self.client.log_text(self.parent_id, found_yaml, "found/found_config.yaml")
+
     # ---- where a person finds things ---------------------------------------------------------------------
     @property
     def run_url(self) -> str | None:
@@ -261,11 +275,13 @@ class Tracker(ModelRegistry):
 
 @task(name="log-run-end", cache_policy=NO_CACHE)  # not retried: registering the champion twice makes two versions
 def log_run_end_task(tracker: Tracker, lineage: list[dict[str, Any]], hp_names: list[str], elite_dir: str,
-                     summary: dict[str, Any], report_dir: str, signature: Any = None, input_example: Any = None
-                     ) -> dict[str, Any]:
-    """Lineage table and pictures (rendered into `report_dir`) on the parent run; the elite as a registered
-    model aliased champion. The two run side by side: rendering the pictures is CPU work, logging the model
-    mostly waits on the server."""
+                     summary: dict[str, Any], report_dir: str, signature: Any = None, input_example: Any = None,
+                     found_yaml: str | None = None) -> dict[str, Any]:
+    """Lineage table and pictures (rendered into `report_dir`) and what the run found on the parent run; the
+    elite as a registered model aliased champion. The two run side by side: rendering the pictures is CPU work,
+    logging the model mostly waits on the server."""
+    if summary.get("found"):
+        tracker.log_found(summary["found"], found_yaml)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="agilerl-lineage") as pool:
         lineage_done = pool.submit(tracker.log_lineage, lineage, hp_names, report_dir)
         champion = tracker.log_champion(Path(elite_dir), summary, signature, input_example)

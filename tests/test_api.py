@@ -43,6 +43,10 @@ def test_evolve_with_an_env_class_is_deterministic_and_its_elite_acts_as_loaded(
     b = ac.evolve(corridor_config(output_dir=str(tmp_path / "b")), env=lambda: Corridor(), progress=False)
     assert [h.fitnesses for h in a.history] == [h.fitnesses for h in b.history]
     assert a.config.env_id == "<Corridor>" and b.config.env_id == "<lambda>"
+    # what the run found, as a study's best_params: the champion's values and the config that re-runs from them
+    assert a.best_params == a.found["values"] and set(a.best_params) >= {"lr", "batch_size"}
+    assert a.found["member_id"] == a.best.member_id and a.found_config == a.run_dir / "found_config.yaml"
+    assert a.found_config.read_text().startswith("# What run")
     assert len(a.population) == 3 and a.elite.fitness == max(p.fitness for p in a.population)
     obs = np.eye(6, dtype=np.float32)
     batch = a.elite.predict(obs)

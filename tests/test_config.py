@@ -56,7 +56,8 @@ def test_bad_fields_are_named(data, pattern):
     ({"env_id": "CartPole-v1", "algorithm": "td3"}, r"algorithm: td3 needs Box actions, but CartPole-v1 has "
                                                      r"Discrete\(2\); use one of dqn, ppo, rainbow"),
     ({"env_kwargs": {"no_such_arg": 1}}, r"env_kwargs: gymnasium\.make\('CartPole-v1', \*\*env_kwargs\) failed"),
-    ({"hyperparameters.lr": 0.5}, r"hyperparameters\.lr: initial value 0\.5 lies outside hp_space\.lr bounds"),
+    ({"hyperparameters.lr": 0.5, "hp_space": {"lr": {"min": 1e-4, "max": 1e-2}}},
+     r"hyperparameters\.lr: initial value 0\.5 lies outside hp_space\.lr bounds"),
     ({"network.cnn.kernel_sizes": [9], "network.cnn.channels": [8], "network.cnn.strides": [1],
       "env_id": "agilerl_test/Image-v0"}, r"network\.cnn: kernels \[9\] .* leave no output"),
 ])

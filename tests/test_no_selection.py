@@ -69,3 +69,26 @@ def test_a_run_without_evolution_is_deterministic():
 def test_periods_belong_to_multi_frequency_only():
     with pytest.raises(ConfigError, match=r"selection\.periods: only multi_frequency"):
         tiny_config(**{"selection.method": "none", "selection.periods": [1, 2]})
+
+
+def test_every_nth_evaluation_evolves_and_the_ones_between_carry_on():
+    """``selection.every`` (issue 67 item 5): evaluated every generation, selected and mutated after every N-th
+    evaluation only, so a short evo_steps judges the population early without selecting on every short phase."""
+    from agilerl_core.hpo.tournament import EveryNth
+
+    cfg = tiny_config(population_size=3, max_env_steps=3600, **{"selection.every": 3}, **EAGER)
+    evo = build_evolution(cfg)
+    assert isinstance(evo.settings.selection, EveryNth) and evo.settings.selection.every == 3
+    for _ in range(6):
+        evo.run_generation()
+        evo.evolve()
+    by_gen: dict[int, list[str]] = {}
+    for e in evo.population.lineage:
+        by_gen.setdefault(e.generation, []).append(e.mutation)
+    for gen in (1, 2, 4, 5):  # born after evaluations 0, 1, 3, 4: carried on
+        assert by_gen[gen] == ["kept"] * 3, (gen, by_gen[gen])
+    for gen in (3, 6):  # born after evaluations 2 and 5: a tournament, the elite in slot 0, the rest mutated
+        assert by_gen[gen][0] == "elite" and all(m != "kept" for m in by_gen[gen][1:]), (gen, by_gen[gen])
+    assert type(selection_of(tiny_config())).__name__ == "TournamentSelection"  # every: 1 is the plain tournament
+    with pytest.raises(ConfigError, match="selection.every: only tournament selection"):
+        tiny_config(**{"selection.method": "multi_frequency", "selection.every": 2})

@@ -130,6 +130,40 @@ def test_mlflow_has_params_metrics_lineage_and_no_secret(servers, threads_run):
         assert secret not in log.read_text(errors="replace"), log
 
 
+def test_the_run_hands_over_what_it_found(servers, threads_run):
+    """Issue 67 item 6: the summary, the MLflow parent run and the CLI's last lines give the champion's
+    hyperparameters, and the run stores the config that re-runs from them (no secret in it)."""
+    import yaml
+    from mlflow.tracking import MlflowClient
+
+    from agilerl_core.algorithms.saved import load_member
+    from tasks.config import validate_config
+
+    s = threads_run["summary"]
+    found = s["found"]
+    assert found["member_id"] == s["champion"]["member_id"] and set(found["values"]) >= {"lr", "batch_size", "gamma"}
+    assert s["found_config_uri"] == "s3://agilerl/runs/threads-run/found_config.yaml"
+    store = _store(servers, "threads-run")
+    text = store.storage.get_bytes(store.key("found_config.yaml")).decode()
+    assert servers.credentials()["secret_access_key"] not in text and "access_key" not in text
+    again = validate_config(yaml.safe_load(text))
+    assert {n: getattr(again.hyperparameters, n) for n in found["values"]} == found["values"]
+    assert again.hp_init.method == "config" and again.seed == 5
+    elite_dir = Path(threads_run["tmp"]) / "found-elite"
+    store.storage.download_dir(store.key("elite"), elite_dir)
+    elite, _ = load_member(elite_dir)  # the registered champion is the member whose values these are
+    assert {n: getattr(elite.agent.hp, n) for n in found["values"]} == found["values"]
+    client = MlflowClient(servers.mlflow_url)
+    parent = client.get_run(s["mlflow_run_id"])
+    assert {k: v for k, v in parent.data.params.items() if k.startswith("found.")} == \
+        {f"found.{n}": str(v) for n, v in found["values"].items()}
+    arts = {a.path for a in client.list_artifacts(parent.info.run_id, "found")}
+    assert arts == {"found/found_hyperparameters.json", "found/found_config.yaml"}
+    assert "Found: member" in parent.data.tags["mlflow.note.content"]
+    assert f"found: member {found['member_id']}'s hyperparameters" in threads_run["stderr"]
+    assert s["found_config_uri"] in threads_run["stderr"]
+
+
 def test_registered_champion_loads_and_acts(servers, threads_run, monkeypatch):
     import gymnasium as gym
     import mlflow

@@ -66,7 +66,8 @@ def test_a_member_trains_the_same_alone_and_in_a_group(backend):
 
 
 @pytest.mark.parametrize("algorithm,backend", [("dqn", "gymnasium"), ("dqn", "torch"), ("td3", "torch"),
-                                               ("sac", "gymnasium"), ("rainbow", "gymnasium"), ("rainbow", "torch")])
+                                               ("sac", "gymnasium"), ("rainbow", "gymnasium"), ("rainbow", "torch"),
+                                               ("td3-pink", "torch"), ("sac-pink", "gymnasium")])
 def test_an_off_policy_member_collects_and_learns_the_same_alone_and_in_a_group(algorithm, backend):
     """One env step for the group, exploration drawn on the device (epsilon-greedy; Gaussian or OU noise;
     SAC's samples and warm-up actions), one staging write for every slot, every member's minibatch in one
@@ -74,7 +75,13 @@ def test_an_off_policy_member_collects_and_learns_the_same_alone_and_in_a_group(
     own = {"dqn": {"hyperparameters.eps_decay_steps": 200},
            "td3": {"env_id": "Pendulum-v1", "hyperparameters.noise_type": "ou", "hyperparameters.random_steps": 40},
            "sac": {"env_id": "Pendulum-v1", "hyperparameters.random_steps": 40},
-           "rainbow": {"hyperparameters.n_step": 3}}[algorithm]  # n-step windows for the group's envs at once
+           "rainbow": {"hyperparameters.n_step": 3},  # n-step windows for the group's envs at once
+           # colored noise: whole sequences drawn at once, a new one every noise_length steps (here within the phase)
+           "td3-pink": {"env_id": "Pendulum-v1", "hyperparameters.noise_type": "pink",
+                        "hyperparameters.noise_length": 10, "hyperparameters.random_steps": 8},
+           "sac-pink": {"env_id": "Pendulum-v1", "hyperparameters.noise_type": "pink",
+                        "hyperparameters.noise_length": 10, "hyperparameters.random_steps": 8}}[algorithm]
+    algorithm = algorithm.removesuffix("-pink")
     cfg = tiny_config(algorithm=algorithm, env_backend=backend, population_size=3, evo_steps=96,
                       **{"hyperparameters.learning_delay": 32, **own})
     if (algorithm, backend) == ("rainbow", "torch"):  # a member whose n-step windows fill first earns its first

@@ -54,6 +54,22 @@ class EvolveResult:
         """The best evaluation of any member in any generation."""
         return self.run.best_fitness
 
+    @property
+    def best_params(self) -> dict[str, Any]:
+        """The champion's mutable hyperparameters (as an Optuna study's ``best_params``); :attr:`found` has how
+        they moved along its line and where the final population stands."""
+        return dict((self.run.found or {}).get("values", {}))
+
+    @property
+    def found(self) -> dict[str, Any] | None:
+        """What the run found (:func:`agilerl_core.hpo.found.found_hyperparameters`)."""
+        return self.run.found
+
+    @property
+    def found_config(self) -> Path | None:
+        """The config that re-runs from :attr:`best_params` (``run_dir/found_config.yaml``)."""
+        return Path(self.run.found_config_uri) if self.run.found_config_uri else None
+
 
 def resolve_config(config: Any, overrides: dict[str, Any] | None = None, env: Any = None,
                    kinds: ConfigKinds = ENGINE_KINDS, leave_out: tuple[str, ...] = PIPELINE_SECTIONS

@@ -162,10 +162,19 @@ def torch_device(requested: str, tf32: bool = False) -> str:
 
 def checked_space(cfg, algo_cls) -> HyperparameterSpace:
     """The members' mutable hyperparameters (the algorithm's space with the config's overrides); a
-    ConfigError when an initial value lies outside its bounds."""
-    space = merge_space(algo_cls.hp_model.default_space, cfg.hp_space)
-    for name, spec in space.items():
+    ConfigError when an initial value lies outside bounds the config declared. An algorithm's default entry
+    stretches to hold the config's value (or is left out where its kind cannot: a log scale at zero, an
+    option switched off with None), so a config needs no hp_space to run."""
+    space = merge_space(algo_cls.hp_model.preset_space(getattr(cfg, "hp_space_preset", "default")), cfg.hp_space)
+    for name, spec in list(space.items()):
         value = getattr(cfg.hyperparameters, name)
+        if name not in cfg.hp_space:
+            widened = None if value is None else spec.widened_to(float(value))
+            if widened is None:
+                del space[name]
+            else:
+                space[name] = widened
+            continue
         if not spec.min <= value <= spec.max:
             raise ConfigError(f"hyperparameters.{name}: initial value {value} lies outside hp_space.{name} "
                               f"bounds [{spec.min}, {spec.max}]; change one of them")

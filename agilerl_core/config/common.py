@@ -50,12 +50,28 @@ class MutationConfig(_Strict):
     parameter_strength: float = Field(0.1, ge=0, description="Noise std relative to each tensor's std.")
     activation: float = Field(0.0, ge=0, description="Weight of an activation change.")
     rl_hp: float = Field(0.2, ge=0, description="Weight of an RL hyperparameter mutation.")
+    hp_resample: float = Field(0.0, ge=0, le=1, description="Share of hyperparameter mutations that draw the "
+                                                            "value afresh from its whole hp_space range (PBT's "
+                                                            "resample) instead of scaling it up or down.")
 
     @model_validator(mode="after")
     def _some(self) -> MutationConfig:
         if self.no_mutation + self.architecture + self.parameters + self.activation + self.rl_hp <= 0:
             raise ValueError("at least one mutation weight must be positive")
         return self
+
+
+class HpInitConfig(_Strict):
+    """Where the first generation's hyperparameters come from. Slot 0 always starts at the config's values, so
+    the population holds the setting the user wrote; the others start where `method` says."""
+
+    method: Literal["config", "spread", "sample"] = Field(
+        "config", description="config: every member at the config's values; spread: each mutable value "
+                              "(hp_space) scaled by a factor drawn log-uniformly in [1/spread, spread] "
+                              "(a discount such as gamma: 1 - value), within its bounds; sample: each drawn "
+                              "from its whole hp_space range (log-uniformly for log-scaled ones and ints from "
+                              "1, as PBT starts).")
+    spread: float = Field(2.0, gt=1, description="spread: the largest factor a first value moves by.")
 
 
 class TournamentConfig(_Strict):
@@ -76,6 +92,9 @@ class SelectionConfig(_Strict):
                                   "after every periods[i]-th evaluation (MF-PBT); none: evolution off, every "
                                   "member continues itself unmutated (K independent learners sharing their "
                                   "experience as usual), to measure what evolution adds on an env.")
+    every: int = Field(1, ge=1, description="tournament: select and mutate after every N-th evaluation only; in "
+                                            "between every member carries on (evaluate often, e.g. a short "
+                                            "evo_steps, while selection still sees N generations of learning).")
     periods: list[Annotated[int, Field(ge=1)]] = Field(
         default_factory=lambda: [1, 4], description="multi_frequency: generations between the evolutions of each "
                                                     "subpopulation (one entry per subpopulation, slots split "
@@ -162,7 +181,16 @@ class _ExperimentBase(_Strict):
     population_size: int = Field(4, ge=1, description="Members in the population.")
     hp_space: dict[str, HyperparameterSpec | dict[str, Any] | None] = Field(
         default_factory=dict, description="Overrides of the algorithm's mutable hyperparameters (null removes one).")
+    hp_space_preset: Literal["default", "wide"] = Field(
+        "default", description="The mutable space hp_space starts from: default (learning rates, batch sizes, "
+                               "update rhythm) or wide (also what rl-zoo3's samplers search that a member can "
+                               "change mid-run: gamma, GAE lambda, tau, the exploration schedule and noise, "
+                               "loss coefficients, minibatches).")
     mutation: MutationConfig = Field(default_factory=MutationConfig, description="Mutation probabilities.")
+    hp_init: HpInitConfig = Field(default_factory=HpInitConfig, description="The first generation's "
+                                                                           "hyperparameters: the config's, "
+                                                                           "spread around them, or sampled "
+                                                                           "from hp_space.")
     tournament: TournamentConfig = Field(default_factory=TournamentConfig, description="Tournament selection's "
                                                                                       "settings.")
     selection: SelectionConfig = Field(default_factory=SelectionConfig, description="Selection method: "
@@ -222,6 +250,10 @@ class _ExperimentBase(_Strict):
             raise ValueError(f"selection.periods: {len(sel.periods)} subpopulations need at least as many members; "
                              f"population_size is {self.population_size}: list at most {self.population_size} "
                              "periods or raise population_size")
+        if sel.method != "tournament" and sel.every != 1:
+            raise ValueError("selection.every: only tournament selection evolves every N-th generation "
+                             "(multi_frequency has periods; none never evolves); set selection.method: tournament "
+                             "or drop every")
         if sel.method != "multi_frequency" and sel.periods != SelectionConfig().periods:
             raise ValueError("selection.periods: only multi_frequency selection has subpopulations; set "
                              "selection.method: multi_frequency or drop periods")

@@ -58,7 +58,7 @@ def normalise_algorithm(name: str) -> str:
 
 def _complete_space(algo: str, overrides: dict[str, Any]) -> dict[str, Any]:
     model = ALGORITHMS[algo].hp_model
-    known = model.default_space
+    known = model.preset_space("wide")  # a partial override completes from the widest declaration
     numeric = {n for n, f in model.model_fields.items() if f.annotation in (int, float)} - model.fixed_fields
     out = {}
     for name, spec in overrides.items():

@@ -21,19 +21,20 @@ class Mutations:
     """
 
     def __init__(self, weights: dict[str, float], new_layer_share: float, parameter_strength: float,
-                 space: HyperparameterSpace, bounds: Any) -> None:
+                 space: HyperparameterSpace, bounds: Any, resample: float = 0.0) -> None:
         self.weights = np.array([float(weights.get(k, 0.0)) for k in MUTATION_KINDS])
         if self.weights.sum() <= 0:
             raise ValueError("at least one mutation weight must be positive")
         self.probs = self.weights / self.weights.sum()
         self.settings = MutationSettings(new_layer_share, parameter_strength, bounds)
         self.space = dict(space)
+        self.resample = float(resample)  # share of hyperparameter mutations drawn afresh from the whole range
 
     @classmethod
     def from_config(cls, mut, space: HyperparameterSpace, bounds: Any) -> Mutations:
         weights = {"none": mut.no_mutation, **{k: getattr(mut, k, 0.0) for k in MUTATION_KINDS if k != "none"}}
         return cls(weights, getattr(mut, "new_layer_share", 0.0), getattr(mut, "parameter_strength", 0.0), space,
-                   bounds)
+                   bounds, getattr(mut, "hp_resample", 0.0))
 
     def _probs(self, supported: frozenset[str]) -> np.ndarray:
         if supported.issuperset(MUTATION_KINDS):
@@ -70,6 +71,10 @@ class Mutations:
         names = sorted(self.space)
         name = names[int(rng.integers(len(names)))]
         old = getattr(member.hp, name)
-        new = self.space[name].mutate(float(old), rng)
+        # drawn only when resampling is on, so a run without it draws exactly as before
+        if self.resample > 0 and rng.random() < self.resample:
+            new, how = self.space[name].sample(rng), "~"
+        else:
+            new, how = self.space[name].mutate(float(old), rng), "="
         member.set_hyperparameter(name, new)
-        return f"hp:{name}={new:.6g}"
+        return f"hp:{name}{how}{new:.6g}"

@@ -82,3 +82,28 @@ class NoSelection:
     def second_parent(self, fitnesses: list[float], first: int, rng: np.random.Generator) -> int:
         """No crossover partner: nothing is mutated."""
         return first
+
+
+class EveryNth:
+    """A selection that evolves after every `every`-th evaluation only (``selection.every``): in between, every
+    slot carries its own member on, so the population is judged more often than it is selected (an off-policy
+    run's first evaluation comes after a short generation, not a long one) while selection sees as many steps
+    of learning between evolutions as before."""
+
+    def __init__(self, inner: TournamentSelection | NoSelection, every: int) -> None:
+        if every < 1:
+            raise ValueError("selection.every must be >= 1")
+        self.inner, self.every = inner, every
+        self.elitism = inner.elitism
+
+    def evolves_after(self, generation: int) -> bool:
+        """Whether the evolution after generation `generation`'s evaluation selects and mutates."""
+        return (generation + 1) % self.every == 0
+
+    def plan(self, fitnesses: list[float], generation: int, rng: np.random.Generator) -> list[Placement]:
+        if not self.evolves_after(generation):
+            return NoSelection().plan(fitnesses, generation, rng)
+        return self.inner.plan(fitnesses, generation, rng)
+
+    def second_parent(self, fitnesses: list[float], first: int, rng: np.random.Generator) -> int:
+        return self.inner.second_parent(fitnesses, first, rng)

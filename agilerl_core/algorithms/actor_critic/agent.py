@@ -59,8 +59,9 @@ class ContinuousActorCritic(RLAlgorithm):
     def batch_key(self) -> tuple:
         """Members with equal keys learn as one group: the same network structure (widths may differ), the
         same critics and target schedule; rates, gamma, tau, noise and policy_freq are per member."""
+        pink = getattr(self.hp, "noise_type", None) == "pink"  # colored noise draws whole sequences: one kind per group
         return self._group_key(self.online_networks, self.delayed_targets, self.hp.max_grad_norm,
-                               self.obs_norm is not None)
+                               self.obs_norm is not None, (pink, self.hp.noise_length if pink else None))
 
 
 

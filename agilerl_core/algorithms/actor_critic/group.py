@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from agilerl_core.algorithms.actor_critic.colored import ColoredNoise
 from agilerl_core.algorithms.actor_critic.maths import LOG_STD_MAX, LOG_STD_MIN, squashed_log_prob
 from agilerl_core.algorithms.group import ReplayGroup, StackedRows, actor_turns, clipped_step, gradients
 from agilerl_core.algorithms.optim import adam_update_stacked_
@@ -115,6 +116,14 @@ class ActorCriticGroup(ReplayGroup):
         return None
 
 
+def colored_noise(group: ActorCriticGroup) -> ColoredNoise | None:
+    """The group's pink exploration noise when its members asked for it (``noise_type: pink``), else None."""
+    first = group.agents[0].hp
+    if getattr(first, "noise_type", None) != "pink":
+        return None
+    return ColoredNoise(first.noise_length, group.hp_tensor("noise_beta").view(-1, 1, 1, 1))
+
+
 class TD3Group(ActorCriticGroup):
     """TD3 and DDPG members."""
 
@@ -123,6 +132,7 @@ class TD3Group(ActorCriticGroup):
         self.noise, self.noise_clip = self.hp_tensor("target_noise"), self.hp_tensor("target_noise_clip")
         self.ou = torch.tensor([a.hp.noise_type == "ou" for a in self.agents], device=self.device).view(-1, 1, 1)
         self.ou_state: torch.Tensor | None = None  # each member's OU process per env [K, N, A] (0: Gaussian)
+        self.pink = colored_noise(self)
 
     def episodes_done(self, done: torch.Tensor) -> None:
         if self.ou_state is not None:  # an ended episode's OU process starts again from 0
@@ -140,6 +150,8 @@ class TD3Group(ActorCriticGroup):
         scale, theta, dt = (self.hp_tensor(name).view(k, 1, 1) for name in ("expl_noise", "ou_theta", "ou_dt"))
         self.metrics.last(noise_scale=scale)
         z, u = self.stream.normal(n, a), self.stream.uniform(n, a)
+        if self.pink is not None:  # a group is all pink or none (the batch key)
+            z = self.pink.next(self.stream, n, a)
         stepped = self.ou_state - theta * self.ou_state * dt + scale * dt.sqrt() * z
         self.ou_state = torch.where(self.ou, stepped, 0.0)
         act = (greedy + torch.where(self.ou, stepped, scale * z)).clamp(-1.0, 1.0)
@@ -189,6 +201,7 @@ class SACGroup(ActorCriticGroup):
         self.alpha_adam = torch.stack([a.alpha_adam for a in self.agents])  # each member's temperature Adam
         self.lr_alpha = self.hp_tensor("lr_alpha")
         self.auto_entropy = [bool(a.hp.auto_entropy) for a in self.agents]
+        self.pink = colored_noise(self)
 
     def distribution(self, name: str, obs) -> tuple[torch.Tensor, torch.Tensor]:
         """(mean, clamped log std) [K, B, dim] of actor `name`."""
@@ -213,6 +226,8 @@ class SACGroup(ActorCriticGroup):
         mean, log_std = self.distribution("actor", obs)
         k, n, a = mean.shape
         z, u = self.stream.normal(n, a), self.stream.uniform(n, a)
+        if self.pink is not None:  # a group is all pink or none (the batch key)
+            z = self.pink.next(self.stream, n, a)
         warm = (self.env_steps() < self.random_steps).view(k, 1, 1)
         return torch.where(warm, 2.0 * u - 1.0, torch.tanh(mean + log_std.exp() * z))
 

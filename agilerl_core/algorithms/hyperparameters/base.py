@@ -20,6 +20,14 @@ ACTOR_CRITIC_SPACE: HyperparameterSpace = {
     "learn_step": HyperparameterSpec(min=1, max=16, kind="int", grow=1.5, shrink=0.75),
 }
 
+# What the zoo's Optuna samplers search beside the rates, where a member can change it mid-run (hyperparameters
+# the group reads per member: never one that sizes a buffer or a network, or one in the group's batch key).
+# A discount moves its horizon 1 / (1 - value) by 1.5x either way per mutation; a config value outside these
+# default bounds stretches them (or, where the kind cannot hold it, e.g. an entropy bonus of 0 on a log scale,
+# leaves that one out): only bounds the config declares in hp_space refuse an initial value outside them.
+GAMMA = HyperparameterSpec(min=0.9, max=0.9999, kind="discount", grow=1.5, shrink=1 / 1.5)
+TAU = HyperparameterSpec(min=5e-4, max=0.1, kind="log", grow=1.5, shrink=1 / 1.5)
+
 
 class BaseHyperparameters(BaseModel):
     """What every algorithm's hyperparameters share (RL agents and language models alike)."""
@@ -28,9 +36,19 @@ class BaseHyperparameters(BaseModel):
 
     algorithm_name: ClassVar[str]
     default_space: ClassVar[HyperparameterSpace] = {}  # the mutable ones, declared as data
+    # what else a member can change mid-run, as wide as rl-zoo3's samplers search (``hp_space_preset: wide``)
+    wide_extra: ClassVar[HyperparameterSpace] = {}
     # structural: they size the shared buffer or the networks' outputs, so they never mutate
     fixed_fields: ClassVar[frozenset[str]] = frozenset({"buffer_size", "n_step", "num_atoms", "v_min", "v_max",
                                                         "rollout_steps", "obs_norm_clip"})
+
+    @classmethod
+    def preset_space(cls, preset: str = "default") -> HyperparameterSpace:
+        """The mutable space a config starts from: ``default`` (the rates and batch sizes) or ``wide`` (also
+        :attr:`wide_extra`: discounts, target rates, exploration schedules and noise, loss coefficients)."""
+        if preset not in ("default", "wide"):
+            raise ValueError(f"hp_space_preset: {preset!r} is not default or wide")
+        return {**cls.default_space, **cls.wide_extra} if preset == "wide" else dict(cls.default_space)
 
     @model_validator(mode="before")
     @classmethod

@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from agilerl_core.algorithms.hyperparameters.base import OffPolicyHyperparameters
+from agilerl_core.algorithms.hyperparameters.base import GAMMA, TAU, OffPolicyHyperparameters
 from agilerl_core.hpo.space import LEARNING_RATE, HyperparameterSpace, HyperparameterSpec
 
 
@@ -19,6 +19,12 @@ class DQNHyperparameters(OffPolicyHyperparameters):
         "lr": LEARNING_RATE,
         "batch_size": HyperparameterSpec(min=32, max=512, kind="int", grow=1.5, shrink=0.75),
         "learn_step": HyperparameterSpec(min=1, max=16, kind="int", grow=1.5, shrink=0.75),
+    }
+    wide_extra: ClassVar[HyperparameterSpace] = {
+        "gamma": GAMMA,
+        "tau": TAU,
+        "eps_end": HyperparameterSpec(min=1e-3, max=0.2, kind="log", grow=1.5, shrink=1 / 1.5),
+        "eps_decay_steps": HyperparameterSpec(min=1_000, max=200_000, kind="int", grow=1.5, shrink=0.75),
     }
 
     lr: float = Field(1e-3, gt=0, description="Adam learning rate.")

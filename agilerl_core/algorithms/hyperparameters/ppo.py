@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from agilerl_core.algorithms.hyperparameters.base import Hyperparameters
+from agilerl_core.algorithms.hyperparameters.base import GAMMA, Hyperparameters
 from agilerl_core.hpo.space import LEARNING_RATE, HyperparameterSpace, HyperparameterSpec
 
 
@@ -18,6 +18,13 @@ class PPOHyperparameters(Hyperparameters):
         "lr": LEARNING_RATE,
         "clip_coef": HyperparameterSpec(min=0.05, max=0.4, kind="float", grow=1.2, shrink=0.8),
         "update_epochs": HyperparameterSpec(min=1, max=10, kind="int", grow=1.5, shrink=0.75),
+    }
+    wide_extra: ClassVar[HyperparameterSpace] = {
+        "gamma": GAMMA,
+        "gae_lambda": HyperparameterSpec(min=0.8, max=0.995, kind="discount", grow=1.5, shrink=1 / 1.5),
+        "ent_coef": HyperparameterSpec(min=1e-8, max=0.1, kind="log", grow=2.0, shrink=0.5),
+        "vf_coef": HyperparameterSpec(min=0.1, max=1.0, kind="float", grow=1.2, shrink=0.8),
+        "num_minibatches": HyperparameterSpec(min=1, max=16, kind="int", grow=1.5, shrink=0.75),
     }
 
     lr: float = Field(3e-4, gt=0, description="Adam learning rate (actor and critic).")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from agilerl_core.algorithms.hyperparameters.base import ACTOR_CRITIC_SPACE, OffPolicyHyperparameters
+from agilerl_core.algorithms.hyperparameters.base import ACTOR_CRITIC_SPACE, GAMMA, TAU, OffPolicyHyperparameters
 from agilerl_core.hpo.space import HyperparameterSpace
 
 
@@ -16,6 +16,7 @@ class SACHyperparameters(OffPolicyHyperparameters):
 
     algorithm_name: ClassVar[str] = "sac"
     default_space: ClassVar[HyperparameterSpace] = ACTOR_CRITIC_SPACE
+    wide_extra: ClassVar[HyperparameterSpace] = {"gamma": GAMMA, "tau": TAU}
 
     batch_size: int = Field(256, ge=1, description="Transitions per gradient step.")
     lr_actor: float = Field(3e-4, gt=0, description="Actor Adam learning rate.")
@@ -26,3 +27,11 @@ class SACHyperparameters(OffPolicyHyperparameters):
     target_entropy: float | None = Field(None, description="Entropy target (None: -action_dim).")
     policy_freq: int = Field(1, ge=1, description="Critic updates per actor update.")
     random_steps: int = Field(0, ge=0, description="Member env steps of uniformly random actions at the start.")
+    noise_type: Literal["gaussian", "pink"] = Field(
+        "gaussian", description="The noise exploration samples the policy with: gaussian (white, each step "
+                                "independent) or pink (colored 1/f^noise_beta sequences of noise_length steps, "
+                                "Eberhard et al. 2023); learning always samples white noise.")
+    noise_beta: float = Field(1.0, ge=0, le=3, description="pink: the spectrum's exponent (0 white, 1 pink, 2 "
+                                                           "red/Brownian).")
+    noise_length: int = Field(1000, ge=2, le=100_000, description="pink: steps per noise sequence (about an "
+                                                                  "episode); a new one is drawn after it.")

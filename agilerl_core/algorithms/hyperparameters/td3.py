@@ -6,8 +6,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from agilerl_core.algorithms.hyperparameters.base import ACTOR_CRITIC_SPACE, OffPolicyHyperparameters
-from agilerl_core.hpo.space import HyperparameterSpace
+from agilerl_core.algorithms.hyperparameters.base import ACTOR_CRITIC_SPACE, GAMMA, TAU, OffPolicyHyperparameters
+from agilerl_core.hpo.space import HyperparameterSpace, HyperparameterSpec
 
 
 class TD3Hyperparameters(OffPolicyHyperparameters):
@@ -15,6 +15,11 @@ class TD3Hyperparameters(OffPolicyHyperparameters):
 
     algorithm_name: ClassVar[str] = "td3"
     default_space: ClassVar[HyperparameterSpace] = ACTOR_CRITIC_SPACE
+    wide_extra: ClassVar[HyperparameterSpace] = {
+        "gamma": GAMMA, "tau": TAU,
+        "expl_noise": HyperparameterSpec(min=0.01, max=1.0, kind="log", grow=1.5, shrink=1 / 1.5),
+        "target_noise": HyperparameterSpec(min=0.01, max=0.5, kind="log", grow=1.5, shrink=1 / 1.5),
+    }
 
     batch_size: int = Field(256, ge=1, description="Transitions per gradient step.")
     lr_actor: float = Field(1e-3, gt=0, description="Actor Adam learning rate.")
@@ -24,7 +29,14 @@ class TD3Hyperparameters(OffPolicyHyperparameters):
     target_noise: float = Field(0.2, ge=0, description="Target policy smoothing: noise std (0: off).")
     target_noise_clip: float = Field(0.5, ge=0, description="Target policy smoothing: noise clip.")
     expl_noise: float = Field(0.1, ge=0, description="Exploration noise scale (actions in [-1, 1]).")
-    noise_type: Literal["gaussian", "ou"] = Field("gaussian", description="Exploration noise process.")
+    noise_type: Literal["gaussian", "ou", "pink"] = Field(
+        "gaussian", description="Exploration noise process: gaussian (white, each step independent), ou "
+                                "(Ornstein-Uhlenbeck, ou_theta and ou_dt) or pink (colored 1/f^noise_beta "
+                                "sequences of noise_length steps, Eberhard et al. 2023); expl_noise scales each.")
+    noise_beta: float = Field(1.0, ge=0, le=3, description="pink: the spectrum's exponent (0 white, 1 pink, 2 "
+                                                           "red/Brownian).")
+    noise_length: int = Field(1000, ge=2, le=100_000, description="pink: steps per noise sequence (about an "
+                                                                  "episode); a new one is drawn after it.")
     ou_theta: float = Field(0.15, gt=0, description="Ornstein-Uhlenbeck mean reversion.")
     ou_dt: float = Field(1e-2, gt=0, description="Ornstein-Uhlenbeck time step.")
     random_steps: int = Field(0, ge=0, description="Member env steps of uniformly random actions at the start.")
