@@ -29,7 +29,8 @@ deterministic episodes every trial_steps / ``--n-evaluations`` steps, on the zoo
 chooses; its trials are unseeded by the zoo's design, the sampler seeded by ``--seed``): the study's numbers
 are what its user sees.
 
-Set up the SB3 venv as learning_parity.py's docstring says, plus ``pip install optuna`` there, and pass
+Set up the SB3 venv as learning_parity.py's docstring says, plus ``pip install optuna pandas`` there (the zoo
+writes its study report through pandas), and pass
 ``--peer-python``. Example (the cheap tasks, our sides only):
 
     python benchmarks/hpo_study.py --tasks acrobot-dqn,pendulum-td3 --seeds 0 1 2 3 4 --sides ours,static,random

@@ -141,7 +141,7 @@ def test_the_run_hands_over_what_it_found(servers, threads_run):
 
     s = threads_run["summary"]
     found = s["found"]
-    assert found["member_id"] == s["champion"]["member_id"] and set(found["values"]) >= {"lr", "batch_size", "gamma"}
+    assert found["member_id"] == s["champion"]["member_id"] and set(found["values"]) == {"lr", "batch_size", "learn_step"}
     assert s["found_config_uri"] == "s3://agilerl/runs/threads-run/found_config.yaml"
     store = _store(servers, "threads-run")
     text = store.storage.get_bytes(store.key("found_config.yaml")).decode()
