@@ -76,3 +76,12 @@ class OffPolicyHyperparameters(Hyperparameters):
     max_grad_norm: float | None = Field(None, gt=0, description="Clip each network's gradient norm (None: off).")
     learning_delay: int = Field(1_000, ge=0, description="Member env steps before the first gradient step.")
     buffer_size: int = Field(100_000, ge=1, description="Capacity of the shared replay buffer (transitions).")
+
+
+class ColoredNoiseFields(BaseModel):
+    """The shape of colored (``noise_type: pink``) exploration noise, shared by the actor-critic algorithms."""
+
+    noise_beta: float = Field(1.0, ge=0, le=3, description="pink: the spectrum's exponent (0 white, 1 pink, 2 "
+                                                           "red/Brownian).")
+    noise_length: int = Field(1000, ge=2, le=100_000, description="pink: steps per noise sequence (about an "
+                                                                  "episode); a new one is drawn after it.")

@@ -6,11 +6,17 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from agilerl_core.algorithms.hyperparameters.base import ACTOR_CRITIC_SPACE, GAMMA, TAU, OffPolicyHyperparameters
+from agilerl_core.algorithms.hyperparameters.base import (
+    ACTOR_CRITIC_SPACE,
+    GAMMA,
+    TAU,
+    ColoredNoiseFields,
+    OffPolicyHyperparameters,
+)
 from agilerl_core.hpo.space import HyperparameterSpace
 
 
-class SACHyperparameters(OffPolicyHyperparameters):
+class SACHyperparameters(OffPolicyHyperparameters, ColoredNoiseFields):
     """SAC (Haarnoja et al. 2018, "applications" version): twin critics, squashed Gaussian actor,
     automatic entropy tuning."""
 
@@ -31,7 +37,3 @@ class SACHyperparameters(OffPolicyHyperparameters):
         "gaussian", description="The noise exploration samples the policy with: gaussian (white, each step "
                                 "independent) or pink (colored 1/f^noise_beta sequences of noise_length steps, "
                                 "Eberhard et al. 2023); learning always samples white noise.")
-    noise_beta: float = Field(1.0, ge=0, le=3, description="pink: the spectrum's exponent (0 white, 1 pink, 2 "
-                                                           "red/Brownian).")
-    noise_length: int = Field(1000, ge=2, le=100_000, description="pink: steps per noise sequence (about an "
-                                                                  "episode); a new one is drawn after it.")

@@ -6,11 +6,17 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from agilerl_core.algorithms.hyperparameters.base import ACTOR_CRITIC_SPACE, GAMMA, TAU, OffPolicyHyperparameters
+from agilerl_core.algorithms.hyperparameters.base import (
+    ACTOR_CRITIC_SPACE,
+    GAMMA,
+    TAU,
+    ColoredNoiseFields,
+    OffPolicyHyperparameters,
+)
 from agilerl_core.hpo.space import HyperparameterSpace, HyperparameterSpec
 
 
-class TD3Hyperparameters(OffPolicyHyperparameters):
+class TD3Hyperparameters(OffPolicyHyperparameters, ColoredNoiseFields):
     """TD3 (Fujimoto et al. 2018): clipped double Q, target policy smoothing, delayed actor updates."""
 
     algorithm_name: ClassVar[str] = "td3"
@@ -33,10 +39,6 @@ class TD3Hyperparameters(OffPolicyHyperparameters):
         "gaussian", description="Exploration noise process: gaussian (white, each step independent), ou "
                                 "(Ornstein-Uhlenbeck, ou_theta and ou_dt) or pink (colored 1/f^noise_beta "
                                 "sequences of noise_length steps, Eberhard et al. 2023); expl_noise scales each.")
-    noise_beta: float = Field(1.0, ge=0, le=3, description="pink: the spectrum's exponent (0 white, 1 pink, 2 "
-                                                           "red/Brownian).")
-    noise_length: int = Field(1000, ge=2, le=100_000, description="pink: steps per noise sequence (about an "
-                                                                  "episode); a new one is drawn after it.")
     ou_theta: float = Field(0.15, gt=0, description="Ornstein-Uhlenbeck mean reversion.")
     ou_dt: float = Field(1e-2, gt=0, description="Ornstein-Uhlenbeck time step.")
     random_steps: int = Field(0, ge=0, description="Member env steps of uniformly random actions at the start.")
