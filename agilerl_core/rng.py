@@ -101,6 +101,7 @@ def member_keys(generators: Sequence[torch.Generator], device: torch.device | st
 
 SALT_SAMPLE, SALT_NOISE = 0x5A3C_0001, 0x5A3C_0002  # the per-member draw kinds of a learn step
 SALT_NOISY = 0x5A3C_0003  # noisy networks' parameter noise (acting and learning)
+SALT_SDE = 0x5A3C_0004  # gSDE's exploration weights (acting)
 
 
 class MemberDraws:

@@ -307,6 +307,14 @@ class EvolvableNetwork(nn.Module):
             x = torch.cat([x, action], dim=1)
         return self.mlp(x)
 
+    def forward_latent(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
+        """(outputs [B, out], the head's last hidden activations [B, L]) of a feed-forward network without a
+        dueling head: what state-dependent exploration reads."""
+        if self.rnn is not None or self.mlp.value is not None:
+            raise TypeError("forward_latent needs a feed-forward network without a dueling head")
+        h = self.mlp.trunk(self.features(obs))
+        return self.mlp.out(h), h
+
     def step(self, obs: Obs, state: torch.Tensor | None, starts: torch.Tensor | None = None
              ) -> tuple[torch.Tensor, torch.Tensor]:
         """One step of a recurrent network for a batch of B observations: (outputs [B, out], new state

@@ -107,10 +107,15 @@ class EvolvableMLP(nn.Module):
     def noisy_layers(self) -> list[NoisyLinear]:
         return [m for m in self.modules() if isinstance(m, NoisyLinear)]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def trunk(self, x: torch.Tensor) -> torch.Tensor:
+        """The hidden layers: the output layer's input (`x` itself when there are none)."""
         act = self.act
         for layer in self.hidden:
             x = act(layer(x))
+        return x
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.trunk(x)
         if self.value is None:
             return self.out(x)
         k = self.spec.dueling

@@ -179,11 +179,17 @@ class StackedNetwork:
                 b = b + p[f"{name}.bias_sigma"] * e_out
         return torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))
 
-    def mlp(self, prefix: str, spec, x: torch.Tensor) -> torch.Tensor:
-        """An EvolvableMLP (its parameters under `prefix`) of every member."""
+    def trunk(self, prefix: str, spec, x: torch.Tensor) -> torch.Tensor:
+        """An EvolvableMLP's hidden layers (its parameters under `prefix`) of every member: the output layer's
+        input [K, B, last hidden width] (`x` itself when it has none)."""
         act = self.act if prefix == "mlp." else ACTIVATION_FNS[spec.activation]
         for i in range(len(spec.hidden)):
             x = act(self.linear(f"{prefix}hidden.{i}", x))
+        return x
+
+    def mlp(self, prefix: str, spec, x: torch.Tensor) -> torch.Tensor:
+        """An EvolvableMLP (its parameters under `prefix`) of every member."""
+        x = self.trunk(prefix, spec, x)
         out = self.linear(f"{prefix}out", x)
         if not spec.dueling:
             return out
@@ -304,6 +310,14 @@ class StackedNetwork:
         return self.mlp("mlp.", self.arch.mlp, x)
 
     __call__ = forward
+
+    def forward_latent(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
+        """(outputs [K, B, out], the head's last hidden activations [K, B, L]) of a feed-forward network without
+        a dueling head: what state-dependent exploration reads (a padded unit's activation is 0)."""
+        if self.arch.rnn is not None or self.arch.mlp.dueling:
+            raise TypeError("forward_latent needs a feed-forward network without a dueling head")
+        h = self.trunk("mlp.", self.arch.mlp, self.features(obs))
+        return self.linear("mlp.out", h), h
 
 
 def sequences(nets: Sequence[StackedNetwork], obs: Obs, states: Sequence[torch.Tensor | None],

@@ -24,8 +24,9 @@ import numpy as np
 import torch
 
 from agilerl_core.algorithms.actor_critic.group import ActorCriticGroup, SACGroup, TD3Group
-from agilerl_core.algorithms.actor_critic.maths import LOG_STD_MAX, LOG_STD_MIN, squashed_log_prob
+from agilerl_core.algorithms.actor_critic.maths import LOG_STD_MAX, LOG_STD_MIN, SDE_MEAN_CLIP, squashed_log_prob
 from agilerl_core.algorithms.base import RLAlgorithm
+from agilerl_core.algorithms.gsde import log_scales, sde_log_std, zero_scale_rows
 from agilerl_core.algorithms.hyperparameters.sac import SACHyperparameters
 from agilerl_core.algorithms.hyperparameters.td3 import DDPGHyperparameters, TD3Hyperparameters
 from agilerl_core.envs.spaces import Obs
@@ -59,9 +60,18 @@ class ContinuousActorCritic(RLAlgorithm):
     def batch_key(self) -> tuple:
         """Members with equal keys learn as one group: the same network structure (widths may differ), the
         same critics and target schedule; rates, gamma, tau, noise and policy_freq are per member."""
-        pink = getattr(self.hp, "noise_type", None) == "pink"  # colored noise draws whole sequences: one kind per group
         return self._group_key(self.online_networks, self.delayed_targets, self.hp.max_grad_norm,
-                               self.obs_norm is not None, (pink, self.hp.noise_length if pink else None))
+                               self.obs_norm is not None, self.noise_key())
+
+    def noise_key(self) -> tuple:
+        """The exploration noise a group draws as one (colored sequences, gSDE's weights): one kind per group;
+        Gaussian and Ornstein-Uhlenbeck members group together."""
+        kind = getattr(self.hp, "noise_type", None)
+        if kind == "pink":
+            return (True, self.hp.noise_length)
+        if kind == "gsde":
+            return ("gsde", self.hp.sde_sample_freq)
+        return (False, None)
 
 
 
@@ -108,6 +118,17 @@ class SAC(ContinuousActorCritic):
         # the temperature and its Adam moments (one scalar: plain tensors, saved as extra state)
         self.log_alpha = torch.tensor(math.log(self.hp.init_alpha), device=self.device)
         self.alpha_adam = torch.zeros(3, device=self.device)  # m, v, step
+        if self.gsde:
+            if self.arch.rnn is not None or self.arch.mlp.noisy:
+                raise ValueError("hyperparameters.noise_type: gsde reads a feed-forward actor's last hidden layer; "
+                                 "use an arch without rnn and noisy layers, or another noise_type")
+            zero_scale_rows(self.networks["actor"].mlp.out, self.action_dim)
+
+    @property
+    def gsde(self) -> bool:
+        """Generalized state-dependent exploration (:mod:`agilerl_core.algorithms.gsde`): the actor's output rows
+        after the mean hold its noise scales, not a log-std head."""
+        return self.hp.noise_type == "gsde"
 
     def actor_outputs(self) -> int:
         return 2 * self.action_dim  # mean and log std
@@ -122,8 +143,14 @@ class SAC(ContinuousActorCritic):
         return -float(self.action_dim) if t is None else float(t)
 
     def distribution(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.networks["actor"](obs)
-        mean, log_std = out[:, : self.action_dim], out[:, self.action_dim:]
+        """(mean, clamped log std) [B, dim] of the pre-squash Gaussian (gSDE: its state-dependent scale)."""
+        net, dim = self.networks["actor"], self.action_dim
+        if self.gsde:
+            out, latent = net.forward_latent(obs)
+            log_std = sde_log_std(latent, log_scales(net.mlp.out.weight, dim, self.hp.log_std_init))
+            return out[:, :dim].clamp(-SDE_MEAN_CLIP, SDE_MEAN_CLIP), log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+        out = net(obs)
+        mean, log_std = out[:, :dim], out[:, dim:]
         return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
 
     def sample_action(self, obs: Obs, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -17,8 +17,9 @@ from collections.abc import Callable, Sequence
 import torch
 
 from agilerl_core.algorithms.actor_critic.colored import ColoredNoise
-from agilerl_core.algorithms.actor_critic.maths import LOG_STD_MAX, LOG_STD_MIN, squashed_log_prob
+from agilerl_core.algorithms.actor_critic.maths import LOG_STD_MAX, LOG_STD_MIN, SDE_MEAN_CLIP, squashed_log_prob
 from agilerl_core.algorithms.group import ReplayGroup, StackedRows, actor_turns, clipped_step, gradients
+from agilerl_core.algorithms.gsde import StateDependentNoise, log_scales, sde_log_std
 from agilerl_core.algorithms.optim import adam_update_stacked_
 from agilerl_core.buffers.replay import Transition
 from agilerl_core.networks.stacked import StackedNetwork
@@ -202,9 +203,26 @@ class SACGroup(ActorCriticGroup):
         self.lr_alpha = self.hp_tensor("lr_alpha")
         self.auto_entropy = [bool(a.hp.auto_entropy) for a in self.agents]
         self.pink = colored_noise(self)
+        # unit-variance Ornstein-Uhlenbeck noise in place of the white draw (per member, as TD3's)
+        self.ou = torch.tensor([a.hp.noise_type == "ou" for a in self.agents], device=self.device).view(-1, 1, 1)
+        self.ou_state: torch.Tensor | None = None  # [K, N, A]
+        self.ou_keep = (1.0 - self.hp_tensor("ou_theta") * self.hp_tensor("ou_dt")).clamp(0.0, 1.0).view(-1, 1, 1)
+        self.gsde = self.agents[0].gsde  # a group is all gSDE or none (the batch key)
+        if self.gsde:
+            self.log_std_init = self.hp_tensor("log_std_init").view(-1, 1, 1)
+            self.sde: StateDependentNoise | None = None  # the phase's exploration weights (drawn when acting)
+
+    def log_sigma(self) -> torch.Tensor:
+        """gSDE: each member's log noise scale per action and hidden unit [K, dim, L] (a padded unit's activation
+        is 0)."""
+        return log_scales(self.nets["actor"].p["mlp.out.weight"], self.dim, self.log_std_init)
 
     def distribution(self, name: str, obs) -> tuple[torch.Tensor, torch.Tensor]:
-        """(mean, clamped log std) [K, B, dim] of actor `name`."""
+        """(mean, clamped log std) [K, B, dim] of actor `name` (gSDE: the state-dependent scale)."""
+        if self.gsde:
+            out, latent = self.nets[name].forward_latent(obs)
+            log_std = sde_log_std(latent, self.log_sigma())
+            return out[..., : self.dim].clamp(-SDE_MEAN_CLIP, SDE_MEAN_CLIP), log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
         out = self.nets[name](obs)
         return out[..., : self.dim], out[..., self.dim:].clamp(LOG_STD_MIN, LOG_STD_MAX)
 
@@ -219,17 +237,42 @@ class SACGroup(ActorCriticGroup):
                ) -> torch.Tensor:
         return torch.tanh(self.distribution("actor", obs)[0])
 
+    def episodes_done(self, done: torch.Tensor) -> None:
+        if self.ou_state is not None:  # an ended episode's OU process starts again from 0
+            self.ou_state.masked_fill_(done.view(self.k, -1, 1), 0.0)
+
     @torch.no_grad()
     def explore_group(self, obs: dict[str, torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
-        """Every member's actions [K, N, A] sampled from its squashed Gaussian policy, or uniform random ones
-        while it warms up; one draw of the group's keyed stream each."""
+        """Every member's actions [K, N, A] sampled from its squashed Gaussian policy (its standard normal draw
+        white, pink or Ornstein-Uhlenbeck), or through gSDE's noise weights, or uniform random ones while it
+        warms up; one draw of the group's keyed stream each."""
+        if self.gsde:
+            return self._explore_sde(obs)
         mean, log_std = self.distribution("actor", obs)
         k, n, a = mean.shape
         z, u = self.stream.normal(n, a), self.stream.uniform(n, a)
         if self.pink is not None:  # a group is all pink or none (the batch key)
             z = self.pink.next(self.stream, n, a)
+        if self.ou_state is None or self.ou_state.shape != z.shape:
+            self.ou_state = torch.zeros_like(z)
+        keep = self.ou_keep
+        stepped = keep * self.ou_state + (1.0 - keep.square()).sqrt() * z  # stationary variance 1
+        self.ou_state = torch.where(self.ou, stepped, 0.0)
+        z = torch.where(self.ou, stepped, z)
         warm = (self.env_steps() < self.random_steps).view(k, 1, 1)
         return torch.where(warm, 2.0 * u - 1.0, torch.tanh(mean + log_std.exp() * z))
+
+    def _explore_sde(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """gSDE's actions: tanh(mean(s) + latent(s) . (sigma * W)), W fixed for sde_sample_freq steps."""
+        out, latent = self.nets["actor"].forward_latent(obs)
+        mean = out[..., : self.dim].clamp(-SDE_MEAN_CLIP, SDE_MEAN_CLIP)
+        k, n, a = mean.shape
+        u = self.stream.uniform(n, a)
+        if self.sde is None:
+            self.sde = StateDependentNoise(self.stream.keys, self.agents[0].hp.sde_sample_freq)
+        noise = self.sde(latent, self.log_sigma())
+        warm = (self.env_steps() < self.random_steps).view(k, 1, 1)
+        return torch.where(warm, 2.0 * u - 1.0, torch.tanh(mean + noise))
 
     @torch.no_grad()
     def target(self, batch: Transition, rows: StackedRows, noise: torch.Tensor | None = None) -> torch.Tensor:

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+SDE_MEAN_CLIP = 2.0  # gSDE actors keep their pre-squash mean in [-2, 2] (as SB3 does), so tanh never saturates
 
 
 def squashed_log_prob(u: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:

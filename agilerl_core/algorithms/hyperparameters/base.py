@@ -85,3 +85,18 @@ class ColoredNoiseFields(BaseModel):
                                                            "red/Brownian).")
     noise_length: int = Field(1000, ge=2, le=100_000, description="pink: steps per noise sequence (about an "
                                                                   "episode); a new one is drawn after it.")
+
+
+class OUNoiseFields(BaseModel):
+    """The Ornstein-Uhlenbeck exploration process (``noise_type: ou``), shared by the actor-critic algorithms."""
+
+    ou_theta: float = Field(0.15, gt=0, description="Ornstein-Uhlenbeck mean reversion.")
+    ou_dt: float = Field(1e-2, gt=0, description="Ornstein-Uhlenbeck time step.")
+
+
+class SDEFields(BaseModel):
+    """Generalized state-dependent exploration's rhythm (``noise_type: gsde``), shared by SAC and PPO."""
+
+    sde_sample_freq: int = Field(16, ge=1, le=100_000, description="gsde: env steps between draws of the noise "
+                                                                   "weights (the noise is smooth in the state "
+                                                                   "between them).")

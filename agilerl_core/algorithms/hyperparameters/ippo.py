@@ -15,6 +15,8 @@ class IPPOHyperparameters(PPOHyperparameters):
     algorithm_name: ClassVar[str] = "ippo"
     fixed_fields: ClassVar[frozenset[str]] = PPOHyperparameters.fixed_fields | {"share_policy"}
 
+    noise_type: Literal["gaussian"] = Field("gaussian", description="The policy's noise on Box actions: gaussian "
+                                                                    "(gsde is PPO's on single-agent envs only).")
     share_policy: Literal["agent", "group"] = Field("agent", description="One policy per agent, or one per group "
                                                                          "(agents named GROUP_N, identical spaces), "
                                                                          "trained on all its agents' experience.")

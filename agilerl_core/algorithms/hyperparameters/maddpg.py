@@ -6,11 +6,11 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from agilerl_core.algorithms.hyperparameters.base import ACTOR_CRITIC_SPACE, OffPolicyHyperparameters
+from agilerl_core.algorithms.hyperparameters.base import ACTOR_CRITIC_SPACE, OffPolicyHyperparameters, OUNoiseFields
 from agilerl_core.hpo.space import HyperparameterSpace
 
 
-class MADDPGHyperparameters(OffPolicyHyperparameters):
+class MADDPGHyperparameters(OffPolicyHyperparameters, OUNoiseFields):
     """MADDPG (Lowe et al. 2017): a deterministic actor per agent on its own observation, a centralised
     critic per agent on every agent's observation and action."""
 
@@ -31,8 +31,6 @@ class MADDPGHyperparameters(OffPolicyHyperparameters):
     target_noise_clip: float = Field(0.5, ge=0, description="Target policy smoothing: noise clip.")
     expl_noise: float = Field(0.1, ge=0, description="Exploration noise scale on Box actions (agent scale [-1, 1]).")
     noise_type: Literal["gaussian", "ou"] = Field("gaussian", description="Exploration noise process (Box actions).")
-    ou_theta: float = Field(0.15, gt=0, description="Ornstein-Uhlenbeck mean reversion.")
-    ou_dt: float = Field(1e-2, gt=0, description="Ornstein-Uhlenbeck time step.")
     gumbel_temperature: float = Field(1.0, gt=0, description="Gumbel-softmax temperature of Discrete actions.")
     share_policy: Literal["agent", "group"] = Field("agent", description="One actor per agent, or one per group "
                                                                          "(agents named GROUP_N, identical spaces) "

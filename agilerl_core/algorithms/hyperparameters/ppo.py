@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from agilerl_core.algorithms.hyperparameters.base import GAMMA, Hyperparameters
+from agilerl_core.algorithms.hyperparameters.base import GAMMA, Hyperparameters, SDEFields
 from agilerl_core.hpo.space import LEARNING_RATE, HyperparameterSpace, HyperparameterSpec
 
 
-class PPOHyperparameters(Hyperparameters):
+class PPOHyperparameters(Hyperparameters, SDEFields):
     """PPO (Schulman et al. 2017) with GAE (Schulman et al. 2016)."""
 
     algorithm_name: ClassVar[str] = "ppo"
@@ -42,4 +42,10 @@ class PPOHyperparameters(Hyperparameters):
     norm_adv: bool = Field(True, description="Normalise advantages per minibatch.")
     seq_len: int = Field(16, ge=1, description="Recurrent networks (network.rnn): steps per truncated-BPTT "
                                                 "sequence; minibatches are sets of whole sequences.")
-    log_std_init: float = Field(0.0, description="Continuous actions: initial log std of the Gaussian policy.")
+    log_std_init: float = Field(0.0, ge=-20, le=2, description="Continuous actions: initial log std of the Gaussian "
+                                                             "policy (gsde: of each hidden unit's noise weights).")
+    noise_type: Literal["gaussian", "gsde"] = Field(
+        "gaussian", description="Continuous actions: the policy's noise, gaussian (a state-independent learned std) "
+                                "or gsde (generalized state-dependent exploration, Raffin et al. 2022: a function of "
+                                "the actor's last hidden layer, its weights drawn anew every sde_sample_freq steps, "
+                                "its scales learned).")

@@ -12,11 +12,12 @@ from agilerl_core.algorithms.hyperparameters.base import (
     TAU,
     ColoredNoiseFields,
     OffPolicyHyperparameters,
+    OUNoiseFields,
 )
 from agilerl_core.hpo.space import HyperparameterSpace, HyperparameterSpec
 
 
-class TD3Hyperparameters(OffPolicyHyperparameters, ColoredNoiseFields):
+class TD3Hyperparameters(OffPolicyHyperparameters, ColoredNoiseFields, OUNoiseFields):
     """TD3 (Fujimoto et al. 2018): clipped double Q, target policy smoothing, delayed actor updates."""
 
     algorithm_name: ClassVar[str] = "td3"
@@ -39,8 +40,6 @@ class TD3Hyperparameters(OffPolicyHyperparameters, ColoredNoiseFields):
         "gaussian", description="Exploration noise process: gaussian (white, each step independent), ou "
                                 "(Ornstein-Uhlenbeck, ou_theta and ou_dt) or pink (colored 1/f^noise_beta "
                                 "sequences of noise_length steps, Eberhard et al. 2023); expl_noise scales each.")
-    ou_theta: float = Field(0.15, gt=0, description="Ornstein-Uhlenbeck mean reversion.")
-    ou_dt: float = Field(1e-2, gt=0, description="Ornstein-Uhlenbeck time step.")
     random_steps: int = Field(0, ge=0, description="Member env steps of uniformly random actions at the start.")
 
 

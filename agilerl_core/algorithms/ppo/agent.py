@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from agilerl_core.algorithms.base import RLAlgorithm
+from agilerl_core.algorithms.gsde import zero_scale_rows
 from agilerl_core.algorithms.hyperparameters.ppo import PPOHyperparameters
 from agilerl_core.algorithms.ppo.group import PPOGroup
 from agilerl_core.buffers.rollout import Rollout
@@ -45,12 +46,23 @@ class PPO(RLAlgorithm):
         self.critic_obs_spec = critic_obs_spec
         super().__init__(obs_spec, action, arch, hp, seed, device)
         self.continuous = not self.action_spec.discrete
+        if self.gsde:
+            if self.recurrent:
+                raise ValueError("hyperparameters.noise_type: gsde reads a feed-forward actor's last hidden layer; "
+                                 "drop network.rnn or use noise_type gaussian")
+            zero_scale_rows(self.networks["actor"].mlp.out, self.action_dim)
         # Gaussian log std (Box actions): a plain tensor with its own Adam moments, saved as extra state
         self.log_std = torch.full((self.action_dim,), float(self.hp.log_std_init), device=self.device)
         self.log_std_adam = torch.zeros(2 * self.action_dim + 1, device=self.device)  # m, v, step
         # a recurrent member's state per network while it acts step by step (greedy_action):
         # episode-local, never checkpointed; see reset_memory
         self.memory: dict[str, torch.Tensor] = {}
+
+    @property
+    def gsde(self) -> bool:
+        """Generalized state-dependent exploration on Box actions (:mod:`agilerl_core.algorithms.gsde`): the
+        actor's output rows after the means hold its noise scales; discrete actions ignore noise_type."""
+        return self.hp.noise_type == "gsde" and not self.action_spec.discrete
 
     @property
     def recurrent(self) -> bool:
@@ -86,7 +98,7 @@ class PPO(RLAlgorithm):
 
     def network_io(self, name: str) -> tuple[int, int]:
         if name != "critic":
-            return 0, self.action_dim
+            return 0, 2 * self.action_dim if self.gsde else self.action_dim
         return (0 if self.critic_obs_spec is None else self.critic_obs_spec.vector_dim - self.obs_spec.vector_dim), 1
 
     def network_obs_spec(self, name: str) -> ObsSpec:
@@ -107,6 +119,7 @@ class PPO(RLAlgorithm):
         """The policy's distribution parameters from the actor's outputs `out` [..., A]: (means, log std)
         for Box actions, (logits with masked actions at -1e9, None) for discrete ones."""
         if self.continuous:
+            out = out[..., : self.action_dim]  # (gsde: the means; the scales come with the features)
             return out, (self.log_std if log_std is None else log_std).expand_as(out)
         if mask is not None:
             mask = mask | ~mask.any(dim=-1, keepdim=True)
@@ -148,7 +161,8 @@ class PPO(RLAlgorithm):
         hp = self.hp
         return self._group_key(self.continuous, hp.norm_adv, hp.clip_vloss, hp.max_grad_norm, hp.rollout_steps,
                                self.obs_norm is not None, hp.seq_len if self.recurrent else None,
-                               None if self.critic_obs_spec is None else self.critic_obs_spec.vector_dim)
+                               None if self.critic_obs_spec is None else self.critic_obs_spec.vector_dim,
+                               hp.sde_sample_freq if self.gsde else None)
 
     # ---- learning -------------------------------------------------------------------------------------
     def rollout_rows(self, rollout: Rollout, steps: int, advantages: torch.Tensor, returns: torch.Tensor,

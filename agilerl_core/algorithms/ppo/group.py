@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import torch
 
 from agilerl_core.algorithms.group import MemberGroup, clipped_step, gradients
+from agilerl_core.algorithms.gsde import StateDependentNoise, log_scales, sde_log_std
 from agilerl_core.algorithms.optim import adam_update_stacked_
 from agilerl_core.algorithms.ppo.maths import minibatch_bounds, normalized_advantages, ppo_loss, value_loss
 from agilerl_core.networks.stacked import StackedNetwork, sequences
@@ -37,6 +38,12 @@ class PPOGroup(MemberGroup):
         self.norm_adv, self.clip_vloss, self.max_grad_norm = first.hp.norm_adv, first.hp.clip_vloss, first.hp.max_grad_norm
         self.log_std = torch.stack([a.log_std for a in self.agents]) if self.continuous else None
         self.log_std_adam = torch.stack([a.log_std_adam for a in self.agents]) if self.continuous else None
+        self.gsde = first.gsde  # a group is all gSDE or none (the batch key); its std is the features'
+        self.free_std = self.continuous and not self.gsde  # the state-independent log std learns
+        if self.gsde:
+            self.dim = first.action_dim
+            self.log_std_init = self.hp_tensor("log_std_init").view(-1, 1, 1)
+            self.sde: StateDependentNoise | None = None  # the phase's exploration weights (drawn when acting)
         self.lr = self.hp_tensor("lr")
         # a recurrent group: every member's state of each network while acting, [K, N, layers, S, H] (the
         # group's widest hidden size; a narrower member's extra units stay 0)
@@ -50,15 +57,39 @@ class PPOGroup(MemberGroup):
         if self.rnn is not None:
             self.act_state = {n: torch.zeros(self.k, num_envs, *self.rnn, device=self.device) for n in self.nets}
 
+    # ---- gSDE -----------------------------------------------------------------------------------------
+    def log_sigma(self) -> torch.Tensor:
+        """gSDE: each member's log noise scale per action and hidden unit [K, dim, L]."""
+        return log_scales(self.nets["actor"].p["mlp.out.weight"], self.dim, self.log_std_init)
+
+    def sde_distribution(self, out: torch.Tensor, latent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """gSDE: (means, state-dependent log std) [K, B, A] from the actor's outputs and last hidden activations."""
+        return out[..., : self.dim], sde_log_std(latent, self.log_sigma())
+
+    def _forward_actor(self, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """A feed-forward actor's outputs [K, N, out] and, for gSDE, its last hidden activations (else None)."""
+        if self.gsde:
+            return self.nets["actor"].forward_latent(obs)
+        return self.nets["actor"](obs), None
+
     # ---- acting ---------------------------------------------------------------------------------------
     @torch.no_grad()
-    def sample(self, out: torch.Tensor, mask: torch.Tensor | None, draw: torch.Tensor | None = None
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(self, out: torch.Tensor, mask: torch.Tensor | None, draw: torch.Tensor | None = None,
+               latent: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Every member's actions [K, N(, A)] sampled from its policy given the actor's outputs `out` [K, N, A]
         (`mask` [K, N, A]: allowed actions), and their log-probs. The randomness is the next draw of the group's
-        keyed stream, or `draw` (one step of :meth:`action_draws`: the same values, taken ahead)."""
+        keyed stream, or `draw` (one step of :meth:`action_draws`: the same values, taken ahead); gSDE's
+        (`latent`: the actor's last hidden activations) is its weights', drawn every sde_sample_freq steps."""
         n = out.shape[1]
         first = self.agents[0]
+        if self.gsde:
+            if draw is None:
+                self.stream.normal(n, self.dim)  # the stream moves as it would with Gaussian members
+            mean, ls = self.sde_distribution(out, latent)
+            if self.sde is None:
+                self.sde = StateDependentNoise(self.stream.keys, first.hp.sde_sample_freq)
+            actions = mean + self.sde(latent, self.log_sigma())
+            return actions, first.log_prob_from(mean, ls, actions)
         p, ls = first.dist_from(out, mask, None if self.log_std is None else self.log_std.unsqueeze(1))
         if self.continuous:
             actions = p + ls.exp() * (self.stream.normal(n, p.shape[2]) if draw is None else draw)
@@ -90,9 +121,9 @@ class PPOGroup(MemberGroup):
         trip). `mask` [K * N, A]: allowed actions. Recurrent members: `starts` [K, N] bool marks envs that begin
         an episode (their state is zeroed first); the fourth item is each network's state before the step
         ({name: [K, N, layers, S, H]})."""
-        before = None
+        before, latent = None, None
         if self.rnn is None:
-            out = self.nets["actor"](obs)
+            out, latent = self._forward_actor(obs)
             values = self.nets["critic"](obs).squeeze(2)
         else:
             before = self.act_state
@@ -101,7 +132,7 @@ class PPOGroup(MemberGroup):
                 starts.view(self.k, -1, 1), 1)
             values = values.squeeze(2)
             self.act_state = {"actor": actor_state, "critic": critic_state}
-        actions, logp = self.sample(out, None if mask is None else mask.view(self.k, out.shape[1], -1), draw)
+        actions, logp = self.sample(out, None if mask is None else mask.view(self.k, out.shape[1], -1), draw, latent)
         return actions, logp, values, before
 
     @torch.no_grad()
@@ -109,7 +140,7 @@ class PPOGroup(MemberGroup):
                ) -> torch.Tensor:
         out = self._actor_out(obs, starts)  # a recurrent acting state advances (evaluation keeps no rollout)
         if self.continuous:
-            return out
+            return out[..., : self.agents[0].action_dim]  # (gsde: the rows after the means are its scales)
         p, _ = self.agents[0].dist_from(out, None if mask is None else mask.view(self.k, out.shape[1], -1))
         return p.argmax(dim=2)
 
@@ -128,7 +159,11 @@ class PPOGroup(MemberGroup):
                       starts: torch.Tensor | None = None) -> torch.Tensor:
         """Every member's sampled actions [K, N(, A)]: :meth:`act`'s, without the values a rollout records (the
         actor alone: a centralised critic's input is not needed)."""
-        return self.sample(self._actor_out(obs, starts), None if mask is None else mask.view(self.k, -1, mask.shape[-1]))[0]
+        mask = None if mask is None else mask.view(self.k, -1, mask.shape[-1])
+        if self.gsde:
+            out, latent = self._forward_actor(obs)
+            return self.sample(out, mask, latent=latent)[0]
+        return self.sample(self._actor_out(obs, starts), mask)[0]
 
     def _actor_out(self, obs: dict[str, torch.Tensor], starts: torch.Tensor | None) -> torch.Tensor:
         """The stacked actor's outputs [K, N, A] (a recurrent one steps its acting state, zeroed where `starts`)."""
@@ -237,11 +272,15 @@ class PPOGroup(MemberGroup):
         """One gradient step of the `active` [K] members on their stacked minibatches `f` (rows weighted `w`
         [K, B], `valid` marking real rows); `step_active` None: every member steps (the unmasked Adam).
         Returns ([K] approximate KL, [K] loss)."""
-        ls_leaf = self.log_std.detach().clone().requires_grad_(True) if self.continuous else None
+        ls_leaf = self.log_std.detach().clone().requires_grad_(True) if self.free_std else None
         first = self.agents[0]
         actor, critic = self.nets["actor"], self.nets["critic"]
-        hand = actor.hand_backward and critic.hand_backward  # the trunks' backward by hand, the losses' autograd
-        if self.rnn is not None:  # truncated BPTT over each sequence, from the state stored before it
+        # the trunks' backward by hand, the losses' autograd (gSDE's scales are read beside the outputs: autograd)
+        hand = actor.hand_backward and critic.hand_backward and not self.gsde
+        if self.gsde:
+            a_out, latent = actor.forward_latent(f["obs"])
+            c_out = critic(f.get("critic_obs", f["obs"]))
+        elif self.rnn is not None:  # truncated BPTT over each sequence, from the state stored before it
             (a_out, _), (c_out, _) = sequences([actor, critic], f["obs"], [f["state/actor"], f["state/critic"]],
                                                f["starts"], self.seq_len)
         elif hand:
@@ -251,7 +290,10 @@ class PPOGroup(MemberGroup):
             c_out.requires_grad_(True)
         else:
             a_out, c_out = actor(f["obs"]), critic(f.get("critic_obs", f["obs"]))
-        p, ls = first.dist_from(a_out, f.get("masks"), None if ls_leaf is None else ls_leaf.unsqueeze(1))
+        if self.gsde:
+            p, ls = self.sde_distribution(a_out, latent)
+        else:
+            p, ls = first.dist_from(a_out, f.get("masks"), None if ls_leaf is None else ls_leaf.unsqueeze(1))
         new_logp, entropy = first.log_prob_entropy_from(p, ls, f["actions"])
         adv = normalized_advantages(f["adv"], valid) if self.norm_adv else f["adv"]
         clip = self.clip.unsqueeze(1)
@@ -259,24 +301,24 @@ class PPOGroup(MemberGroup):
         pg_loss, mean_entropy = ppo_loss(new_logp, f["logp"], adv, clip, w), (entropy * w).sum(1)
         losses = pg_loss - self.ent_coef * mean_entropy + self.vf_coef * vloss
         if hand:
-            outs = torch.autograd.grad(losses.sum(), [a_out, c_out, *([ls_leaf] if self.continuous else [])],
+            outs = torch.autograd.grad(losses.sum(), [a_out, c_out, *([ls_leaf] if self.free_std else [])],
                                        materialize_grads=True)
             grads = [actor.backward(a_saved, outs[0], out=self.adams["actor"].grad),
                      critic.backward(c_saved, outs[1], out=self.adams["critic"].grad), *outs[2:]]
         else:
-            grads = gradients(losses.sum(), actor.leaves, critic.leaves, *([[ls_leaf]] if self.continuous else []))
-        if self.continuous:
+            grads = gradients(losses.sum(), actor.leaves, critic.leaves, *([[ls_leaf]] if self.free_std else []))
+        if self.free_std:
             grads[2] = grads[2].view_as(ls_leaf)
         norms = []
         for name, grad in zip(("actor", "critic"), grads, strict=False):
             adam = self.adams[name]
             adam.grad = grad
-            if self.max_grad_norm is not None and name == "actor" and self.continuous:
+            if self.max_grad_norm is not None and name == "actor" and self.free_std:
                 norms.append(adam.clip_grad_norm(self.max_grad_norm, grads[2]))  # log_std is clipped with its actor
                 adam.step(step_active)
             else:
                 norms.append(clipped_step(adam, self.max_grad_norm, step_active))
-        if self.continuous:  # Adam with the actor's learning rate, as the member's own update
+        if self.free_std:  # Adam with the actor's learning rate, as the member's own update
             adam_update_stacked_(self.log_std, grads[2], self.log_std_adam, self.lr, active)
         with torch.no_grad():
             log_ratio = new_logp.detach() - f["logp"]
