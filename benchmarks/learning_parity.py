@@ -104,6 +104,7 @@ CASES: dict[str, Case] = {
     "pendulum-sac": Case("Pendulum-v1", "sac", "pendulum_sac.yaml"),
     "pendulum-td3": Case("Pendulum-v1", "td3", "pendulum_td3.yaml"),
     "mountaincar-sac": Case("MountainCarContinuous-v0", "sac", None),
+    "pendulum-ppo": Case("Pendulum-v1", "ppo", None),  # the zoo's PPO explores with gSDE here
     "doorkey-ppo-flat": Case(_DOORKEY, "ppo", None, ({"wrapper": "minigrid.wrappers.FlatObsWrapper"},), "minigrid"),
     "doorkey-ppo-image": Case(_DOORKEY, "ppo", None, ({"wrapper": "minigrid.wrappers.ImgObsWrapper"},), "minigrid"),
 }

@@ -171,7 +171,7 @@ def test_cases_configs_and_overrides():
 def test_generic_overrides_validate_as_configs(tmp_path):
     from tasks.config import load_config
 
-    for name in ("acrobot-dqn", "acrobot-ppo", "mountaincar-sac", "lunarlander-ppo"):
+    for name in ("acrobot-dqn", "acrobot-ppo", "mountaincar-sac", "lunarlander-ppo", "pendulum-ppo"):
         path, extra = lp.our_config(lp.CASES[name], "generic")
         cfg = load_config(path, lp.run_overrides(extra, 1, 10_000, str(tmp_path)))
         assert cfg.env_id == lp.CASES[name].env_id and cfg.target_fitness is None and cfg.max_env_steps == 10_000
