@@ -204,7 +204,9 @@ class SACGroup(ActorCriticGroup):
         self.auto_entropy = [bool(a.hp.auto_entropy) for a in self.agents]
         self.pink = colored_noise(self)
         # unit-variance Ornstein-Uhlenbeck noise in place of the white draw (per member, as TD3's)
-        self.ou = torch.tensor([a.hp.noise_type == "ou" for a in self.agents], device=self.device).view(-1, 1, 1)
+        ou = [a.hp.noise_type == "ou" for a in self.agents]  # (host list: once per group, outside the step loop)
+        self.any_ou = any(ou)
+        self.ou = torch.tensor(ou, device=self.device).view(-1, 1, 1)
         self.ou_state: torch.Tensor | None = None  # [K, N, A]
         self.ou_keep = (1.0 - self.hp_tensor("ou_theta") * self.hp_tensor("ou_dt")).clamp(0.0, 1.0).view(-1, 1, 1)
         self.gsde = self.agents[0].gsde  # a group is all gSDE or none (the batch key)
@@ -253,12 +255,13 @@ class SACGroup(ActorCriticGroup):
         z, u = self.stream.normal(n, a), self.stream.uniform(n, a)
         if self.pink is not None:  # a group is all pink or none (the batch key)
             z = self.pink.next(self.stream, n, a)
-        if self.ou_state is None or self.ou_state.shape != z.shape:
-            self.ou_state = torch.zeros_like(z)
-        keep = self.ou_keep
-        stepped = keep * self.ou_state + (1.0 - keep.square()).sqrt() * z  # stationary variance 1
-        self.ou_state = torch.where(self.ou, stepped, 0.0)
-        z = torch.where(self.ou, stepped, z)
+        if self.any_ou:  # (a group without OU members skips it: nothing extra on its env step)
+            if self.ou_state is None or self.ou_state.shape != z.shape:
+                self.ou_state = torch.zeros_like(z)
+            keep = self.ou_keep
+            stepped = keep * self.ou_state + (1.0 - keep.square()).sqrt() * z  # stationary variance 1
+            self.ou_state = torch.where(self.ou, stepped, 0.0)
+            z = torch.where(self.ou, stepped, z)
         warm = (self.env_steps() < self.random_steps).view(k, 1, 1)
         return torch.where(warm, 2.0 * u - 1.0, torch.tanh(mean + log_std.exp() * z))
 

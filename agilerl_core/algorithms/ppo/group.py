@@ -62,9 +62,11 @@ class PPOGroup(MemberGroup):
         """gSDE: each member's log noise scale per action and hidden unit [K, dim, L]."""
         return log_scales(self.nets["actor"].p["mlp.out.weight"], self.dim, self.log_std_init)
 
-    def sde_distribution(self, out: torch.Tensor, latent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """gSDE: (means, state-dependent log std) [K, B, A] from the actor's outputs and last hidden activations."""
-        return out[..., : self.dim], sde_log_std(latent, self.log_sigma())
+    def sde_distribution(self, out: torch.Tensor, latent: torch.Tensor, log_sigma: torch.Tensor | None = None
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+        """gSDE: (means, state-dependent log std) [K, B, A] from the actor's outputs and last hidden activations
+        (`log_sigma`: :meth:`log_sigma`, when the caller has it)."""
+        return out[..., : self.dim], sde_log_std(latent, self.log_sigma() if log_sigma is None else log_sigma)
 
     def _forward_actor(self, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """A feed-forward actor's outputs [K, N, out] and, for gSDE, its last hidden activations (else None)."""
@@ -85,10 +87,11 @@ class PPOGroup(MemberGroup):
         if self.gsde:
             if draw is None:
                 self.stream.normal(n, self.dim)  # the stream moves as it would with Gaussian members
-            mean, ls = self.sde_distribution(out, latent)
+            log_sigma = self.log_sigma()
+            mean, ls = self.sde_distribution(out, latent, log_sigma)
             if self.sde is None:
                 self.sde = StateDependentNoise(self.stream.keys, first.hp.sde_sample_freq)
-            actions = mean + self.sde(latent, self.log_sigma())
+            actions = mean + self.sde(latent, log_sigma)
             return actions, first.log_prob_from(mean, ls, actions)
         p, ls = first.dist_from(out, mask, None if self.log_std is None else self.log_std.unsqueeze(1))
         if self.continuous:
