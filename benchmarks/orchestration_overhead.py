@@ -55,7 +55,7 @@ def main() -> None:
 
         from agilerl_core.experiment import train_local
         from flows.online import online_evolution
-        from flows.run_setup import PREPARED_RUNS, prepare_run
+        from flows.run_setup import Handover, prepare_run
         from tasks.config import load_config
 
         budget = args.evo_steps * args.population * args.generations
@@ -76,8 +76,8 @@ def main() -> None:
                     fitness = res.best_fitness
                 else:
                     prepared = prepare_run(cfg, f"{kind.replace('_', '-')}-{r}")  # what the CLI does
-                    PREPARED_RUNS.put(prepared)
-                    fitness = online_evolution(config=prepared.cfg, run_id=prepared.run_id)["best_fitness"]
+                    fitness = online_evolution(config=prepared.cfg, run_id=prepared.run_id,
+                                               handover=Handover(prepared))["best_fitness"]
                 times[kind].append(time.perf_counter() - t0)
                 best[kind].append(fitness)
                 print(f"repeat {r} {kind}: {times[kind][-1]:.1f}s (best fitness {fitness})", file=sys.stderr)

@@ -18,7 +18,7 @@ from tasks.config import BanditPipelineConfig
 
 @flow(name="bandit-evolution", flow_run_name=flow_run_name, validate_parameters=True)
 def bandit_evolution(config: BanditPipelineConfig, run_id: str | None = None,
-                     progress: bool = False) -> dict[str, Any]:
+                     progress: bool = False, handover: Any = None) -> dict[str, Any]:
     """Evolve a population of contextual-bandit agents until the target fitness or the budget of pulls; the same
     `run_id` resumes a crashed run exactly."""
-    return run_evolution(config, run_id, progress)
+    return run_evolution(config, run_id, progress, handover)

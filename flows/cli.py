@@ -16,17 +16,15 @@ import gc
 import json
 import logging
 import os
-import signal
 import sys
-import threading
 import traceback
 from pathlib import Path
 
 from agilerl_core.code_refs import import_config_modules
-from agilerl_core.errors import AgileRLError, CheckpointError, ConfigError, StorageError, TrackingError
+from agilerl_core.errors import AgileRLError, ConfigError
 from flows.cli_dataset import add_dataset_parser, dataset_command
 from flows.cli_stages import add_stages_parser, stages_command
-from flows.local_prefect import LocalPrefect, prefect_defaults
+from flows.local_prefect import prefect_defaults
 
 DEFAULT_STORAGE = "runs"
 
@@ -126,7 +124,14 @@ def _run(args: argparse.Namespace) -> dict:
             print(f"agilerl-flow: found {found_words(summary['found'])}; its config with them: "
                   f"{summary['found_config_uri']}", file=sys.stderr, flush=True)
         return summary
-    return _flow(cfg, args.run_id, _progress(args), args.debug)
+    return _flow(cfg, args.run_id, args)
+
+
+def _flow(cfg, run_id: str | None, args: argparse.Namespace) -> dict:
+    """The run as a Prefect flow (:func:`flows.api.run`: prepared and checked here, then its kind's flow)."""
+    from flows.api import run
+
+    return run(cfg, run_id=run_id, progress=_progress(args), debug=args.debug)
 
 
 def _progress(args: argparse.Namespace) -> bool:
@@ -146,122 +151,6 @@ def _quiet_libraries(verbose: bool) -> None:
         logging.getLogger("mlflow").setLevel(logging.WARNING)
 
 
-class _OneLine(logging.Formatter):
-    """A console formatter without tracebacks: a failed task or flow run is one line there (the traceback
-    still reaches the Prefect UI through the API handler, and `--debug` keeps it on the console)."""
-
-    def __init__(self, inner: logging.Formatter | None) -> None:
-        super().__init__()
-        self.inner = inner or logging.Formatter()
-
-    def format(self, record: logging.LogRecord) -> str:
-        saved = record.exc_info, record.exc_text, record.stack_info
-        record.exc_info = record.exc_text = record.stack_info = None
-        try:
-            return self.inner.format(record).split("\nTraceback (most recent call last)")[0]
-        finally:
-            record.exc_info, record.exc_text, record.stack_info = saved
-
-
-def _console_without_tracebacks() -> None:
-    from prefect.logging.handlers import PrefectConsoleHandler
-
-    for h in logging.getLogger().handlers:
-        if isinstance(h, PrefectConsoleHandler) and not isinstance(h.formatter, _OneLine):
-            h.setFormatter(_OneLine(h.formatter))
-
-
-class _Stopped(Exception):
-    """A run that started and then failed: the cause's kind and message, then how to continue it."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-_INTERRUPTED = threading.Event()
-
-
-@contextlib.contextmanager
-def _noting_interrupts():
-    """Ctrl-C raises KeyboardInterrupt as usual and is also noted, so an interrupt that reaches the flow wrapped in
-    another error (Prefect's task engine turns one into its own) is still told as an interrupt."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupted(signum, frame) -> None:
-        _INTERRUPTED.set()
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGINT, interrupted)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-def _where_it_stands(prepared) -> str:
-    uri, last = prepared.store.storage.uri, prepared.committed
-    return (f"generations up to {last} are committed in {uri} and nothing committed is lost" if last is not None
-            else f"no generation was committed yet in {uri}")
-
-
-def _resume_command(prepared) -> str:
-    return f"agilerl-flow resume {prepared.run_id} --storage {prepared.store.storage.uri}"
-
-
-def _flow(cfg, run_id: str | None, progress: bool, debug: bool = False) -> dict:
-    """Prepare the run here (every check, the resume state loaded and verified), then start its kind's flow,
-    which takes the prepared run instead of building it again. Without a Prefect server a local one
-    starts first (:class:`LocalPrefect`), so its start-up overlaps the imports and the preparation."""
-    prefect_defaults()
-    if progress:  # the bar is the console's view; the run's log lines still reach the Prefect UI
-        os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
-    else:  # MLflow draws "Downloading artifacts" bars while it logs the champion
-        os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
-    cfg.check_env()  # the likeliest mistake (the env id), before anything starts
-    server = LocalPrefect.start_if_needed()
-    try:
-        from flows.kinds import flow_for
-        from flows.run_setup import PREPARED_RUNS, prepare_run
-        from tasks.server_checks import tracking_uri, warm_tracking_store
-
-        prepared = prepare_run(cfg, run_id)
-        if cfg.tracking.enabled:
-            warm_tracking_store(tracking_uri(prepared.cfg))  # while the server starts
-        if not debug:
-            _console_without_tracebacks()
-        with server.serving() if server is not None else contextlib.nullcontext(), _noting_interrupts():
-            PREPARED_RUNS.put(prepared)
-            try:
-                summary = flow_for(cfg.kind)(config=prepared.cfg, run_id=prepared.run_id, progress=progress)
-            except KeyboardInterrupt:  # Ctrl-C: the run id and the exact command that continues it
-                raise KeyboardInterrupt(f"run {prepared.run_id} stopped: {_where_it_stands(prepared)}; continue it "
-                                        f"with: {_resume_command(prepared)}") from None
-            except Exception as err:  # one paragraph: what failed, what is safe, the exact command that continues
-                if _INTERRUPTED.is_set():  # Ctrl-C inside a task, which Prefect reports as another error
-                    raise KeyboardInterrupt(f"run {prepared.run_id} stopped: {_where_it_stands(prepared)}; continue "
-                                            f"it with: {_resume_command(prepared)}") from None
-                if debug:
-                    raise
-                raise _Stopped(_kind(err), f"{str(err).rstrip('.')}. Run {prepared.run_id} stopped: "
-                                           f"{_where_it_stands(prepared)} (--debug shows the traceback). Once the "
-                                           f"cause is fixed, continue it with: {_resume_command(prepared)}") from err
-            finally:
-                prepared.lease.stop()  # the flow gives it up itself; this covers a flow that never started
-    finally:
-        if server is not None:
-            server.stop()
-    if cfg.tracking.enabled:
-        uri = tracking_uri(cfg)
-        how = f"open {uri}" if uri.startswith("http") else f"run `mlflow ui --backend-store-uri {uri}` and open " \
-                                                            f"http://127.0.0.1:5000"
-        print(f"MLflow: to compare runs, lineage and the champion ({summary.get('champion_uri') or 'not registered'}), "
-              f"{how}", file=sys.stderr)
-    return summary
-
-
 def _resume(args: argparse.Namespace) -> dict:
     from agilerl_core.io.run_store import RunStore
     from agilerl_core.io.storage import open_storage
@@ -277,7 +166,7 @@ def _resume(args: argparse.Namespace) -> dict:
     data.setdefault("kind", "offline" if data.get("dataset") else "gym")  # records written before kinds existed
     cfg = validate_config(data, source=store.storage.url(store.key("run.json")))
     import_config_modules(cfg)
-    return _flow(cfg, args.run_id, _progress(args), args.debug)
+    return _flow(cfg, args.run_id, args)
 
 
 def _trigger(args: argparse.Namespace) -> dict:
@@ -336,12 +225,16 @@ COMMANDS = {"run": _run, "resume": _resume, "trigger": _trigger, "lineage": _lin
 
 def _kind(err: BaseException) -> str:
     """What kind of failure `err` is, in the words the console line starts with."""
-    if isinstance(err, _Stopped):
-        return err.kind
-    kinds = [(ConfigError, "configuration error"), (CheckpointError, "checkpoint error"),
-             (StorageError, "storage error"), (TrackingError, "tracking error"), (_Fail, "failed"),
-             (AgileRLError, "error")]
-    return next((k for cls, k in kinds if isinstance(err, cls)), f"unexpected {type(err).__name__}")
+    from flows.api import error_kind
+
+    return "failed" if isinstance(err, _Fail) else error_kind(err)
+
+
+def _stopped(err: BaseException) -> bool:
+    """Whether `err` is a run that started and failed (its message already says how to continue)."""
+    from flows.api import RunStopped
+
+    return isinstance(err, RunStopped)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -359,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             traceback.print_exc()
         kind = _kind(err)
-        hint = "" if args.debug or isinstance(err, _Stopped) else " (run with --debug for the traceback)"
+        hint = "" if args.debug or _stopped(err) else " (run with --debug for the traceback)"
         print(f"agilerl-flow: {kind}: {err}{hint}", file=sys.stderr)
         failed_summary = getattr(err, "summary", None)
         if failed_summary is not None:  # stdout's last line is the JSON summary, pass or fail (CI reads it)

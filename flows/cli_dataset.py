@@ -78,6 +78,7 @@ def dataset_command(args: argparse.Namespace) -> dict:
         return _collect_wordle(args)
     if args.vocabulary is not None or args.held_out is not None:
         raise ConfigError("--vocabulary and --held-out: only for --env wordle")
+    from agilerl_core.algorithms.acting import Acting
     from agilerl_core.algorithms.registry import get_algorithm
     from agilerl_core.data.collect import collect_episodes, write_dataset
 
@@ -104,7 +105,7 @@ def dataset_command(args: argparse.Namespace) -> dict:
     if module is not None:  # --env my_pkg.envs:GridWorld-v0 beside my_pkg/, as python -m finds it
         import_from_working_directory([module])
     episodes = collect_episodes(env_id, policy, args.episodes, args.seed, args.num_envs, args.epsilon,
-                                progress=_bar(args), algorithms=get_algorithm,
+                                progress=_bar(args), algorithms=get_algorithm, acting=Acting,
                                 **recipe)
     where = write_dataset(args.out, episodes, env_id, policy, fmt)
     return {"out": where, **load_dataset(where, fmt).describe()}  # read back: what a run would load

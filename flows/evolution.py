@@ -4,8 +4,8 @@ each: ``flows/online.py``, ``flows/offline.py``; the CLI and ``deployments/build
 A run is first *prepared* (:func:`flows.run_setup.prepare_run`): the Evolution is built (config, env, dataset
 checked), the storage URI and its credentials and the tracking server are checked, and a run with committed
 generations is loaded back (every checksum verified). The CLI prepares before it starts the flow, so a bad
-input is one clear paragraph and never a failed flow run; the flow then takes that prepared run from
-:data:`flows.run_setup.PREPARED_RUNS` (keyed by run id) instead of building it again. A deployment's flow
+input is one clear paragraph and never a failed flow run; the flow then takes that prepared run as its
+``handover`` parameter (:class:`flows.run_setup.Handover`) instead of building it again. A deployment's flow
 prepares itself.
 
 Then one DAG of tasks per generation::
@@ -36,7 +36,7 @@ from agilerl_core.evolution import Evolution
 from agilerl_core.io.run_store import RunStore
 from agilerl_core.progress import reporting as progress_reporting
 from flows.run_attempt import RunAttempt, end_finished_run
-from flows.run_setup import PREPARED_RUNS, RUN_HOOKS, finished_summary, prepare_run
+from flows.run_setup import finished_summary, handed_over, prepare_run
 from flows.runners import check_deployment, dask_cluster, placement, task_runner
 from tasks.config import PipelineConfig
 from tasks.delivery import TrackingQueue
@@ -145,13 +145,14 @@ def run_generation(job: GenerationJob, evo: Evolution, store: RunStore, runner, 
     return stats
 
 
-def run_evolution(cfg: PipelineConfig, run_id: str | None, progress: bool) -> dict[str, Any]:
-    """The body of every evolution flow (called inside a flow run): the prepared run (or prepare it now),
-    one DAG per generation (:func:`run_generation`) until the run's budget is spent, then the champion and
-    the run's end (:class:`~flows.run_attempt.RunAttempt`)."""
+def run_evolution(cfg: PipelineConfig, run_id: str | None, progress: bool, handover: Any = None) -> dict[str, Any]:
+    """The body of every evolution flow (called inside a flow run): the run `handover` brings (prepared by
+    :func:`flows.api.run` in this process), or prepared now, one DAG per generation (:func:`run_generation`) until
+    the run's budget is spent, then the champion and the run's end (:class:`~flows.run_attempt.RunAttempt`)."""
     logger = get_run_logger()
     check_flow_run_code(cfg)  # a deployment's parameters may not name code its own config does not
-    prepared = PREPARED_RUNS.take(cfg, run_id) or prepare_run(cfg, run_id)
+    given = handed_over(handover, cfg, run_id)
+    prepared = given.prepared if given is not None else prepare_run(cfg, run_id)
     cfg, run_id, evo, store = prepared.cfg, prepared.run_id, prepared.evo, prepared.store
     _name_flow_run(run_id, logger)
     if prepared.dropped:
@@ -159,7 +160,8 @@ def run_evolution(cfg: PipelineConfig, run_id: str | None, progress: bool) -> di
     finished = finished_summary(prepared)
     if finished is not None:  # nothing to resume: never repeat the ending (a second model version, the alias)
         return end_finished_run(prepared, finished, logger)
-    attempt = RunAttempt(prepared, RUN_HOOKS.take(run_id), logger)  # the tracker, the Prefect UI's view, callbacks
+    hooks = None if given is None else given.hooks
+    attempt = RunAttempt(prepared, hooks, logger)  # the tracker, the Prefect UI's view, callbacks
     mode = "threads" if cfg.runner.kind == "threads" else "process"
     status = "FAILED"
     try:

@@ -14,8 +14,8 @@ from tasks.config import LanguagePipelineConfig
 
 @flow(name="language-evolution", flow_run_name=flow_run_name, validate_parameters=True)
 def language_evolution(config: LanguagePipelineConfig, run_id: str | None = None,
-                       progress: bool = False) -> dict[str, Any]:
+                       progress: bool = False, handover: Any = None) -> dict[str, Any]:
     """Evolve language agents (their architecture, learning rate and ILQL's expectile, beta, conservative weight
     and target rate) until the target fitness or the budget of gradient steps; the same `run_id` resumes a crashed
     run exactly."""
-    return run_evolution(config, run_id, progress)
+    return run_evolution(config, run_id, progress, handover)

@@ -13,7 +13,8 @@ from tasks.config import LLMPipelineConfig
 
 
 @flow(name="llm-evolution", flow_run_name=flow_run_name, validate_parameters=True)
-def llm_evolution(config: LLMPipelineConfig, run_id: str | None = None, progress: bool = False) -> dict[str, Any]:
+def llm_evolution(config: LLMPipelineConfig, run_id: str | None = None,
+                  progress: bool = False, handover: Any = None) -> dict[str, Any]:
     """Evolve LoRA adapters (their learning rate, beta, group size, temperature and rank) until the target
     fitness or the budget of training samples; the same `run_id` resumes a crashed run exactly."""
-    return run_evolution(config, run_id, progress)
+    return run_evolution(config, run_id, progress, handover)

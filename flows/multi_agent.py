@@ -13,10 +13,10 @@ from tasks.config import MultiAgentPipelineConfig
 
 @flow(name="multi-agent-evolution", flow_run_name=flow_run_name, validate_parameters=True)
 def multi_agent_evolution(config: MultiAgentPipelineConfig, run_id: str | None = None,
-                          progress: bool = False) -> dict[str, Any]:
+                          progress: bool = False, handover: Any = None) -> dict[str, Any]:
     """Evolve a population of teams in a PettingZoo parallel env until the target fitness or the budget.
 
     Running it again with the same `run_id` after a crash continues from the last committed generation
     and ends exactly as an uninterrupted run would.
     """
-    return run_evolution(config, run_id, progress)
+    return run_evolution(config, run_id, progress, handover)

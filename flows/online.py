@@ -12,10 +12,11 @@ from tasks.config import GymPipelineConfig
 
 
 @flow(name="online-evolution", flow_run_name=flow_run_name, validate_parameters=True)
-def online_evolution(config: GymPipelineConfig, run_id: str | None = None, progress: bool = False) -> dict[str, Any]:
+def online_evolution(config: GymPipelineConfig, run_id: str | None = None,
+                     progress: bool = False, handover: Any = None) -> dict[str, Any]:
     """Evolve a population on a Gymnasium env until the target fitness or the env-step budget.
 
     Running it again with the same `run_id` after a crash continues from the last committed generation
     and ends exactly as an uninterrupted run would.
     """
-    return run_evolution(config, run_id, progress)
+    return run_evolution(config, run_id, progress, handover)

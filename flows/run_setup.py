@@ -2,19 +2,19 @@
 dataset checked and pinned), the storage URI and its credentials and the tracking server checked, the run's
 record written, and a run with committed generations loaded back (every checksum verified).
 
-The CLI prepares before it starts the flow and leaves the prepared run in :data:`PREPARED_RUNS` (keyed by run
-id), the Python API leaves the run's callbacks in :data:`RUN_HOOKS`; the flow (:func:`flows.evolution.run_evolution`)
-takes them. :func:`finished_summary` tells a run that has nothing left to resume.
+:func:`flows.api.run` (the CLI's ``run`` and ``resume``) prepares before it starts the flow and hands the prepared
+run and its callbacks to the flow as its ``handover`` parameter (:class:`Handover`); a deployment's flow prepares
+itself. :func:`finished_summary` tells a run that has nothing left to resume.
 """
 
 from __future__ import annotations
 
 import logging as std_logging
-import threading
 from dataclasses import dataclass
 from typing import Any
 
 from agilerl_core.api.callbacks import CallbackHooks
+from agilerl_core.errors import ConfigError
 from agilerl_core.evolution import Evolution
 from agilerl_core.experiment import build_evolution, new_run_id
 from agilerl_core.hpo.found import config_data
@@ -71,15 +71,9 @@ def prepare_run(cfg: PipelineConfig, run_id: str | None) -> PreparedRun:
     run_id = check_run_id(run_id or new_run_id(cfg))
     check_runner(cfg.runner)
     evo = build_evolution(cfg, **grouping(cfg))
-    dataset = getattr(evo.arena, "dataset", None)
-    if dataset is not None and cfg.dataset.sha256 is None:
-        # pin the data: the run's record, its MLflow params and every worker then name (and check) this content
-        cfg = cfg.model_copy(update={"dataset": cfg.dataset.model_copy(update={"sha256": dataset.sha256})})
-        evo.arena.cfg = cfg
-    base = getattr(evo.arena, "base", None)
-    if base is not None and cfg.model.sha256 is None:  # an LLM run: pin the base model the same way
-        cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"sha256": base.sha256})})
-        evo.arena.cfg = cfg
+    # the config as built: the content hashes of the data and base it read pinned, so the run's record, its MLflow
+    # params and every worker name (and check) this content
+    cfg = evo.arena.cfg
     storage = storage_from_config(cfg)
     storage.check()
     if cfg.tracking.enabled:
@@ -103,45 +97,29 @@ def prepare_run(cfg: PipelineConfig, run_id: str | None) -> PreparedRun:
     return PreparedRun(cfg, run_id, evo, store, latest, dropped, lease)
 
 
-class PreparedRuns:
-    """Runs the CLI prepared for the flow it starts next in this process, keyed by run id."""
+class Handover:
+    """What :func:`flows.api.run` hands the flow it starts in this process, as the flow's ``handover`` parameter:
+    the run it prepared (checked, built, resumed) and the run's callbacks. Prefect records it as a placeholder (it
+    is not data); a flow run whose ``handover`` is anything else (a deployment's parameter) is refused."""
 
-    def __init__(self) -> None:
-        self._runs: dict[str, PreparedRun] = {}
-        self._lock = threading.Lock()
+    __slots__ = ("hooks", "prepared")  # no __dict__: Prefect's parameter encoder stops at once, with "<Handover>"
 
-    def put(self, prepared: PreparedRun) -> None:
-        with self._lock:
-            self._runs[prepared.run_id] = prepared
-
-    def take(self, cfg: PipelineConfig, run_id: str | None) -> PreparedRun | None:
-        """The run prepared for `run_id` with exactly this config (removed from the cache), else None."""
-        with self._lock:
-            prepared = self._runs.pop(run_id, None) if run_id else None
-        return prepared if prepared is not None and prepared.cfg == cfg else None
+    def __init__(self, prepared: PreparedRun, hooks: CallbackHooks | None = None) -> None:
+        self.prepared, self.hooks = prepared, hooks
 
 
-PREPARED_RUNS = PreparedRuns()
-
-
-class RunHooks:
-    """Callbacks given to :func:`flows.run` for the flow it starts next in this process, keyed by run id
-    (functions cannot be flow-run parameters)."""
-
-    def __init__(self) -> None:
-        self._hooks: dict[str, CallbackHooks] = {}
-        self._lock = threading.Lock()
-
-    def put(self, run_id: str, hooks: CallbackHooks) -> None:
-        with self._lock:
-            self._hooks[run_id] = hooks
-
-    def take(self, run_id: str) -> CallbackHooks | None:
-        with self._lock:
-            return self._hooks.pop(run_id, None)
-
-
-RUN_HOOKS = RunHooks()
+def handed_over(handover: object, cfg: PipelineConfig, run_id: str | None) -> Handover | None:
+    """The flow's `handover` checked: None, or the one prepared in this process for this config and run id."""
+    if handover is None:
+        return None
+    if not isinstance(handover, Handover):
+        raise ConfigError("handover: a flow run's run is prepared in the process that starts it (flows.run); leave "
+                          "the handover parameter out of a deployment's parameters")
+    prepared = handover.prepared
+    if prepared.cfg != cfg or (run_id is not None and run_id != prepared.run_id):
+        raise ConfigError(f"handover: prepared for run {prepared.run_id} with another config; pass the config and "
+                          f"run id it was prepared with, or no handover")
+    return handover
 
 
 def finished_summary(prepared: PreparedRun) -> dict[str, Any] | None:

@@ -136,3 +136,62 @@ def test_the_config_never_imports_an_algorithm_even_lazily():
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("agilerl_core.algorithms."):
                 assert node.module.startswith(("agilerl_core.algorithms.hyperparameters.",
                                                "agilerl_core.algorithms.registry")), f"{path.name}: {node.module}"
+
+
+# The engine's layers, lowest first: a module imports (even lazily) only from its own layer or lower ones, so
+# the shape stays (maths and storage know nothing of algorithms; algorithms nothing of arenas; arenas nothing of
+# the evolution; the evolution nothing of any kind of training). A new package must be given a layer here.
+ENGINE_LAYERS = (
+    ("errors", "limits", "finite", "rng", "code_refs", "net", "progress", "results", "train_metrics"),
+    ("envs", "hpo"),
+    ("networks", "buffers"),
+    ("io",),
+    ("data",),
+    ("language", "llm"),
+    ("algorithms",),
+    ("config",),  # reads the algorithms' hyperparameter models only (test_the_config_imports_no_algorithm)
+    ("arenas",),
+    ("evolution", "champion"),
+    ("experiment",),
+    ("api",),
+)
+
+
+def _engine_layer(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[0] != "agilerl_core" or len(parts) == 1:
+        return None  # the package itself only re-exports, lazily
+    for rank, names in enumerate(ENGINE_LAYERS):
+        if parts[1] in names:
+            return rank
+    raise AssertionError(f"{module}: agilerl_core.{parts[1]} has no layer in ENGINE_LAYERS; give it one")
+
+
+def test_the_engine_layers_call_down_only():
+    graph = _graph(lazy=True)
+    for name, deps in graph.items():
+        rank = _engine_layer(name)
+        if rank is None:
+            continue
+        up = sorted(d for d in deps if (_engine_layer(d) or -1) > rank)
+        assert not up, f"{name} (layer {ENGINE_LAYERS[rank]}) imports {up} from a layer above it"
+
+
+def test_the_evolution_knows_no_kind_of_training():
+    """Selection, mutation, commit and resume act on members through the Evolvable protocol: no algorithm,
+    network or arena is imported by hpo/ or evolution.py, even lazily."""
+    graph = _graph(lazy=True)
+    for name, deps in graph.items():
+        if name.startswith(("agilerl_core.hpo", "agilerl_core.evolution")):
+            bad = sorted(d for d in deps if d.startswith(("agilerl_core.algorithms", "agilerl_core.networks",
+                                                          "agilerl_core.arenas")))
+            assert not bad, f"{name} imports {bad}"
+
+
+def test_the_cli_calls_the_python_api_not_the_other_way():
+    graph = _graph(lazy=True)
+    assert "flows.api" in graph["flows.cli"] or any("flows.api" in graph[m] for m in graph["flows.cli"]), \
+        "the CLI no longer runs flows through flows.api.run: update this test"
+    below = _closure(graph, "flows.api")
+    cli = sorted(m for m in below if m.startswith("flows.cli"))
+    assert not cli, f"flows.api reaches {cli}"

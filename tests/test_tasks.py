@@ -181,3 +181,28 @@ def test_only_configs_that_ask_get_a_schedule_written_once_under_definitions():
     every_15 = build.schedule_name({"cron": "*/15 * * * *", "timezone": "UTC", "active": False})
     assert every_15.startswith("cron_") and every_15.endswith("_utc_paused")
     assert every_15 != build.schedule_name({"cron": "15 * * * *", "timezone": "UTC", "active": False})
+
+
+def test_the_flow_takes_its_prepared_run_as_a_parameter_and_refuses_one_from_outside(tmp_path):
+    """flows.api.run hands the flow the run it prepared as the `handover` parameter (no process-global hand-over):
+    Prefect records it as a placeholder, never as data; a deployment's flow-run parameter in its place, or a
+    handover prepared for another config, is refused naming the field."""
+    from agilerl_core.errors import ConfigError
+    from flows.online import online_evolution
+    from flows.run_setup import Handover, handed_over, prepare_run
+
+    cfg = tiny_config(output_dir=str(tmp_path / "out"), **{"storage.uri": str(tmp_path / "runs"),
+                                                           "tracking.enabled": False})
+    prepared = prepare_run(cfg, "handover-test")
+    try:
+        given = Handover(prepared)
+        assert online_evolution.serialize_parameters({"handover": given}) == {"handover": "<Handover>"}
+        assert handed_over(given, cfg, "handover-test") is given and handed_over(None, cfg, None) is None
+        with pytest.raises(ConfigError, match="handover: .*deployment's parameters"):
+            handed_over({"prepared": {"run_id": "other"}}, cfg, None)
+        with pytest.raises(ConfigError, match="handover: prepared for run handover-test with another config"):
+            handed_over(given, cfg.model_copy(update={"seed": 1}), None)
+        with pytest.raises(ConfigError, match="handover: "):
+            handed_over(given, cfg, "another-run")
+    finally:
+        prepared.lease.stop()

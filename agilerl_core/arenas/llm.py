@@ -79,6 +79,9 @@ class LLMArena(OwnExperience):
         else:
             self._init_records(cfg, algo_cls)
         self.seed_adapter = self._seed_adapter(cfg)
+        # the base and prompt set it read, named in the run's record (a game set pins itself through its words)
+        dataset = getattr(self, "dataset", None)
+        self.cfg = cfg.pinned(dataset=None if dataset is None else dataset.sha256, model=self.base.sha256)
 
     def _init_records(self, cfg, algo_cls: type[LLMAlgorithm]) -> None:
         self.dataset = self._load_records(cfg)

@@ -72,6 +72,7 @@ class OfflineArena(GymArena):
     def __init__(self, cfg, algo_cls: type[RLAlgorithm]) -> None:
         super().__init__(cfg, algo_cls)
         self.dataset = load_checked_dataset(cfg, self.obs_space, self.act_space)
+        self.cfg = cfg.pinned(dataset=self.dataset.sha256)  # the data it read, named in the run's record
         self.dataset_buffer = dataset_buffer(self.dataset.transitions, self.obs_spec, self.action_spec, self.device)
 
     def build_members(self, seeds: list[int]) -> list[RLAlgorithm]:

@@ -229,6 +229,14 @@ class _ExperimentBase(_Strict):
         rounded up (the last generation shrinks to fit; whole vector steps can spend a little more)."""
         return -(-self.max_env_steps // (self.population_size * self.evo_steps))
 
+    def pinned(self, **hashes: str | None):
+        """This config with the content hashes its build computed (section -> sha256: ``dataset``, ``model``)
+        filled in where it left them unset: the config an arena runs with and a run records, so every worker and
+        every resume checks the same content."""
+        update = {section: getattr(self, section).model_copy(update={"sha256": sha})
+                  for section, sha in hashes.items() if sha is not None and getattr(self, section).sha256 is None}
+        return self.model_copy(update=update) if update else self
+
     def budget_note(self, min_generations: int = 3) -> str | None:
         """A sentence when the budget pays for fewer than `min_generations` generations (so there is little or
         no selection and mutation: the run is then mostly the initial population training), naming the fields
