@@ -28,6 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from agilerl_core.algorithms.acting import Acting
 from agilerl_core.algorithms.registry import get_algorithm
 from agilerl_core.algorithms.saved import load_member
 from agilerl_core.arenas.base import evaluate_member
@@ -88,7 +89,7 @@ def main() -> None:
         tmp_p = Path(tmp)
         policy = medium_policy(tmp_p, args.medium)
         episodes = collect_episodes("CartPole-v1", str(tmp_p / "medium"), args.episodes, seed=123,
-                                    epsilon=args.epsilon, algorithms=get_algorithm)
+                                    epsilon=args.epsilon, algorithms=get_algorithm, acting=Acting)
         path = write_dataset(str(tmp_p / "cartpole-medium.hdf5"), episodes, "CartPole-v1", str(tmp_p / "medium"))
         info = load_dataset(path).describe()
         mean = info["return_mean"]

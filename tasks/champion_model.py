@@ -16,10 +16,12 @@ from mlflow.pyfunc import PythonModel
 
 class ChampionPolicy(PythonModel):
     def load_context(self, context) -> None:
+        from agilerl_core.algorithms.acting import Acting
         from agilerl_core.algorithms.saved import load_member
 
         member, self.env = load_member(context.artifacts["member"])
         self.agent = member.agent
+        self.acting = Acting(self.agent)  # the member's group of one, greedy
 
     def predict(self, context, model_input: np.ndarray, params=None):
         """Greedy actions for a batch of observations. `model_input` is an array (a dict of arrays, one per
@@ -28,7 +30,7 @@ class ChampionPolicy(PythonModel):
         signature, not the hint, for that type. A served request is stateless: a recurrent policy starts each
         request from a fresh memory (each row its own env at its episode's first step)."""
         spec = self.agent.obs_spec
-        self.agent.reset_memory()
+        self.acting.reset()
         if hasattr(model_input, "to_numpy"):  # a DataFrame: one row per observation
             model_input = model_input.to_numpy()
         if isinstance(model_input, dict):
@@ -40,8 +42,8 @@ class ChampionPolicy(PythonModel):
                 obs = obs.reshape(-1, *shape)
         mask = params.get("action_mask") if params else None  # single-agent envs
         with torch.no_grad():
-            actions = self.agent.env_action(spec.to_tensors(obs, self.agent.device),
-                                            None if mask is None else np.asarray(mask, dtype=bool))
+            actions = self.acting.env_action(spec.to_tensors(obs, self.agent.device),
+                                             None if mask is None else np.asarray(mask, dtype=bool))
         return actions if isinstance(actions, dict) else np.asarray(actions)  # a team: one array per agent
 
 

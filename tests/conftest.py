@@ -220,6 +220,13 @@ class HostReads(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+def greedy(agent, obs, mask=None):
+    """A member's greedy actions (agent scale) through its group of one, as Policy.predict acts."""
+    from agilerl_core.algorithms.acting import Acting
+
+    return Acting(agent).greedy(obs, mask)
+
+
 def tiny_config(**overrides):
     """A config that trains for a few hundred steps (for tests)."""
     from tasks.config import validate_config

@@ -19,6 +19,7 @@ from agilerl_core.data.tables import BanditSplit, load_table, write_table
 from agilerl_core.errors import ConfigError, DatasetError
 from agilerl_core.experiment import build_evolution, train_local
 from tasks.config import validate_config
+from tests.conftest import greedy
 
 
 def bandit_config(**over):
@@ -195,7 +196,7 @@ def test_a_population_learns_iris_from_bandit_feedback_and_logs_its_regret(algor
     # the fitness is the share of held-out rows classified right by greedy pulls
     member = evo.population.members[0].agent
     x, y = evo.arena.split.held_x, evo.arena.split.held_y
-    arms = member.greedy_action({"obs": torch.as_tensor(x)})
+    arms = greedy(member, {"obs": torch.as_tensor(x)})
     assert evo.arena.evaluate(member, 0, 0) == pytest.approx(float((arms == y).mean()))
 
 

@@ -15,7 +15,7 @@ from agilerl_core.errors import CheckpointError
 from agilerl_core.experiment import build_evolution
 from agilerl_core.hpo.population import Member
 from agilerl_core.io import save_member
-from tests.conftest import tiny_config
+from tests.conftest import greedy, tiny_config
 from tests.test_dqn import SPEC, make_dqn
 
 ENV = {"env_id": "CartPole-v1", "env_kwargs": {}, "channels_last": None}
@@ -154,7 +154,7 @@ def test_checkpoints_written_before_population_first_algorithms_load(name):
     agent = member.agent
     assert (member.member_id, member.parent_id, member.born, member.fitness_history) == (7, 3, 2, [1.5])
     obs = {"obs": torch.tensor(expected["obs"])}
-    np.testing.assert_allclose(agent.greedy_action(obs), np.asarray(expected[name]), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(greedy(agent, obs), np.asarray(expected[name]), rtol=1e-6, atol=1e-6)
     if name == "ppo":
         return
     assert agent.learn_steps == 3 and all(bool((o.beta1_pow < 1.0).all()) for o in agent.optimizers.values())

@@ -18,6 +18,7 @@ from agilerl_core.buffers.replay import Transition
 from agilerl_core.config import NetworkConfig
 from agilerl_core.envs.spaces import ObsSpec
 from agilerl_core.networks import initial_arch
+from tests.conftest import greedy
 
 SPEC = ObsSpec(spaces.Box(-1, 1, (3,), np.float32))
 KS = [1, 3]
@@ -126,7 +127,7 @@ def test_act_never_picks_masked_actions():
     obs = {"obs": torch.zeros(64, 3)}
     mask = torch.zeros((64, 2), dtype=torch.bool)
     mask[:, 1] = True
-    assert (make_dqn().greedy_action(obs, mask.numpy()) == 1).all()
+    assert (greedy(make_dqn(), obs, mask.numpy()) == 1).all()
     for eps in (0.0, 1.0):
         group = DQN.group([make_dqn(eps_start=eps, eps_end=eps)])
         assert (group.explore_group(obs, mask) == 1).all()

@@ -13,7 +13,7 @@ from agilerl_core.algorithms.actor_critic.maths import SDE_MEAN_CLIP
 from agilerl_core.algorithms.gsde import sde_log_std
 from agilerl_core.arenas import build_arena
 from agilerl_core.errors import ConfigError
-from tests.conftest import tiny_config
+from tests.conftest import greedy, tiny_config
 
 
 def _sac(**over):
@@ -77,8 +77,8 @@ def test_gsde_noise_holds_for_sde_sample_freq_steps_then_is_drawn_again():
     assert torch.equal(acts[0], acts[1]) and torch.equal(acts[1], acts[2])  # one draw of W: a function of s
     assert not torch.allclose(acts[2], acts[3])  # the fourth step draws W again
     assert not torch.allclose(acts[0][:, 0], acts[0][:, 1])  # each env its own W
-    greedy = group.greedy(obs, None)
-    assert not torch.allclose(acts[0], greedy)
+    best = group.greedy(obs, None)
+    assert not torch.allclose(acts[0], best)
 
 
 def _ppo_gsde(backend: str = "gymnasium", **over):
@@ -123,10 +123,10 @@ def test_a_ppo_gsde_actor_explores_smoothly_and_acts_on_its_means():
     obs = {"obs": torch.randn(1, 4, 3).expand(2, 4, 3).reshape(8, 3)}
     acts = [group.explore_group(obs, None) for _ in range(4)]
     assert torch.equal(acts[0], acts[1]) and torch.equal(acts[1], acts[2]) and not torch.allclose(acts[2], acts[3])
-    greedy = group.greedy(obs, None)
-    assert greedy.shape == acts[0].shape
-    one = agent.greedy_action({"obs": obs["obs"][:4]})
-    assert one.shape == (4, agent.action_dim) and torch.allclose(torch.as_tensor(one), greedy[0], atol=1e-6)
+    best = group.greedy(obs, None)
+    assert best.shape == acts[0].shape
+    one = greedy(agent, {"obs": obs["obs"][:4]})
+    assert one.shape == (4, agent.action_dim) and torch.allclose(torch.as_tensor(one), best[0], atol=1e-6)
     white = build_arena(_ppo_gsde(**{"hyperparameters.noise_type": "gaussian"})).build_members([1])[0]
     assert white.networks["actor"].mlp.out.out_features == white.action_dim and white.batch_key() != agent.batch_key()
     with pytest.raises(ConfigError, match="noise_type"):

@@ -14,6 +14,7 @@ from agilerl_core.hpo.space import HyperparameterSpec, merge_space
 from agilerl_core.hpo.tournament import TournamentSelection
 from agilerl_core.networks import ArchBounds
 from agilerl_core.networks.evolvable import propose_mutation
+from tests.conftest import greedy
 from tests.test_dqn import make_dqn
 
 
@@ -121,7 +122,7 @@ def test_mutations_of_every_kind_leave_a_working_agent():
     for _ in range(40):
         desc = m.mutate(agent, rng)
         kinds.add(desc.split(":")[0])
-        assert agent.greedy_action(obs).shape == (4,)
+        assert greedy(agent, obs).shape == (4,)
         assert agent.networks["q"].arch == agent.networks["q_target"].arch == agent.arch
         assert 1e-4 <= agent.hp.lr <= 1e-2 and agent.optimizers["q"].lr == agent.hp.lr
     assert {"arch", "params", "activation", "hp"} <= kinds

@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 
+from agilerl_core.algorithms.acting import Acting
 from agilerl_core.algorithms.registry import get_algorithm
 from agilerl_core.errors import ConfigError
 from agilerl_core.experiment import build_evolution, train_local
@@ -137,7 +138,7 @@ def test_dataset_collect_with_a_policy_and_epsilon_respects_action_masks(tmp_pat
     cfg = tiny_config(env_id="agilerl_test/MaskedLine-v0", max_env_steps=600)
     train_local(cfg, progress=False, run_dir=tmp_path)
     episodes = collect_episodes("agilerl_test/MaskedLine-v0", str(tmp_path / "elite"), 10, seed=1, num_envs=4,
-                                epsilon=0.5, algorithms=get_algorithm)
+                                epsilon=0.5, algorithms=get_algorithm, acting=Acting)
     assert len(episodes) == 10
 
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from agilerl_core.algorithms.acting import Acting
 from agilerl_core.algorithms.bc import BC
 from agilerl_core.algorithms.cql import CQL, CQN, discrete_penalty, sampled_logsumexp
 from agilerl_core.algorithms.group import StackedRows
@@ -30,7 +31,7 @@ from agilerl_core.envs.spaces import ActionSpec, ObsSpec
 from agilerl_core.errors import DatasetError
 from agilerl_core.io.storage import S3Options
 from agilerl_core.networks.evolvable import initial_arch
-from tests.conftest import tiny_config
+from tests.conftest import greedy, tiny_config
 
 OBS4 = ObsSpec(spaces.Box(-10, 10, (4,), np.float32))
 
@@ -139,10 +140,10 @@ def test_behaviour_cloning_learns_the_data_policy():
         disc.learn(_batch(obs, (obs[:, 0] > 0).long()))
         box.learn(_batch(obs, torch.tanh(obs[:, 1:2])))
     obs = torch.randn(200, 4, generator=g)
-    acc = (torch.as_tensor(disc.greedy_action({"obs": obs})) == (obs[:, 0] > 0).long()).float().mean()
-    err = (torch.as_tensor(box.greedy_action({"obs": obs})) - torch.tanh(obs[:, 1:2])).abs().mean()
+    acc = (torch.as_tensor(greedy(disc, {"obs": obs})) == (obs[:, 0] > 0).long()).float().mean()
+    err = (torch.as_tensor(greedy(box, {"obs": obs})) - torch.tanh(obs[:, 1:2])).abs().mean()
     assert acc > 0.95 and err < 0.1
-    assert np.allclose(box.env_action({"obs": obs[:3]}), 2 * box.greedy_action({"obs": obs[:3]}))  # env scale
+    assert np.allclose(Acting(box).env_action({"obs": obs[:3]}), 2 * greedy(box, {"obs": obs[:3]}))  # env scale
 
 
 # ---- datasets -------------------------------------------------------------------------------------------

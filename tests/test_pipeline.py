@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import wait_for_commit
+from tests.conftest import greedy, wait_for_commit
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[1]
@@ -184,8 +184,8 @@ def test_registered_champion_loads_and_acts(servers, threads_run, monkeypatch):
     elite, _ = load_member(local)
     from agilerl_core.envs.spaces import ObsSpec
 
-    greedy = elite.agent.greedy_action(ObsSpec(env.observation_space).to_tensors(obs))
-    assert actions.tolist() == greedy.tolist()
+    best = greedy(elite.agent, ObsSpec(env.observation_space).to_tensors(obs))
+    assert actions.tolist() == best.tolist()
     # the champion plays a whole episode
     o, _ = env.reset(seed=123)
     for _ in range(20):

@@ -8,6 +8,7 @@ import pytest
 import torch
 from gymnasium import spaces
 
+from agilerl_core.algorithms.acting import Acting
 from agilerl_core.algorithms.hyperparameters.ppo import PPOHyperparameters
 from agilerl_core.algorithms.ppo import PPO
 from agilerl_core.buffers.rollout import Rollout
@@ -152,15 +153,25 @@ def test_a_group_of_different_core_sizes_learns_as_each_member_alone(cell):
 
 
 def test_greedy_acting_remembers_until_reset():
+    """A recurrent member acting alone (its group of one, as Policy.predict acts) carries its state from call to
+    call; reset(done) starts those envs again, reset() every env."""
     agent = rppo(3)
     obs = {"obs": torch.rand(2, 3) * 2 - 1}
-    first = agent.networks["actor"].step(obs, None)[0]
-    agent.reset_memory()
-    agent.greedy_action(obs)
-    again = agent.networks["actor"].step(obs, agent.memory["actor"])[0]
-    assert not torch.allclose(first, again)
-    agent.reset_memory(np.array([True, False]))
-    assert agent.memory["actor"][0].abs().sum() == 0 and agent.memory["actor"][1].abs().sum() > 0
+    acting = Acting(agent)
+    acting.greedy(obs)
+    first = acting.group.act_state["actor"].clone()
+    assert first.abs().sum() > 0
+    acting.greedy(obs)
+    assert not torch.allclose(acting.group.act_state["actor"], first)  # it went on from the first call's state
+    acting.reset(np.array([True, False]))
+    before = acting.group.act_state["actor"].clone()
+    acting.greedy(obs)
+    after = acting.group.act_state["actor"]
+    torch.testing.assert_close(after[0, 0], first[0, 0])  # env 0 started afresh: its first step's state again
+    assert not torch.allclose(after[0, 1], before[0, 1])
+    acting.reset()
+    acting.greedy(obs)
+    torch.testing.assert_close(acting.group.act_state["actor"], first)
 
 
 def _config(tmp_path, **extra):

@@ -17,6 +17,7 @@ from agilerl_core.api import Policy
 from agilerl_core.config import load_config, parse_overrides, validate_config
 from agilerl_core.errors import ConfigError
 from agilerl_core.experiment import build_evolution
+from tests.conftest import greedy
 from tests.test_multi_agent import ma_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,14 +50,14 @@ def test_predict_deterministic_is_greedy_and_false_draws_reproducibly_from_the_e
     dim = agent.obs_spec.space.shape[0]
     obs = np.random.default_rng(0).uniform(-1, 1, (400, dim)).astype(np.float32)
     policy = Policy(member, env)
-    greedy = policy.predict(obs, deterministic=True)
+    best = policy.predict(obs, deterministic=True)
     with torch.no_grad():
-        own = agent.action_spec.to_env(agent.greedy_action(agent.obs_spec.to_tensors(obs)))
-    assert np.array_equal(greedy, own) and np.array_equal(policy.predict(obs), greedy)  # True: today's default
+        own = agent.action_spec.to_env(greedy(agent, agent.obs_spec.to_tensors(obs)))
+    assert np.array_equal(best, own) and np.array_equal(policy.predict(obs), best)  # True: today's default
 
     before = _generators(agent)
     sampled = policy.predict(obs, deterministic=False)
-    assert sampled.shape == greedy.shape and sampled.dtype == greedy.dtype
+    assert sampled.shape == best.shape and sampled.dtype == best.dtype
     # a fresh Policy of the same member draws the same actions: the draws are a copy of the member's stream...
     assert np.array_equal(Policy(member, env).predict(obs, deterministic=False), sampled)
     # ...which is left as it was (what the member's training draws next does not depend on predict)
@@ -64,15 +65,15 @@ def test_predict_deterministic_is_greedy_and_false_draws_reproducibly_from_the_e
     assert before[0] == after[0] and torch.equal(before[1], after[1])
     # the Policy's stream goes on (a noisy net's draw moves all rows together: a few calls to see it)
     assert any(not np.array_equal(policy.predict(obs, deterministic=False), sampled) for _ in range(5))
-    differs = np.any(np.asarray(sampled != greedy).reshape(len(obs), -1), axis=1).mean()
+    differs = np.any(np.asarray(sampled != best).reshape(len(obs), -1), axis=1).mean()
     if algorithm == "Rainbow":  # epsilon 0: one noisy-net weight draw per call moves every row's Q-values together
-        assert any((policy.predict(obs, deterministic=False) != greedy).any() for _ in range(5))
+        assert any((policy.predict(obs, deterministic=False) != best).any() for _ in range(5))
     elif agent.action_spec.discrete:  # a fresh member: PPO's near-uniform softmax, DQN at epsilon 1
         assert set(np.unique(sampled)) == {0, 1} and 0.2 < differs < 0.8
     else:
         space = agent.action_spec
         assert differs == 1.0 and sampled.min() >= space.low[0] and sampled.max() <= space.high[0]
-    assert np.asarray(policy.predict(obs[0], deterministic=False)).shape == np.asarray(greedy[0]).shape
+    assert np.asarray(policy.predict(obs[0], deterministic=False)).shape == np.asarray(best[0]).shape
 
 
 @pytest.mark.parametrize("algorithm", ["PPO", "DQN"])

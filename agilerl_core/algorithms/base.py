@@ -8,7 +8,7 @@ architecture spec, flat-buffer Adam, target updates, hyperparameter changes, arc
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import ABC
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -259,15 +259,7 @@ class RLAlgorithm(ABC):
         adams = tuple((o.betas, o.eps) for o in self.optimizers.values())
         return (self.name, plain_mlp_shape_key(self.arch), str(self.device), adams, *options)
 
-    # ---- acting (what the training loops call) ------------------------------------------------------
-    @abstractmethod
-    def greedy_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
-        """The policy's best actions (evaluation, deployment), agent scale."""
-
-    def env_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
-        """Greedy actions as the env takes them (a Box's bounds applied)."""
-        return self.action_spec.to_env(self.greedy_action(obs, action_mask))
-
+    # ---- learning from the shared buffer (a member acts only through its group: algorithms.acting) ------
     def sample(self, buffer, slot: int):
         """The batch for one gradient step, drawn from the committed buffer plus `slot`'s fresh data."""
         return buffer.sample(self.hp.batch_size, slot, self.torch_gen)
@@ -288,12 +280,6 @@ class RLAlgorithm(ABC):
 
     def episodes_done(self, done: np.ndarray) -> None:
         """Called after every vector step with the sub-envs whose episode just ended. Default: nothing to do."""
-        return None
-
-    def reset_memory(self, done: np.ndarray | None = None) -> None:
-        """A recurrent policy forgets: every env (`done` None: before the first step of fresh episodes) or the
-        envs whose episode just ended (`done` [N] bool, after a step). Whoever acts through
-        :meth:`greedy_action` step by step calls it. Default (no memory): nothing to do."""
         return None
 
     def extra_tensors(self) -> dict[str, torch.Tensor]:

@@ -12,14 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
-import numpy as np
 import torch
 
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.group import ReplayGroup, StackedRows, clipped_step, gradients
 from agilerl_core.algorithms.hyperparameters.bc import BCHyperparameters
 from agilerl_core.buffers.replay import Transition
-from agilerl_core.envs.spaces import Obs
 from agilerl_core.networks.stacked import StackedNetwork
 
 
@@ -89,13 +87,3 @@ class BC(RLAlgorithm):
     def batch_key(self) -> tuple:
         """Members with equal keys learn as one group (same network structure up to hidden widths)."""
         return self._group_key(self.hp.max_grad_norm, self.obs_norm is not None)
-
-    @torch.no_grad()
-    def greedy_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
-        out = self.networks["policy"](obs)
-        if self.action_spec.discrete:
-            if action_mask is not None:
-                mask = torch.as_tensor(action_mask, dtype=torch.bool, device=out.device)
-                out = out.masked_fill(~(mask | ~mask.any(dim=1, keepdim=True)), float("-inf"))
-            return out.argmax(dim=1).cpu().numpy()
-        return torch.tanh(out).cpu().numpy()

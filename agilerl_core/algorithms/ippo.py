@@ -55,6 +55,11 @@ class IPPOGroup:
         parts = [p.reshape(self.k, -1, *p.shape[1:]) for p in parts]
         return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
 
+    def begin_acting(self, num_envs: int) -> None:
+        """Fresh envs: every policy unit's acting state starts again."""
+        for unit in self.units.values():
+            unit.begin_acting(num_envs)
+
     def per_agent(self, unit: str, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """The inverse of :meth:`rows`: unit rows [K, U * N, ...] as each agent's member-major rows [K * N, ...]."""
         agents = self.unit_agents[unit]
@@ -74,7 +79,7 @@ class IPPOGroup:
     @torch.no_grad()
     def greedy(self, obs: Obs, masks: dict[str, torch.Tensor | None]) -> dict[str, torch.Tensor]:
         """Every agent's greedy actions [K * N(, dim)] (agent scale) for member-major observations, one forward per
-        policy unit, as each team's :meth:`IPPO.greedy_action` (`masks`: [K * N, A] per agent, or None)."""
+        policy unit (`masks`: [K * N, A] per agent, or None)."""
         out = {}
         for u, unit in self.units.items():
             x = self.rows(u, obs)
@@ -236,22 +241,8 @@ class IPPO:
             return parts[0] if len(parts) == 1 else torch.cat(parts)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
-    def greedy_action(self, obs: Obs, action_mask: dict[str, np.ndarray | None] | None = None) -> dict[str, np.ndarray]:
-        out = {}
-        for u, learner in self.learners.items():
-            mask = None if action_mask is None or action_mask.get(self.units[u][0]) is None else \
-                self.stack(u, action_mask)
-            acts = learner.greedy_action({"obs": self.stack(u, obs)}, mask)
-            for i, a in enumerate(self.units[u]):
-                n = obs[a].shape[0]
-                out[a] = acts[i * n:(i + 1) * n]
-        return out
-
     def env_actions(self, actions: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return {a: self.action_specs[a].to_env(x) for a, x in actions.items()}
-
-    def env_action(self, obs: Obs, action_mask=None) -> dict[str, np.ndarray]:
-        return self.env_actions(self.greedy_action(obs, action_mask))
 
     def action_spec_of(self, unit: str) -> ActionSpec:
         return self.action_specs[self.units[unit][0]]

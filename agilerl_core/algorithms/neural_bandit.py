@@ -35,7 +35,7 @@ from agilerl_core.algorithms.hyperparameters.bandit import (
 )
 from agilerl_core.buffers.replay import Transition
 from agilerl_core.data.tables import STD_FLOOR
-from agilerl_core.envs.spaces import Obs, ObsSpec
+from agilerl_core.envs.spaces import ObsSpec
 from agilerl_core.hpo.evolvable import RL_MUTATION_KINDS
 from agilerl_core.networks.stacked import _DERIVATIVES, StackedNetwork, parameter_blocks
 from agilerl_core.networks.transfer import copy_overlap
@@ -294,13 +294,6 @@ class NeuralBandit(RLAlgorithm):
                 raise ValueError("extra/ctx_mean, extra/ctx_std: a mean over its scale overflows float32, so a zero "
                                  "context would standardise to inf")
             self.set_context_scaling(mean, std)
-
-    # ---- acting alone ---------------------------------------------------------------------------------
-    @torch.no_grad()
-    def greedy_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
-        group = type(self).group([self])
-        mask = None if action_mask is None else torch.as_tensor(action_mask, dtype=torch.bool, device=self.device)
-        return group.greedy(obs, mask)[0].cpu().numpy()
 
 
 class NeuralUCB(NeuralBandit):

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agilerl_core.algorithms.acting import Acting
 from agilerl_core.algorithms.ippo import IPPOGroup
 from agilerl_core.algorithms.saved import load_member
 from agilerl_core.errors import CheckpointError
@@ -30,6 +31,7 @@ class Policy:
         self.member = member
         self.env = dict(env)  # what the member acts in, as a label: never imported or called
         self._explore: _Exploration | None = None  # predict(deterministic=False)'s group of one
+        self._acting: Acting | None = None  # predict()'s: the member's group of one, acting greedily
 
     @property
     def agent(self) -> Any:
@@ -127,7 +129,9 @@ class Policy:
         with torch.no_grad():
             tensors = spec.to_tensors(obs, self.agent.device)
             if deterministic:
-                actions = self.agent.env_action(tensors, mask)
+                if self._acting is None:
+                    self._acting = Acting(self.agent)
+                actions = self._acting.env_action(tensors, mask)
             else:
                 if self._explore is None:
                     self._explore = _Exploration(self.agent)
@@ -142,7 +146,8 @@ class Policy:
         and ``predict(deterministic=False)``'s noise processes start them at 0; otherwise a no-op."""
         if self.kind == "rl":
             ended = None if done is None else np.atleast_1d(np.asarray(done, dtype=bool))
-            self.agent.reset_memory(ended)
+            if self._acting is not None:
+                self._acting.reset(ended)
             if self._explore is not None:
                 self._explore.reset(ended)
 

@@ -29,7 +29,8 @@ def _random_actions(space: spaces.Space, num_envs: int, mask: np.ndarray | None)
 def collect_episodes(env_id: str, policy: str, episodes: int, seed: int = 0, num_envs: int = 8,
                      epsilon: float = 0.0, env_kwargs: dict | None = None, progress: bool = False,
                      entry_point: str | None = None, wrappers: Sequence = (),
-                     algorithms: Callable[[str], Any] | None = None) -> list[dict]:
+                     algorithms: Callable[[str], Any] | None = None, acting: Callable[[Any], Any] | None = None
+                     ) -> list[dict]:
     """The first `episodes` episodes that finish, each as {observations [T+1], actions, rewards,
     terminations, truncations [T]} in the env's own scale.
 
@@ -39,7 +40,8 @@ def collect_episodes(env_id: str, policy: str, episodes: int, seed: int = 0, num
     actions are drawn among the allowed ones only, and the policy acts under the mask. Same arguments,
     same episodes. `wrappers` (a config's ``env_wrappers``) wrap every env copy as in training. A saved
     member is rebuilt by the algorithm its checkpoint names, looked up in `algorithms` (the registry the caller
-    hands in: :func:`agilerl_core.algorithms.registry.get_algorithm`).
+    hands in: :func:`agilerl_core.algorithms.registry.get_algorithm`), and acts through `acting`
+    (:class:`agilerl_core.algorithms.acting.Acting`: its group of one, greedy).
     """
     if episodes < 1:
         raise ConfigError("--episodes: must be at least 1")
@@ -50,9 +52,10 @@ def collect_episodes(env_id: str, policy: str, episodes: int, seed: int = 0, num
     if policy != "random":
         from agilerl_core.io.checkpoint import load_member
 
-        if algorithms is None:
+        if algorithms is None or acting is None:
             raise TypeError("collect_episodes: a saved policy needs algorithms= (the registry lookup, "
-                            "agilerl_core.algorithms.registry.get_algorithm)")
+                            "agilerl_core.algorithms.registry.get_algorithm) and acting= (the member's actor, "
+                            "agilerl_core.algorithms.acting.Acting)")
         if not Path(policy).is_dir():
             raise ConfigError(f"--policy {policy!r}: neither 'random' nor a saved member directory (the elite/ "
                               f"directory a run writes, e.g. runs/NAME-latest/elite)")
@@ -74,8 +77,7 @@ def collect_episodes(env_id: str, policy: str, episodes: int, seed: int = 0, num
     single.seed(seed)
     n_actions = int(single.n) if isinstance(single, spaces.Discrete) else 0
     obs, info = env.reset(seed=seed)
-    if agent is not None:
-        agent.reset_memory()
+    actor = None if agent is None else acting(agent)  # the member's group of one, greedy
     running = [{"observations": [obs[i]], "actions": [], "rewards": [], "terminations": [], "truncations": []}
                for i in range(num_envs)]
     done_eps: list[dict] = []
@@ -86,15 +88,15 @@ def collect_episodes(env_id: str, policy: str, episodes: int, seed: int = 0, num
             if agent is None:
                 actions = env.action_space.sample() if mask is None else _random_actions(single, num_envs, mask)
             else:
-                actions = agent.env_action(agent.obs_spec.to_tensors(obs, agent.device), mask)
+                actions = actor.env_action(agent.obs_spec.to_tensors(obs, agent.device), mask)
                 if epsilon > 0:
                     swap = rng.random(num_envs) < epsilon
                     if swap.any():
                         random = _random_actions(single, num_envs, mask)
                         actions = np.where(swap.reshape(-1, *[1] * (np.ndim(actions) - 1)), random, actions)
             next_obs, reward, terminated, truncated, info = env.step(actions)
-            if agent is not None:
-                agent.reset_memory(terminated | truncated)
+            if actor is not None:
+                actor.reset(terminated | truncated)
             for i in range(num_envs):
                 ep = running[i]
                 ep["actions"].append(actions[i])

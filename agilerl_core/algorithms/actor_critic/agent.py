@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
-import numpy as np
 import torch
 
 from agilerl_core.algorithms.actor_critic.group import ActorCriticGroup, SACGroup, TD3Group
@@ -92,9 +91,6 @@ class TD3(ContinuousActorCritic):
     def policy(self, obs: Obs, target: bool = False) -> torch.Tensor:
         return torch.tanh(self.networks["actor_target" if target else "actor"](obs))
 
-    def greedy_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
-        return self.policy(obs).cpu().numpy()
-
 
 class DDPG(TD3):
     """DDPG: one critic, no target smoothing, actor updated every step (TD3 with its changes off)."""
@@ -160,10 +156,6 @@ class SAC(ContinuousActorCritic):
             noise = torch.randn(mean.shape, generator=self.torch_gen).to(mean.device)
         u = mean + log_std.exp() * noise
         return torch.tanh(u), squashed_log_prob(u, mean, log_std)
-
-    @torch.no_grad()
-    def greedy_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
-        return torch.tanh(self.distribution(obs)[0]).cpu().numpy()
 
     def extra_tensors(self) -> dict[str, torch.Tensor]:
         return {"log_alpha": self.log_alpha, "alpha_adam": self.alpha_adam}

@@ -17,12 +17,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import ClassVar
 
-import numpy as np
 import torch
 
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.dqn.group import DQNGroup
-from agilerl_core.algorithms.dqn.maths import linear_epsilon, mask_invalid
+from agilerl_core.algorithms.dqn.maths import linear_epsilon
 from agilerl_core.algorithms.hyperparameters.dqn import DQNHyperparameters, RainbowHyperparameters
 from agilerl_core.buffers.prioritized import MemberPriorities
 from agilerl_core.envs.spaces import Obs
@@ -79,14 +78,6 @@ class DQN(RLAlgorithm):
     def epsilon(self) -> float:
         hp = self.hp
         return linear_epsilon(self.env_steps, hp.eps_start, hp.eps_end, hp.eps_decay_steps)
-
-    @torch.no_grad()
-    def greedy_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
-        """The greedy actions (masked actions never chosen; noisy layers at their means)."""
-        if self.hp.noisy:
-            self.networks["q"].noise_off()
-        mask = None if action_mask is None else torch.as_tensor(action_mask, dtype=torch.bool, device=self.device)
-        return mask_invalid(self.q_values(obs), mask).argmax(dim=1).cpu().numpy()
 
     # ---- prioritised replay ---------------------------------------------------------------------------
     def committed(self, first: int, count: int, dead: torch.Tensor | None = None) -> None:

@@ -38,7 +38,6 @@ import torch.nn.functional as F
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.hyperparameters.maddpg import MADDPGHyperparameters, MATD3Hyperparameters
 from agilerl_core.algorithms.maddpg.group import MADDPGGroup
-from agilerl_core.algorithms.maddpg.maths import masked_logits
 from agilerl_core.algorithms.optim import FlatAdam, stack_parameters
 from agilerl_core.buffers.replay import AgentTensors
 from agilerl_core.envs.multi_agent import policy_units
@@ -105,27 +104,10 @@ class MADDPG(RLAlgorithm):
     def lr_field_for(self, name: str) -> str:
         return "lr_actor" if name.startswith("actor.") else "lr_critic"
 
-    # ---- acting -----------------------------------------------------------------------------------------
-    @torch.no_grad()
-    def greedy_action(self, obs: Obs, action_mask: dict[str, np.ndarray | None] | None = None
-                      ) -> dict[str, np.ndarray]:
-        """Every agent's greedy actions for a batch of observations (agent scale: the best allowed action of a
-        Discrete agent, tanh of the actor for a Box one)."""
-        out = {}
-        for a in self.agents:
-            y = self.networks[f"actor.{self.unit_of[a]}"]({"obs": obs[a]})
-            if self.action_specs[a].discrete:
-                out[a] = masked_logits(y, None if action_mask is None else action_mask.get(a)).argmax(-1).cpu().numpy()
-            else:
-                out[a] = torch.tanh(y).cpu().numpy().astype(np.float32)
-        return out
-
+    # ---- acting (through its group: agilerl_core.algorithms.acting) ----------------------------------------
     def env_actions(self, actions: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Agent-scale actions -> what the env takes (a Box's bounds and shape)."""
         return {a: self.action_specs[a].to_env(x) for a, x in actions.items()}
-
-    def env_action(self, obs: Obs, action_mask=None) -> dict[str, np.ndarray]:
-        return self.env_actions(self.greedy_action(obs, action_mask))
 
     # ---- population-batched learning ----------------------------------------------------------------------
     def batch_key(self) -> tuple:

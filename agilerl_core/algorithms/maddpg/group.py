@@ -131,9 +131,8 @@ class MADDPGGroup(ReplayGroup):
 
     @torch.no_grad()
     def greedy(self, obs: Obs, masks: dict[str, torch.Tensor | None]) -> dict[str, torch.Tensor]:
-        """Every agent's greedy actions [K * N(, dim)] (agent scale) for member-major observations, as each
-        member's :meth:`~agilerl_core.algorithms.maddpg.MADDPG.greedy_action`: tanh of the actor (Box), the
-        best allowed action (Discrete; `masks`: [K * N, A] per agent, or None)."""
+        """Every agent's greedy actions [K * N(, dim)] (agent scale) for member-major observations: tanh of the
+        actor (Box), the best allowed action (Discrete; `masks`: [K * N, A] per agent, or None)."""
         out = {}
         for x, y in self.policies(obs).items():
             out[x] = self._logits(y, masks.get(x)).argmax(-1).reshape(-1) if self.specs[x].discrete else \

@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
-import numpy as np
 import torch
 
 from agilerl_core.algorithms.base import RLAlgorithm
@@ -26,7 +25,7 @@ from agilerl_core.algorithms.gsde import zero_scale_rows
 from agilerl_core.algorithms.hyperparameters.ppo import PPOHyperparameters
 from agilerl_core.algorithms.ppo.group import PPOGroup
 from agilerl_core.buffers.rollout import Rollout
-from agilerl_core.envs.spaces import Obs, ObsSpec
+from agilerl_core.envs.spaces import ObsSpec
 
 
 class PPO(RLAlgorithm):
@@ -54,9 +53,6 @@ class PPO(RLAlgorithm):
         # Gaussian log std (Box actions): a plain tensor with its own Adam moments, saved as extra state
         self.log_std = torch.full((self.action_dim,), float(self.hp.log_std_init), device=self.device)
         self.log_std_adam = torch.zeros(2 * self.action_dim + 1, device=self.device)  # m, v, step
-        # a recurrent member's state per network while it acts step by step (greedy_action):
-        # episode-local, never checkpointed; see reset_memory
-        self.memory: dict[str, torch.Tensor] = {}
 
     @property
     def gsde(self) -> bool:
@@ -69,33 +65,6 @@ class PPO(RLAlgorithm):
         """Whether the networks have a recurrent core (network.rnn)."""
         return self.arch.rnn is not None
 
-    def reset_memory(self, done: np.ndarray | None = None) -> None:
-        if done is None:
-            self.memory = {}
-            return
-        ended = torch.as_tensor(np.asarray(done, dtype=bool))
-        for state in self.memory.values():
-            if state.shape[0] == ended.shape[0]:
-                state[ended.to(state.device)] = 0.0
-
-    def apply_architecture(self, arch):
-        self.memory = {}  # a state of the old shape means nothing to the new networks
-        return super().apply_architecture(arch)
-
-    def _net(self, name: str, obs: Obs, advance: bool = True) -> torch.Tensor:
-        """Network `name`'s outputs for a batch; a recurrent one steps from this member's memory of the
-        batch's envs (fresh when the batch size changed) and, with `advance`, remembers the new state."""
-        net = self.networks[name]
-        if not self.recurrent:
-            return net(obs)
-        state = self.memory.get(name)
-        if state is not None and state.shape[0] != next(iter(obs.values())).shape[0]:
-            state = None
-        out, new = net.step(obs, state)
-        if advance:
-            self.memory[name] = new
-        return out
-
     def network_io(self, name: str) -> tuple[int, int]:
         if name != "critic":
             return 0, 2 * self.action_dim if self.gsde else self.action_dim
@@ -107,14 +76,7 @@ class PPO(RLAlgorithm):
     def init_kwargs(self) -> dict:
         return {} if self.critic_obs_spec is None else {"critic_obs_spec": self.critic_obs_spec}
 
-    # ---- the policy -----------------------------------------------------------------------------------
-    def value(self, obs: Obs) -> torch.Tensor:
-        """V(s) for a batch (a recurrent critic: from its memory, which this does not advance)."""
-        return self._net("critic", obs, advance=False).squeeze(1)
-
-    def _dist_params(self, obs: Obs, mask: torch.Tensor | None, log_std: torch.Tensor | None = None):
-        return self.dist_from(self._net("actor", obs), mask, log_std)
-
+    # ---- the policy's distribution maths (its group's forward gives the actor's outputs) -----------------
     def dist_from(self, out: torch.Tensor, mask: torch.Tensor | None, log_std: torch.Tensor | None = None):
         """The policy's distribution parameters from the actor's outputs `out` [..., A]: (means, log std)
         for Box actions, (logits with masked actions at -1e9, None) for discrete ones."""
@@ -146,12 +108,6 @@ class PPO(RLAlgorithm):
     def _chosen(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """The log-probs [...] of `actions` [...] among `logits` [..., A]."""
         return logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-
-    @torch.no_grad()
-    def greedy_action(self, obs: Obs, action_mask: np.ndarray | None = None) -> np.ndarray:
-        mask = None if action_mask is None else torch.as_tensor(action_mask, dtype=torch.bool, device=self.device)
-        p, _ = self._dist_params(obs, mask)
-        return (p if self.continuous else p.argmax(dim=1)).cpu().numpy()
 
     # ---- population-batched learning ------------------------------------------------------------------
     def batch_key(self) -> tuple:
