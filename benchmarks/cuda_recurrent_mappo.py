@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from tests.conftest import ppo_learn_alone, ppo_rows
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -47,10 +49,10 @@ def group_matches_alone(device: str) -> dict:
                 r.states = {k: v[:, :, :, :1] for k, v in r.states.items()}
             data.append((r, adv, ret))
         for (m, cpu), (r, adv, ret) in zip(solo, data, strict=True):
-            m.learn_rollout(r, 10, adv, ret)
-            cpu.learn_rollout(r, 10, adv, ret)
+            ppo_learn_alone(m, r, 10, adv, ret)
+            ppo_learn_alone(cpu, r, 10, adv, ret)
         group = PPO.group(together)
-        rows = [a.rollout_rows(r, 10, adv, ret) for a, (r, adv, ret) in zip(together, data, strict=True)]
+        rows = [ppo_rows(a, r, 10, adv, ret) for a, (r, adv, ret) in zip(together, data, strict=True)]
         group.learn_stacked(*stack_sequence_rows(rows))
         group.write_back()
 

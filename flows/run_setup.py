@@ -107,6 +107,15 @@ class Handover:
     def __init__(self, prepared: PreparedRun, hooks: CallbackHooks | None = None) -> None:
         self.prepared, self.hooks = prepared, hooks
 
+    def __reduce__(self) -> tuple:
+        """It never leaves its process: a copy a task runner ships to a worker with the flow run's context (Dask
+        pickles it) arrives as None; the flow itself reads the original."""
+        return _nothing, ()
+
+
+def _nothing() -> None:
+    return None
+
 
 def handed_over(handover: object, cfg: PipelineConfig, run_id: str | None) -> Handover | None:
     """The flow's `handover` checked: None, or the one prepared in this process for this config and run id."""

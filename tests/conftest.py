@@ -227,6 +227,48 @@ def greedy(agent, obs, mask=None):
     return Acting(agent).greedy(obs, mask)
 
 
+def learn_alone(agent, batch):
+    """One gradient step of a member on `batch` as a group of one (a training phase's group at K = 1), written
+    back into the member; its (detached) loss."""
+    group = type(agent).group([agent])
+    loss = group.learn_batch(batch)
+    group.write_back()
+    return loss[0]
+
+
+def ppo_rows(agent, rollout, steps, advantages, returns, valid=None):
+    """What a PPO member learns from in a rollout: its first `steps` rows flattened with their advantages and
+    returns, only those where `valid` [T, N] is set (None: all); a recurrent member's rollout gives sequences of
+    ``seq_len`` steps instead."""
+    if getattr(rollout, "states", None) is not None:
+        assert valid is None, "a recurrent rollout learns from whole sequences"
+        return rollout.sequences(steps, agent.hp.seq_len, advantages, returns)
+    data = rollout.flat(steps)
+    adv, ret = advantages[:steps].reshape(-1), returns[:steps].reshape(-1)
+    if valid is not None:
+        rows = valid[:steps].reshape(-1).nonzero().squeeze(1)
+        data = {k: ({kk: vv.index_select(0, rows) for kk, vv in v.items()} if isinstance(v, dict)
+                    else v.index_select(0, rows)) for k, v in data.items()}
+        adv, ret = adv.index_select(0, rows), ret.index_select(0, rows)
+    return data, adv, ret
+
+
+def ppo_learn_alone(agent, rollout, steps, advantages, returns, valid=None) -> dict:
+    """A PPO member's update on a rollout (:func:`ppo_rows`) as a group of one; its loss statistics."""
+    data, adv, ret = ppo_rows(agent, rollout, steps, advantages, returns, valid)
+
+    def one(d: dict) -> dict:  # [1, ...] every field (dicts of fields included)
+        return {k: one(v) if isinstance(v, dict) else v.unsqueeze(0) for k, v in d.items()}
+
+    group = type(agent).group([agent])
+    stats = group.learn_stacked(one(data), adv.unsqueeze(0), ret.unsqueeze(0))
+    group.write_back()
+    updates = int(stats["updates"][0])
+    agent.learn_steps += updates
+    return {"loss": float(stats["loss_sum"][0]) / max(updates, 1), "approx_kl": float(stats["approx_kl"][0]),
+            "updates": updates}
+
+
 def tiny_config(**overrides):
     """A config that trains for a few hundred steps (for tests)."""
     from tasks.config import validate_config

@@ -22,6 +22,7 @@ from agilerl_core.buffers.replay import ReplayBuffer, Transition, n_step_return,
 from agilerl_core.config import NetworkConfig
 from agilerl_core.envs.spaces import ActionSpec, ObsSpec, action_spec
 from agilerl_core.networks import initial_arch
+from tests.conftest import learn_alone
 
 SPEC = ObsSpec(spaces.Box(-1, 1, (3,), np.float32))
 BOX = ActionSpec("box", 1, (-2.0,), (2.0,), (1,))
@@ -271,10 +272,10 @@ def test_td3_delays_actor_and_target_updates_per_member():
     alone = _td3(policy_freq=2)
     actor0 = alone.optimizers["actor"].flat.clone()
     target0 = alone.target_flat["critic_1_target"].clone()
-    alone.learn(b)  # a group of one
+    learn_alone(alone, b)  # a group of one
     assert torch.equal(alone.optimizers["actor"].flat, actor0)
     assert torch.equal(alone.target_flat["critic_1_target"], target0)
-    alone.learn(b)
+    learn_alone(alone, b)
     assert not torch.equal(alone.optimizers["actor"].flat, actor0)
     assert not torch.equal(alone.target_flat["critic_1_target"], target0)
     slow, fast = _td3(policy_freq=2), _td3(policy_freq=1)

@@ -15,7 +15,7 @@ from agilerl_core.errors import CheckpointError
 from agilerl_core.experiment import build_evolution
 from agilerl_core.hpo.population import Member
 from agilerl_core.io import save_member
-from tests.conftest import greedy, tiny_config
+from tests.conftest import greedy, learn_alone, tiny_config
 from tests.test_dqn import SPEC, make_dqn
 
 ENV = {"env_id": "CartPole-v1", "env_kwargs": {}, "channels_last": None}
@@ -28,7 +28,7 @@ def _trained_member():
     obs = {"obs": torch.randn(16, 3)}
     b = Transition(obs, torch.randint(0, 2, (16,)), torch.randn(16), obs, torch.zeros(16))
     for _ in range(4):
-        agent.learn(b)
+        learn_alone(agent, b)
     type(agent).group([agent]).explore_group(obs, None)  # exploring moves the member's generator
     return Member(7, agent, 3, "hp:lr=0.01", 2, [1.0, 2.5]), b
 
@@ -43,7 +43,7 @@ def test_member_round_trip_acts_and_trains_identically(tmp_path):
     explore = [type(x).group([x]).explore_group(obs, None) for x in (a, c)]
     assert torch.equal(*explore)  # same weights and the same exploration draws
     for _ in range(3):
-        torch.testing.assert_close(a.learn(b), c.learn(b), rtol=0, atol=0)
+        torch.testing.assert_close(learn_alone(a, b), learn_alone(c, b), rtol=0, atol=0)
     for p, q in zip(a.networks["q"].parameters(), c.networks["q"].parameters(), strict=True):
         assert torch.equal(p, q)
     assert torch.equal(torch.randint(0, 10**6, (5,), generator=a.torch_gen),
@@ -161,7 +161,7 @@ def test_checkpoints_written_before_population_first_algorithms_load(name):
     before = {n: o.flat.clone() for n, o in agent.optimizers.items()}
     g = torch.Generator().manual_seed(1)
     action = torch.randint(0, 2, (8,), generator=g) if agent.action_spec.discrete else torch.rand(8, 2, generator=g)
-    loss = agent.learn(Transition({"obs": torch.rand(8, 3, generator=g)}, action, torch.randn(8, generator=g),
+    loss = learn_alone(agent, Transition({"obs": torch.rand(8, 3, generator=g)}, action, torch.randn(8, generator=g),
                                   {"obs": torch.rand(8, 3, generator=g)}, torch.zeros(8)))
     assert torch.isfinite(loss) and agent.learn_steps == 4
     assert any(not torch.equal(before[n], o.flat) for n, o in agent.optimizers.items())

@@ -16,6 +16,7 @@ from agilerl_core.envs.spaces import ObsSpec
 from agilerl_core.evolution import groups_of
 from agilerl_core.hpo.evolvable import MutationSettings
 from agilerl_core.networks import initial_arch
+from tests.conftest import ppo_learn_alone
 
 SPEC = ObsSpec(spaces.Box(-1, 1, (3,), np.float32))
 
@@ -112,7 +113,7 @@ def test_n_step_rows_are_discounted_at_each_members_own_gamma_alone_and_batched(
            {"lr": 5e-4, "gamma": 0.95, "batch_size": 16}]
     solo = [dqn(20 + i, **hp) for i, hp in enumerate(hps)]
     buf = filled_buffer(3, n_step=3)
-    batch = buf.transitions(solo[1].sample_rows(buf, 1)[0])
+    batch = buf.transitions(buf.sample_rows(solo[1].hp.batch_size, 1, solo[1].torch_gen))
     want = sum(0.9 ** k * batch.step_rewards[:, k] for k in range(3))
     got, discount = n_step_return(batch, 0.9)
     torch.testing.assert_close(got, want)
@@ -373,7 +374,7 @@ def rollout_data(seed: int, n: int, continuous: bool, mask: bool):
 
 
 class _Flat:
-    """A rollout stand-in whose flat() returns prepared rows (what PPO.learn_rollout reads)."""
+    """A rollout stand-in whose flat() returns prepared rows (what tests.conftest.ppo_rows reads)."""
 
     def __init__(self, data):
         self.data = data
@@ -386,7 +387,7 @@ class _Flat:
                          [(False, False, False), (False, True, False), (True, False, False), (False, True, True)])
 def test_ppo_group_update_equals_each_members_own(continuous, mask, padded):
     """Own lr, clip range, entropy/value coefficients, epochs, minibatch count and KL early stop, other widths:
-    a batched update of three rollouts equals each member's own learn_rollout (a group of one). `padded`: each
+    a batched update of three rollouts equals each member's own update (ppo_learn_alone: a group of one). `padded`: each
     member learns only from some of its rows (a multi-agent member's where its agent acted), a different number
     each, gathered to the front of its stacked rows (the rest garbage that must never be drawn)."""
     hps = [{"lr": 1e-3, "clip_coef": 0.2, "update_epochs": 3, "num_minibatches": 4, "ent_coef": 0.01},
@@ -397,7 +398,7 @@ def test_ppo_group_update_equals_each_members_own(continuous, mask, padded):
     rollouts = [rollout_data(40 + i, 48, continuous, mask) for i in range(3)]
     valid = [torch.rand(48, 1, generator=torch.Generator().manual_seed(i)) < 0.3 + 0.2 * i if padded else None
              for i in range(3)]
-    own = [a.learn_rollout(_Flat(d), 48, adv.view(48, 1), ret.view(48, 1), v)
+    own = [ppo_learn_alone(a, _Flat(d), 48, adv.view(48, 1), ret.view(48, 1), v)
            for a, (d, adv, ret), v in zip(solo, rollouts, valid, strict=True)]
     assert len({a.batch_key() for a in together}) == 1
     group = type(together[0]).group(together)

@@ -14,7 +14,7 @@ from agilerl_core.hpo.space import HyperparameterSpec, merge_space
 from agilerl_core.hpo.tournament import TournamentSelection
 from agilerl_core.networks import ArchBounds
 from agilerl_core.networks.evolvable import propose_mutation
-from tests.conftest import greedy
+from tests.conftest import greedy, learn_alone
 from tests.test_dqn import make_dqn
 
 
@@ -87,7 +87,7 @@ def test_optimiser_state_is_kept_across_architecture_mutation():
 
     batch = Transition(b_obs, torch.randint(0, 2, (32,)), torch.randn(32), b_obs, torch.zeros(32))
     for _ in range(5):
-        agent.learn(batch)
+        learn_alone(agent, batch)
     before = agent.optimizers["q"].state_tensors()
     arch, _ = propose_mutation(agent.arch, "mlp.add_nodes", ArchBounds(node_changes=(16,)), np.random.default_rng(3))
     changed_layer = next(i for i, (a, b) in enumerate(zip(arch.mlp.hidden, agent.arch.mlp.hidden, strict=True)) if a != b)
@@ -107,7 +107,7 @@ def test_optimiser_state_is_kept_across_architecture_mutation():
             rest[overlap] = False
             assert torch.all(value[rest] == fresh), key
     assert f"q.mlp.hidden.{changed_layer}.weight" in kept and len(kept) == len(after) // 4
-    agent.learn(batch)  # and it keeps training
+    learn_alone(agent, batch)  # and it keeps training
 
 
 def test_mutations_of_every_kind_leave_a_working_agent():

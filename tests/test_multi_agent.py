@@ -22,7 +22,7 @@ from agilerl_core.experiment import build_evolution, train_local
 from agilerl_core.networks.evolvable import ArchSpec
 from agilerl_core.networks.mlp import MLPSpec
 from tasks.config import validate_config
-from tests.conftest import cli_summary, greedy, with_overrides
+from tests.conftest import cli_summary, greedy, learn_alone, with_overrides
 from tests.ma_envs import CueTeam
 
 SPEAKER_LISTENER = MultiAgentSpec.from_spaces(
@@ -177,7 +177,7 @@ def test_stacked_learn_step_equals_each_networks_own_update(spec):
     gumbel_key = rng.mix(phase_key ^ SALT_GUMBEL)
     drawn = 0
 
-    agent.learn(batch)
+    learn_alone(agent, batch)
 
     agents = spec.agents
     # the reference: the module doc's formulas, network by network, drawing what the group draws
@@ -234,10 +234,10 @@ def test_delayed_actor_and_rows_where_an_agent_did_not_act():
     agent = MATD3(MIXED, None, ARCH, MATD3Hyperparameters(), seed=0)
     batch = _batch(MIXED, 32)
     actor_before = [p.clone() for p in agent.networks["actor.pointer_0"].parameters()]
-    agent.learn(batch)  # critic step only (policy_freq 2)
+    learn_alone(agent, batch)  # critic step only (policy_freq 2)
     assert all(torch.equal(a, b) for a, b in zip(actor_before, agent.networks["actor.pointer_0"].parameters(),
                                                   strict=True))
-    agent.learn(batch)
+    learn_alone(agent, batch)
     assert not all(torch.equal(a, b) for a, b in zip(actor_before, agent.networks["actor.pointer_0"].parameters(),
                                                       strict=True))
     # a dead agent's rows (acted 0) give its critic no gradient at all (a fresh agent: no Adam momentum)
@@ -246,7 +246,7 @@ def test_delayed_actor_and_rows_where_an_agent_did_not_act():
                            {**batch.acted, "chooser_0": torch.zeros(32)})
     critic = [p.clone() for p in fresh.networks["critic_1.chooser_0"].parameters()]
     other = [p.clone() for p in fresh.networks["critic_1.pointer_0"].parameters()]
-    fresh.learn(dead)
+    learn_alone(fresh, dead)
     assert all(torch.equal(a, b) for a, b in zip(critic, fresh.networks["critic_1.chooser_0"].parameters(),
                                                   strict=True))
     assert not all(torch.equal(a, b) for a, b in zip(other, fresh.networks["critic_1.pointer_0"].parameters(),

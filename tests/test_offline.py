@@ -31,7 +31,7 @@ from agilerl_core.envs.spaces import ActionSpec, ObsSpec
 from agilerl_core.errors import DatasetError
 from agilerl_core.io.storage import S3Options
 from agilerl_core.networks.evolvable import initial_arch
-from tests.conftest import greedy, tiny_config
+from tests.conftest import greedy, learn_alone, tiny_config
 
 OBS4 = ObsSpec(spaces.Box(-10, 10, (4,), np.float32))
 
@@ -88,7 +88,7 @@ def test_cql_critic_ranks_dataset_actions_above_unseen_ones():
     g = torch.Generator().manual_seed(0)
     for _ in range(150):
         obs = torch.randn(64, 4, generator=g)
-        loss = agent.learn(_batch(obs, torch.full((64, 1), 0.5), next_obs=torch.randn(64, 4, generator=g)))
+        loss = learn_alone(agent, _batch(obs, torch.full((64, 1), 0.5), next_obs=torch.randn(64, 4, generator=g)))
         assert torch.isfinite(loss)
     obs = torch.randn(32, 4, generator=g)
     with torch.no_grad():
@@ -137,8 +137,8 @@ def test_behaviour_cloning_learns_the_data_policy():
     box = _agent(BC, BCHyperparameters(lr=3e-3), ActionSpec("box", 1, (-2.0,), (2.0,), (1,)))
     for _ in range(300):
         obs = torch.randn(64, 4, generator=g)
-        disc.learn(_batch(obs, (obs[:, 0] > 0).long()))
-        box.learn(_batch(obs, torch.tanh(obs[:, 1:2])))
+        learn_alone(disc, _batch(obs, (obs[:, 0] > 0).long()))
+        learn_alone(box, _batch(obs, torch.tanh(obs[:, 1:2])))
     obs = torch.randn(200, 4, generator=g)
     acc = (torch.as_tensor(greedy(disc, {"obs": obs})) == (obs[:, 0] > 0).long()).float().mean()
     err = (torch.as_tensor(greedy(box, {"obs": obs})) - torch.tanh(obs[:, 1:2])).abs().mean()

@@ -15,7 +15,7 @@ from agilerl_core.arenas.gym_on_policy import _members_sequences, train_group_on
 from agilerl_core.envs.group import TorchGroupEnv
 from agilerl_core.networks.recurrent import STATE_PARTS, run_sequence
 from agilerl_core.networks.stacked import sequences
-from tests.conftest import tiny_config
+from tests.conftest import ppo_learn_alone, tiny_config
 from tests.test_group import assert_same_members
 from tests.test_recurrent import _sequences, rppo
 
@@ -124,14 +124,14 @@ def test_a_stacked_update_of_recurrent_sequences_equals_the_per_member_one():
         for name, st in r.states.items():
             buf["states"][name][:, i, :, :, :, :h] = st
         adv[:, i], ret[:, i] = a_i, r_i
-    own = [a.learn_rollout(r, 10, a_i, r_i) for a, (r, a_i, r_i) in zip(solo, sequences, strict=True)]  # alone
+    own = [ppo_learn_alone(a, r, 10, a_i, r_i) for a, (r, a_i, r_i) in zip(solo, sequences, strict=True)]  # alone
     group = PPO.group(stacked)
     stats = group.learn_stacked(*_members_sequences(buf, 10, 4, adv, ret))
     group.write_back()
     updates = stats["updates"].tolist()
     assert [o["updates"] for o in own] == updates and updates[1] < 9  # member 1 stopped early (its KL target)
     for a, u in zip(stacked, updates, strict=True):
-        a.learn_steps += u  # (the arena counts them; learn_rollout counts on the member)
+        a.learn_steps += u  # (the arena counts them; ppo_learn_alone counts on the member)
     assert_same_members(solo, stacked, atol=1e-5)
     for o, s, u in zip(own, stats["loss_sum"].tolist(), updates, strict=True):
         assert s / u == pytest.approx(o["loss"], rel=1e-4, abs=1e-6)

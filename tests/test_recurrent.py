@@ -18,6 +18,7 @@ from agilerl_core.errors import ConfigError
 from agilerl_core.networks import initial_arch
 from agilerl_core.networks.evolvable import ArchBounds, EvolvableNetwork, propose_mutation
 from agilerl_core.networks.recurrent import EvolvableRNN, RNNSpec
+from tests.conftest import ppo_learn_alone, ppo_rows
 from tests.test_group import assert_same_members
 
 SPEC = ObsSpec(spaces.Box(-1, 1, (3,), np.float32))
@@ -109,7 +110,7 @@ def test_sequences_cut_a_rollout_into_whole_padded_chunks():
 
 
 def stack_sequence_rows(rows: list) -> tuple[dict, torch.Tensor, torch.Tensor]:
-    """Members' sequence rows (:meth:`PPO.rollout_rows`) stacked as :meth:`PPOGroup.learn_stacked` takes them, a
+    """Members' sequence rows (tests.conftest.ppo_rows) stacked as :meth:`PPOGroup.learn_stacked` takes them, a
     narrower core's stored states zero-padded to the widest."""
     width = max(d["state/actor"].shape[-1] for d, _, _ in rows)
 
@@ -138,10 +139,10 @@ def test_a_group_of_different_core_sizes_learns_as_each_member_alone(cell):
         if parts == 1:
             r.states = {k: v[:, :, :, :1] for k, v in r.states.items()}
         rollouts.append((r, adv, ret))
-    own = [a.learn_rollout(r, 10, adv, ret) for a, (r, adv, ret) in zip(solo, rollouts, strict=True)]
+    own = [ppo_learn_alone(a, r, 10, adv, ret) for a, (r, adv, ret) in zip(solo, rollouts, strict=True)]
     assert len({a.batch_key() for a in together}) == 1
     group = PPO.group(together)
-    rows = [a.rollout_rows(r, 10, adv, ret) for a, (r, adv, ret) in zip(together, rollouts, strict=True)]
+    rows = [ppo_rows(a, r, 10, adv, ret) for a, (r, adv, ret) in zip(together, rollouts, strict=True)]
     stats = group.learn_stacked(*stack_sequence_rows(rows))
     group.write_back()
     for a, u in zip(together, stats["updates"].tolist(), strict=True):

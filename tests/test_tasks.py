@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import pytest
@@ -197,6 +198,7 @@ def test_the_flow_takes_its_prepared_run_as_a_parameter_and_refuses_one_from_out
     try:
         given = Handover(prepared)
         assert online_evolution.serialize_parameters({"handover": given}) == {"handover": "<Handover>"}
+        assert pickle.loads(pickle.dumps(given)) is None  # what a Dask worker receives with the flow run's context
         assert handed_over(given, cfg, "handover-test") is given and handed_over(None, cfg, None) is None
         with pytest.raises(ConfigError, match="handover: .*deployment's parameters"):
             handed_over({"prepared": {"run_id": "other"}}, cfg, None)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from agilerl_core.experiment import build_evolution
-from tests.conftest import tiny_config
+from tests.conftest import learn_alone, ppo_learn_alone, tiny_config
 
 
 # ---- every child draws its own randomness ---------------------------------------------------------------------
@@ -54,7 +54,7 @@ def test_clones_explore_and_sample_minibatches_differently():
     obs = {"obs": torch.zeros(64, 4)}
     explored = [type(a).group([a]).explore_group(obs, None)[0] for a in members]
     assert len({tuple(x.tolist()) for x in explored}) == 3  # exploration draws of their own
-    batches = [a.sample(evo.arena.buffer, None) for a in members]
+    batches = [evo.arena.buffer.sample(a.hp.batch_size, None, a.torch_gen) for a in members]
     assert len({tuple(b.reward.tolist()) + tuple(b.obs["obs"].sum(1).tolist()) for b in batches}) == 3
 
 
@@ -118,7 +118,7 @@ def test_a_width_mutation_keeps_adam_moments_over_the_overlap_and_new_units_star
     obs = {"obs": torch.randn(32, 3)}
     batch = Transition(obs, torch.randint(0, 2, (32,)), torch.randn(32), obs, torch.zeros(32))
     for _ in range(5):
-        agent.learn(batch)
+        learn_alone(agent, batch)
     before = agent.optimizers["q"].state_tensors()
     agent.apply_architecture(replace(agent.arch, mlp=replace(agent.arch.mlp, hidden=(24, 16))))
     after = agent.optimizers["q"].state_tensors()
@@ -133,7 +133,7 @@ def test_a_width_mutation_keeps_adam_moments_over_the_overlap_and_new_units_star
     widened_in = next(k[2:] for k in after if k.startswith("m/") and k.endswith("weight") and after[k].shape[1] == 24)
     old, new = before[f"m/{widened_in}"], after[f"m/{widened_in}"]
     assert torch.equal(new[:, :16], old) and torch.all(new[:, 16:] == 0)
-    agent.learn(batch)  # and it still steps
+    learn_alone(agent, batch)  # and it still steps
 
 
 def test_ppo_minibatches_share_the_rows_evenly_and_log_std_is_clipped_with_the_actor(monkeypatch):
@@ -155,7 +155,7 @@ def test_ppo_minibatches_share_the_rows_evenly_and_log_std_is_clipped_with_the_a
         return real(self, max_norm, extra)
 
     monkeypatch.setattr(StackedAdam, "clip_grad_norm", spy)
-    stats = agent.learn_rollout(_Flat(data), 50, adv, ret)
+    stats = ppo_learn_alone(agent, _Flat(data), 50, adv, ret)
     assert stats["updates"] == 2 * 4  # before: 50 // 4 = 12 rows a minibatch and a fifth of 2 rows
     assert clipped.count(True) == 8  # the actor's clip counted log_std every time, the critic's did not
     # the joint norm: a module's gradient and an outside one scaled together to max_norm
@@ -205,7 +205,7 @@ def test_team_target_and_gumbel_actions_respect_action_masks(algo):
 
     twin = agent.clone()
     before = actors(agent)
-    agent.learn(batch)
+    learn_alone(agent, batch)
     after = actors(agent)
     assert all(torch.equal(p, q) for p, q in zip(before["chooser_0"], after["chooser_0"], strict=True))
     assert not all(torch.equal(p, q) for p, q in zip(before["pointer_0"], after["pointer_0"], strict=True))

@@ -245,30 +245,13 @@ class RLAlgorithm(ABC):
             raise TypeError(f"{cls.name} has no population-batched learning path (batch_key is None)")
         return cls.group_class(agents)
 
-    def learn(self, batch: Any) -> torch.Tensor:
-        """One gradient step on `batch` as a group of one (the population code at K = 1): for a caller holding
-        its own batches; training phases keep one group for the whole phase. Returns the (detached) loss."""
-        group = self.group([self])
-        loss = group.learn_batch(batch)
-        group.write_back()
-        return loss[0]
-
     def _group_key(self, *options: Any) -> tuple:
         """A plain-MLP agent's batch key: algorithm, architecture up to hidden widths (narrower members stack
         zero-padded), device, Adam constants and the algorithm's own structural `options`."""
         adams = tuple((o.betas, o.eps) for o in self.optimizers.values())
         return (self.name, plain_mlp_shape_key(self.arch), str(self.device), adams, *options)
 
-    # ---- learning from the shared buffer (a member acts only through its group: algorithms.acting) ------
-    def sample(self, buffer, slot: int):
-        """The batch for one gradient step, drawn from the committed buffer plus `slot`'s fresh data."""
-        return buffer.sample(self.hp.batch_size, slot, self.torch_gen)
-
-    def sample_rows(self, buffer, slot: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The storage rows of one gradient step's batch (committed buffer plus `slot`'s fresh data, drawn with
-        this member's generator) and their importance weights (None: uniform sampling)."""
-        return buffer.sample_rows(self.hp.batch_size, slot, self.torch_gen), None
-
+    # ---- hooks of the training loops (a member acts and learns only through its group) -------------------
     def committed(self, first: int, count: int, dead: torch.Tensor | None = None) -> None:
         """Called after the shared ring received `count` new transitions starting at row `first` (and dropped
         rows `dead`, see ReplayBuffer.dead_committed_rows). Default: nothing to do."""

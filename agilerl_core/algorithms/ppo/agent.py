@@ -9,13 +9,12 @@ Per rollout: GAE advantages, then ``update_epochs`` passes of shuffled minibatch
 surrogate (:func:`~agilerl_core.algorithms.ppo.maths.ppo_loss`), optional value clipping, entropy bonus,
 per-minibatch advantage normalisation, and an early stop once the approximate KL exceeds ``target_kl``.
 
-This module holds a member: its networks, policy and state. Learning is written once for a population in
-:mod:`agilerl_core.algorithms.ppo.group`; a member alone learns as a group of one.
+This module holds a member: its networks and state. Acting and learning are written once for a population in
+:mod:`agilerl_core.algorithms.ppo.group`; a member alone is a group of one.
 """
 
 from __future__ import annotations
 
-import math
 from typing import ClassVar
 
 import torch
@@ -24,7 +23,6 @@ from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.gsde import zero_scale_rows
 from agilerl_core.algorithms.hyperparameters.ppo import PPOHyperparameters
 from agilerl_core.algorithms.ppo.group import PPOGroup
-from agilerl_core.buffers.rollout import Rollout
 from agilerl_core.envs.spaces import ObsSpec
 
 
@@ -76,39 +74,6 @@ class PPO(RLAlgorithm):
     def init_kwargs(self) -> dict:
         return {} if self.critic_obs_spec is None else {"critic_obs_spec": self.critic_obs_spec}
 
-    # ---- the policy's distribution maths (its group's forward gives the actor's outputs) -----------------
-    def dist_from(self, out: torch.Tensor, mask: torch.Tensor | None, log_std: torch.Tensor | None = None):
-        """The policy's distribution parameters from the actor's outputs `out` [..., A]: (means, log std)
-        for Box actions, (logits with masked actions at -1e9, None) for discrete ones."""
-        if self.continuous:
-            out = out[..., : self.action_dim]  # (gsde: the means; the scales come with the features)
-            return out, (self.log_std if log_std is None else log_std).expand_as(out)
-        if mask is not None:
-            mask = mask | ~mask.any(dim=-1, keepdim=True)
-            out = out.masked_fill(~mask, -1e9)
-        return out, None
-
-    def log_prob_entropy_from(self, p: torch.Tensor, log_std: torch.Tensor | None, actions: torch.Tensor
-                              ) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`log_prob_entropy` from distribution parameters (:meth:`dist_from`); leading dims kept."""
-        if self.continuous:
-            return self.log_prob_from(p, log_std, actions), (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(-1)
-        logits = torch.log_softmax(p, dim=-1)
-        probs = logits.exp()
-        return self._chosen(logits, actions), -(probs * logits).sum(-1)
-
-    def log_prob_from(self, p: torch.Tensor, log_std: torch.Tensor | None, actions: torch.Tensor) -> torch.Tensor:
-        """log pi(a|s) alone from distribution parameters (the log-probs of :meth:`log_prob_entropy_from`, the
-        entropy left out: what acting needs)."""
-        if self.continuous:
-            return (-0.5 * ((actions - p) / log_std.exp()).square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-        return self._chosen(torch.log_softmax(p, dim=-1), actions)
-
-    @staticmethod
-    def _chosen(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """The log-probs [...] of `actions` [...] among `logits` [..., A]."""
-        return logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
-
     # ---- population-batched learning ------------------------------------------------------------------
     def batch_key(self) -> tuple:
         """Members with equal keys learn as one group: the same network structure (hidden widths may differ),
@@ -120,38 +85,6 @@ class PPO(RLAlgorithm):
                                None if self.critic_obs_spec is None else self.critic_obs_spec.vector_dim,
                                hp.sde_sample_freq if self.gsde else None)
 
-    # ---- learning -------------------------------------------------------------------------------------
-    def rollout_rows(self, rollout: Rollout, steps: int, advantages: torch.Tensor, returns: torch.Tensor,
-                     valid: torch.Tensor | None = None) -> tuple[dict, torch.Tensor, torch.Tensor]:
-        """What an update learns from: the first `steps` rows of `rollout` flattened, with their advantages
-        and returns, only those where `valid` [T, N] is set (None: all). A recurrent member's rollout (one with
-        states) gives sequences of ``seq_len`` steps instead (:meth:`Rollout.sequences`)."""
-        if getattr(rollout, "states", None) is not None:
-            if valid is not None:
-                raise ValueError("a recurrent rollout learns from whole sequences; padded agent steps are not supported")
-            return rollout.sequences(steps, self.hp.seq_len, advantages, returns)
-        data = rollout.flat(steps)
-        adv, ret = advantages[:steps].reshape(-1), returns[:steps].reshape(-1)
-        if valid is not None:
-            rows = valid[:steps].reshape(-1).nonzero().squeeze(1)  # (critic_obs is a dict like obs)
-            data = {k: ({kk: vv.index_select(0, rows) for kk, vv in v.items()} if isinstance(v, dict)
-                        else v.index_select(0, rows)) for k, v in data.items()}
-            adv, ret = adv.index_select(0, rows), ret.index_select(0, rows)
-        return data, adv, ret
-
-    def learn_rollout(self, rollout: Rollout, steps: int, advantages: torch.Tensor, returns: torch.Tensor,
-                      valid: torch.Tensor | None = None) -> dict[str, float]:
-        """The PPO update on the first `steps` rows of `rollout` (only those where `valid`, [T, N], is set), as a
-        group of one (:meth:`PPOGroup.learn_stacked`: the only update there is); returns its loss statistics."""
-        data, adv, ret = self.rollout_rows(rollout, steps, advantages, returns, valid)
-        group = self.group([self])
-        stats = group.learn_stacked(_one(data), adv.unsqueeze(0), ret.unsqueeze(0))
-        group.write_back()
-        updates = int(stats["updates"][0])
-        self.learn_steps += updates
-        return {"loss": float(stats["loss_sum"][0]) / max(updates, 1), "approx_kl": float(stats["approx_kl"][0]),
-                "updates": updates}
-
     # ---- state ----------------------------------------------------------------------------------------
     def extra_tensors(self) -> dict[str, torch.Tensor]:
         return {"log_std": self.log_std, "log_std_adam": self.log_std_adam} if self.continuous else {}
@@ -161,7 +94,3 @@ class PPO(RLAlgorithm):
             self.log_std = tensors["log_std"].to(self.device).clone()
             self.log_std_adam = tensors["log_std_adam"].to(self.device).clone()
 
-
-def _one(data: dict) -> dict:
-    """One member's rows as a group of one's ([1, ...] every field, dicts of fields included)."""
-    return {k: _one(v) if isinstance(v, dict) else v.unsqueeze(0) for k, v in data.items()}

@@ -17,7 +17,15 @@ import torch
 from agilerl_core.algorithms.group import MemberGroup, clipped_step, gradients
 from agilerl_core.algorithms.gsde import StateDependentNoise, log_scales, sde_log_std
 from agilerl_core.algorithms.optim import adam_update_stacked_
-from agilerl_core.algorithms.ppo.maths import minibatch_bounds, normalized_advantages, ppo_loss, value_loss
+from agilerl_core.algorithms.ppo.maths import (
+    log_prob,
+    log_prob_entropy,
+    minibatch_bounds,
+    normalized_advantages,
+    policy_params,
+    ppo_loss,
+    value_loss,
+)
 from agilerl_core.networks.stacked import StackedNetwork, sequences
 from agilerl_core.rng import normal, uniform
 
@@ -38,10 +46,10 @@ class PPOGroup(MemberGroup):
         self.norm_adv, self.clip_vloss, self.max_grad_norm = first.hp.norm_adv, first.hp.clip_vloss, first.hp.max_grad_norm
         self.log_std = torch.stack([a.log_std for a in self.agents]) if self.continuous else None
         self.log_std_adam = torch.stack([a.log_std_adam for a in self.agents]) if self.continuous else None
+        self.dim = first.action_dim
         self.gsde = first.gsde  # a group is all gSDE or none (the batch key); its std is the features'
         self.free_std = self.continuous and not self.gsde  # the state-independent log std learns
         if self.gsde:
-            self.dim = first.action_dim
             self.log_std_init = self.hp_tensor("log_std_init").view(-1, 1, 1)
             self.sde: StateDependentNoise | None = None  # the phase's exploration weights (drawn when acting)
         self.lr = self.hp_tensor("lr")
@@ -92,15 +100,15 @@ class PPOGroup(MemberGroup):
             if self.sde is None:
                 self.sde = StateDependentNoise(self.stream.keys, first.hp.sde_sample_freq)
             actions = mean + self.sde(latent, log_sigma)
-            return actions, first.log_prob_from(mean, ls, actions)
-        p, ls = first.dist_from(out, mask, None if self.log_std is None else self.log_std.unsqueeze(1))
+            return actions, log_prob(mean, ls, actions)
+        p, ls = policy_params(out, mask, None if self.log_std is None else self.log_std.unsqueeze(1), self.dim)
         if self.continuous:
             actions = p + ls.exp() * (self.stream.normal(n, p.shape[2]) if draw is None else draw)
         else:
             u = self.stream.uniform(n, 1) if draw is None else draw
             cdf = torch.softmax(p, dim=2).cumsum(dim=2)
             actions = (u > cdf).sum(dim=2).clamp(max=p.shape[2] - 1)
-        return actions, first.log_prob_from(p, ls, actions)
+        return actions, log_prob(p, ls, actions)
 
     def action_draws(self, steps: int, n: int) -> torch.Tensor:
         """The keyed draws of the next `steps` calls of :meth:`sample` for N envs per member, taken in one op:
@@ -144,7 +152,7 @@ class PPOGroup(MemberGroup):
         out = self._actor_out(obs, starts)  # a recurrent acting state advances (evaluation keeps no rollout)
         if self.continuous:
             return out[..., : self.agents[0].action_dim]  # (gsde: the rows after the means are its scales)
-        p, _ = self.agents[0].dist_from(out, None if mask is None else mask.view(self.k, out.shape[1], -1))
+        p, _ = policy_params(out, None if mask is None else mask.view(self.k, out.shape[1], -1), None, self.dim)
         return p.argmax(dim=2)
 
     @torch.no_grad()
@@ -276,7 +284,6 @@ class PPOGroup(MemberGroup):
         [K, B], `valid` marking real rows); `step_active` None: every member steps (the unmasked Adam).
         Returns ([K] approximate KL, [K] loss)."""
         ls_leaf = self.log_std.detach().clone().requires_grad_(True) if self.free_std else None
-        first = self.agents[0]
         actor, critic = self.nets["actor"], self.nets["critic"]
         # the trunks' backward by hand, the losses' autograd (gSDE's scales are read beside the outputs: autograd)
         hand = actor.hand_backward and critic.hand_backward and not self.gsde
@@ -296,8 +303,8 @@ class PPOGroup(MemberGroup):
         if self.gsde:
             p, ls = self.sde_distribution(a_out, latent)
         else:
-            p, ls = first.dist_from(a_out, f.get("masks"), None if ls_leaf is None else ls_leaf.unsqueeze(1))
-        new_logp, entropy = first.log_prob_entropy_from(p, ls, f["actions"])
+            p, ls = policy_params(a_out, f.get("masks"), None if ls_leaf is None else ls_leaf.unsqueeze(1), self.dim)
+        new_logp, entropy = log_prob_entropy(p, ls, f["actions"])
         adv = normalized_advantages(f["adv"], valid) if self.norm_adv else f["adv"]
         clip = self.clip.unsqueeze(1)
         vloss = value_loss(c_out.squeeze(2), f["ret"], f["values"], clip if self.clip_vloss else None, w)

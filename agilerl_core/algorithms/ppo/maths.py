@@ -3,7 +3,40 @@ members' minibatches [K, B] with per-member weights (each row's share of its mem
 
 from __future__ import annotations
 
+import math
+
 import torch
+
+
+def policy_params(out: torch.Tensor, mask: torch.Tensor | None, log_std: torch.Tensor | None, dim: int
+                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The policy's distribution parameters from the actor's outputs `out` [..., A]: (means, log std broadcast to
+    them) for Box actions (`log_std` given; the first `dim` outputs are the means), (logits with masked actions at
+    -1e9, None) for discrete ones (`log_std` None; `mask`: the allowed actions, a row allowing none allows all)."""
+    if log_std is not None:
+        out = out[..., :dim]  # (gsde: the means; the scales come with the features)
+        return out, log_std.expand_as(out)
+    if mask is not None:
+        mask = mask | ~mask.any(dim=-1, keepdim=True)
+        out = out.masked_fill(~mask, -1e9)
+    return out, None
+
+
+def log_prob(p: torch.Tensor, log_std: torch.Tensor | None, actions: torch.Tensor) -> torch.Tensor:
+    """log pi(a|s) from :func:`policy_params`' (means, log std) of a diagonal Gaussian, or (logits, None)."""
+    if log_std is not None:
+        return (-0.5 * ((actions - p) / log_std.exp()).square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+    return torch.log_softmax(p, dim=-1).gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+
+
+def log_prob_entropy(p: torch.Tensor, log_std: torch.Tensor | None, actions: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(:func:`log_prob`, the policy's entropy) from :func:`policy_params`' output; leading dims kept."""
+    if log_std is not None:
+        return log_prob(p, log_std, actions), (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(-1)
+    logits = torch.log_softmax(p, dim=-1)
+    probs = logits.exp()  # (before the gather: the order autograd sums the log-probs' three gradients in)
+    return logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1), -(probs * logits).sum(-1)
 
 
 def weighted_mean(x: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
