@@ -209,13 +209,17 @@ def test_dueling_and_noisy_heads_mutate_with_the_network():
     mlp = agent.networks["q"].mlp
     assert mlp.spec.dueling == 5 and mlp.value is not None and mlp.noisy_layers()
     obs = {"obs": torch.randn(4, 3)}
-    agent.networks["q"].noise_off()
-    before = agent.q_values(obs)
+
+    def q_values():  # the greedy Q(s, .) of a group of one (noisy layers at their means)
+        group = DQN.group([agent])
+        group.online.noise_off()
+        return group.q_values(group.online(obs))[0]
+
+    before = q_values()
     from dataclasses import replace
     arch = replace(agent.arch, mlp=replace(agent.arch.mlp, hidden=(16, 16, 16)))
     agent.apply_architecture(arch)  # a new identity layer keeps the function (noise scales start at 0)
-    agent.networks["q"].noise_off()
-    assert torch.allclose(agent.q_values(obs), before, atol=1e-5)
+    assert torch.allclose(q_values(), before, atol=1e-5)
     assert agent.networks["q_target"].mlp.spec.hidden == (16, 16, 16)
 
 

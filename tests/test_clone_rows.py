@@ -42,7 +42,8 @@ def _trained(make, seeds):
             adam.m.copy_(torch.randn(adam.m.shape, generator=g))
             adam.v.copy_(torch.rand(adam.v.shape, generator=g))
             adam.beta1_pow.mul_(0.9 ** (i + 1))
-        a.update_targets(0.5)
+        for flat in a.target_buffers().values():  # targets of their own too
+            flat.mul_(0.5)
         a.env_steps, a.learn_steps = 100 * (i + 1), 7 * i
         a.np_rng.random(i + 1)
         torch.rand(i + 1, generator=a.torch_gen)

@@ -120,7 +120,7 @@ def test_epsilon_schedule():
     assert linear_epsilon(10**9, 1.0, 0.05, 10_000) == pytest.approx(0.05)
     agent = make_dqn(eps_start=0.8, eps_end=0.2, eps_decay_steps=100)
     agent.env_steps = 50
-    assert agent.epsilon() == pytest.approx(0.5)
+    assert float(DQN.group([agent]).epsilon()[0]) == pytest.approx(0.5)  # the group's, on the device
 
 
 def test_act_never_picks_masked_actions():

@@ -54,15 +54,16 @@ def test_a_gsde_actor_starts_at_log_std_init_and_learns_its_scales():
     assert agent.gsde and torch.count_nonzero(out.weight[dim:]) == 0 and torch.count_nonzero(out.bias[dim:]) == 0
     x = torch.randn(16, 3)
     obs = {"obs": x}
-    mean, log_std = agent.distribution(obs)
+    group = type(agent).group([agent])
+    mean, log_std = (t[0] for t in group.distribution("actor", obs))
     latent = agent.networks["actor"].mlp.trunk(x)
     assert torch.allclose(log_std, 0.5 * torch.log(latent.square().sum(1, keepdim=True) * torch.exp(torch.tensor(-4.0))
                                                    + 1e-6), atol=1e-5)
     assert float(mean.detach().abs().max()) <= SDE_MEAN_CLIP
     # the log-probability's gradient reaches the scales (the rows after the mean), not through the features
-    _, logp = agent.sample_action(obs, torch.randn(16, dim))
-    logp.sum().backward()
-    assert out.weight.grad[dim:].abs().sum() > 0
+    _, logp = group.sample_action(obs, torch.randn(1, 16, dim))
+    weight = group.nets["actor"].p["mlp.out.weight"]
+    assert torch.autograd.grad(logp.sum(), weight)[0][0, dim:].abs().sum() > 0
     white = build_arena(_sac()).build_members([3])[0]
     assert not white.gsde and torch.count_nonzero(white.networks["actor"].mlp.out.weight[dim:]) > 0
 
@@ -137,11 +138,15 @@ def test_a_ppo_gsde_actor_explores_smoothly_and_acts_on_its_means():
 def test_a_unit_added_by_a_mutation_starts_at_log_std_init_and_leaves_the_policy_unchanged():
     agent = build_arena(_gsde()).build_members([4])[0]
     obs = {"obs": torch.randn(32, 3)}
-    before = agent.distribution(obs)[0]
+
+    def mean():  # the policy's mean, through a group of one
+        return type(agent).group([agent]).distribution("actor", obs)[0][0]
+
+    before = mean()
     _widened(agent, [agent.arch.mlp.hidden[0], agent.arch.mlp.hidden[1] + 16])
     out, dim = agent.networks["actor"].mlp.out, agent.action_dim
     assert torch.count_nonzero(out.weight[dim:, -16:]) == 0  # the new units' log scales: log_std_init
-    assert torch.allclose(agent.distribution(obs)[0], before, atol=1e-6)
+    assert torch.allclose(mean(), before, atol=1e-6)
 
 
 def test_gsde_groups_stay_apart_and_refuse_what_it_cannot_read():

@@ -2,8 +2,9 @@
 
 An algorithm declares its networks, their target copies and optimisers as class data (no metaclasses,
 no frame inspection). The base owns what every algorithm shares: building networks from an
-architecture spec, flat-buffer Adam, target updates, hyperparameter changes, architecture mutation
-(keeping optimiser state for every parameter whose shape did not change), cloning and state I/O.
+architecture spec, flat-buffer Adam state, hyperparameter changes, architecture mutation (keeping optimiser
+state for every parameter whose shape did not change), cloning and state I/O. A member acts and learns only
+through its group (:mod:`agilerl_core.algorithms.group`; alone, a group of one: :mod:`.acting`).
 """
 
 from __future__ import annotations
@@ -147,16 +148,6 @@ class RLAlgorithm(ABC):
             self.optimizers[n] = FlatAdam(net, self.lr_for(n))
         for n, net in targets.items():
             self.target_flat[n], _ = flatten_parameters(net, with_grad=False)
-
-    @torch.no_grad()
-    def update_targets(self, tau: float) -> None:
-        """Polyak-average every target towards its online network (tau=1 copies)."""
-        for tname, flat in self.target_flat.items():
-            online = self.optimizers[self.target_networks[tname]].flat
-            if tau >= 1.0:
-                flat.copy_(online)
-            else:
-                flat.lerp_(online, tau)
 
     def apply_architecture(self, arch: ArchSpec) -> list[str]:
         """Rebuild every network with `arch`, keeping each weight that still exists in every network

@@ -23,12 +23,10 @@ from typing import ClassVar
 import torch
 
 from agilerl_core.algorithms.actor_critic.group import ActorCriticGroup, SACGroup, TD3Group
-from agilerl_core.algorithms.actor_critic.maths import LOG_STD_MAX, LOG_STD_MIN, SDE_MEAN_CLIP, squashed_log_prob
 from agilerl_core.algorithms.base import RLAlgorithm
-from agilerl_core.algorithms.gsde import log_scales, sde_log_std, zero_scale_rows
+from agilerl_core.algorithms.gsde import zero_scale_rows
 from agilerl_core.algorithms.hyperparameters.sac import SACHyperparameters
 from agilerl_core.algorithms.hyperparameters.td3 import DDPGHyperparameters, TD3Hyperparameters
-from agilerl_core.envs.spaces import Obs
 
 
 class ContinuousActorCritic(RLAlgorithm):
@@ -51,9 +49,6 @@ class ContinuousActorCritic(RLAlgorithm):
     @property
     def critics(self) -> list[str]:
         return [n for n in self.online_networks if n.startswith("critic")]
-
-    def q(self, name: str, obs, action: torch.Tensor) -> torch.Tensor:
-        return self.networks[name](obs, action).squeeze(1)
 
     # ---- population-batched learning ------------------------------------------------------------------
     def batch_key(self) -> tuple:
@@ -86,10 +81,6 @@ class TD3(ContinuousActorCritic):
         self.online_networks = ("actor", "critic_1", "critic_2") if twin else ("actor", "critic_1")
         self.target_networks = {f"{n}_target": n for n in self.online_networks}
         super().__init__(obs_spec, action, arch, hp, seed, device)
-
-    @torch.no_grad()
-    def policy(self, obs: Obs, target: bool = False) -> torch.Tensor:
-        return torch.tanh(self.networks["actor_target" if target else "actor"](obs))
 
 
 class DDPG(TD3):
@@ -130,32 +121,9 @@ class SAC(ContinuousActorCritic):
         return 2 * self.action_dim  # mean and log std
 
     @property
-    def alpha(self) -> float:
-        return float(self.log_alpha.exp())
-
-    @property
     def target_entropy(self) -> float:
         t = self.hp.target_entropy
         return -float(self.action_dim) if t is None else float(t)
-
-    def distribution(self, obs: Obs) -> tuple[torch.Tensor, torch.Tensor]:
-        """(mean, clamped log std) [B, dim] of the pre-squash Gaussian (gSDE: its state-dependent scale)."""
-        net, dim = self.networks["actor"], self.action_dim
-        if self.gsde:
-            out, latent = net.forward_latent(obs)
-            log_std = sde_log_std(latent, log_scales(net.mlp.out.weight, dim, self.hp.log_std_init))
-            return out[:, :dim].clamp(-SDE_MEAN_CLIP, SDE_MEAN_CLIP), log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
-        out = net(obs)
-        mean, log_std = out[:, :dim], out[:, dim:]
-        return mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
-
-    def sample_action(self, obs: Obs, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(a, log pi(a|s)) with a = tanh(mean + std * noise), reparameterised (noise: standard normal)."""
-        mean, log_std = self.distribution(obs)
-        if noise is None:
-            noise = torch.randn(mean.shape, generator=self.torch_gen).to(mean.device)
-        u = mean + log_std.exp() * noise
-        return torch.tanh(u), squashed_log_prob(u, mean, log_std)
 
     def extra_tensors(self) -> dict[str, torch.Tensor]:
         return {"log_alpha": self.log_alpha, "alpha_adam": self.alpha_adam}

@@ -21,10 +21,8 @@ import torch
 
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.dqn.group import DQNGroup
-from agilerl_core.algorithms.dqn.maths import linear_epsilon
 from agilerl_core.algorithms.hyperparameters.dqn import DQNHyperparameters, RainbowHyperparameters
 from agilerl_core.buffers.prioritized import MemberPriorities
-from agilerl_core.envs.spaces import Obs
 from agilerl_core.networks.evolvable import ArchSpec
 
 
@@ -65,19 +63,6 @@ class DQN(RLAlgorithm):
         return self._group_key(hp.double, hp.loss, hp.hard_update_every, hp.max_grad_norm, hp.n_step, hp.per,
                                self.obs_norm is not None, heads)
 
-
-    def q_values(self, obs: Obs, net: str = "q") -> torch.Tensor:
-        """Q(s, .) [B, A]: the network's outputs, or the means of its return distributions (C51)."""
-        out = self.networks[net](obs)
-        if self.support is None:
-            return out
-        probs = torch.softmax(out.view(out.shape[0], self.action_dim, -1), dim=2)
-        return (probs * self.support).sum(dim=2)
-
-    # ---- acting ---------------------------------------------------------------------------------------
-    def epsilon(self) -> float:
-        hp = self.hp
-        return linear_epsilon(self.env_steps, hp.eps_start, hp.eps_end, hp.eps_decay_steps)
 
     # ---- prioritised replay ---------------------------------------------------------------------------
     def committed(self, first: int, count: int, dead: torch.Tensor | None = None) -> None:

@@ -108,8 +108,7 @@ class DQNGroup(ReplayGroup):
         k, n, a = q.shape
         allowed = None if mask is None else mask.view(k, n, a)
         greedy = mask_invalid(q, allowed).argmax(dim=2)
-        start, end, decay = self._eps  # linear_epsilon of every member at once, in float64 as on the host
-        eps = (start + (self.env_steps().clamp(min=0) / decay).clamp(max=1.0) * (end - start)).to(torch.float32)
+        eps = self.epsilon()
         self.metrics.last(epsilon=eps)
         u = self.stream.uniform(n, 1 + a)
         if allowed is None:
@@ -118,6 +117,11 @@ class DQNGroup(ReplayGroup):
             ok = allowed | ~allowed.any(dim=2, keepdim=True)
             random = (u[..., 1:] * ok + ok).argmax(dim=2)
         return torch.where(u[..., 0] < eps.unsqueeze(1), random, greedy)
+
+    def epsilon(self) -> torch.Tensor:
+        """Every member's exploration rate now [K]: linear_epsilon at its env steps, in float64 as on the host."""
+        start, end, decay = self._eps
+        return (start + (self.env_steps().clamp(min=0) / decay).clamp(max=1.0) * (end - start)).to(torch.float32)
 
     # ---- targets --------------------------------------------------------------------------------------
     @torch.no_grad()

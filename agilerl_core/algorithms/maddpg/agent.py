@@ -152,14 +152,6 @@ class MADDPG(RLAlgorithm):
         else:
             self.target_flat[name] = flat
 
-    @torch.no_grad()
-    def update_targets(self, tau: float) -> None:
-        super().update_targets(tau)  # the actors'
-        if tau >= 1.0:
-            self.critic_target_flat.copy_(self.critic_adam.flat)
-        else:
-            self.critic_target_flat.lerp_(self.critic_adam.flat, tau)
-
 
 class MATD3(MADDPG):
     """MATD3: MADDPG with twin critics, delayed actors and target smoothing (the hyperparameters' defaults)."""
