@@ -224,7 +224,7 @@ def greedy(agent, obs, mask=None):
     """A member's greedy actions (agent scale) through its group of one, as Policy.predict acts."""
     from agilerl_core.algorithms.acting import Acting
 
-    return Acting(agent).greedy(obs, mask)
+    return Acting(agent).actions(obs, mask)
 
 
 def learn_alone(agent, batch):

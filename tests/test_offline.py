@@ -92,8 +92,9 @@ def test_cql_critic_ranks_dataset_actions_above_unseen_ones():
         assert torch.isfinite(loss)
     obs = torch.randn(32, 4, generator=g)
     with torch.no_grad():
-        seen = agent.q("critic_1", {"obs": obs}, torch.full((32, 1), 0.5))
-        unseen = agent.q("critic_1", {"obs": obs}, torch.full((32, 1), -0.9))
+        critic = agent.networks["critic_1"]
+        seen = critic({"obs": obs}, torch.full((32, 1), 0.5)).squeeze(1)
+        unseen = critic({"obs": obs}, torch.full((32, 1), -0.9)).squeeze(1)
     assert (seen > unseen).all() and (seen - unseen).mean() > 0.3
 
 
@@ -124,10 +125,11 @@ def test_cql_penalty_matches_its_definition_for_given_samples(k):
             per_state = []
             for i in range(5):
                 idx = slice(15 * m + 3 * i, 15 * m + 3 * i + 3)
-                q = torch.cat([agent.q("critic_1", {"obs": obs_rep["obs"][idx]}, a[m, 3 * i: 3 * i + 3])
+                critic = agent.networks["critic_1"]  # the member's own network: a reference beside the group's
+                q = torch.cat([critic({"obs": obs_rep["obs"][idx]}, a[m, 3 * i: 3 * i + 3]).squeeze(1)
                                for a in actions])
                 per_state.append(torch.logsumexp(q - dens[m, i], 0) - math.log(9) -
-                                 agent.q("critic_1", {"obs": part.obs["obs"][i:i + 1]}, part.action[i:i + 1])[0])
+                                 critic({"obs": part.obs["obs"][i:i + 1]}, part.action[i:i + 1])[0, 0])
             assert got[m].item() == pytest.approx(torch.stack(per_state).mean().item(), rel=1e-5)
 
 

@@ -159,19 +159,19 @@ def test_greedy_acting_remembers_until_reset():
     agent = rppo(3)
     obs = {"obs": torch.rand(2, 3) * 2 - 1}
     acting = Acting(agent)
-    acting.greedy(obs)
+    acting.actions(obs)
     first = acting.group.act_state["actor"].clone()
     assert first.abs().sum() > 0
-    acting.greedy(obs)
+    acting.actions(obs)
     assert not torch.allclose(acting.group.act_state["actor"], first)  # it went on from the first call's state
     acting.reset(np.array([True, False]))
     before = acting.group.act_state["actor"].clone()
-    acting.greedy(obs)
+    acting.actions(obs)
     after = acting.group.act_state["actor"]
     torch.testing.assert_close(after[0, 0], first[0, 0])  # env 0 started afresh: its first step's state again
     assert not torch.allclose(after[0, 1], before[0, 1])
     acting.reset()
-    acting.greedy(obs)
+    acting.actions(obs)
     torch.testing.assert_close(acting.group.act_state["actor"], first)
 
 

@@ -55,11 +55,6 @@ class IPPOGroup:
         parts = [p.reshape(self.k, -1, *p.shape[1:]) for p in parts]
         return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
 
-    def begin_acting(self, num_envs: int) -> None:
-        """Fresh envs: every policy unit's acting state starts again."""
-        for unit in self.units.values():
-            unit.begin_acting(num_envs)
-
     def per_agent(self, unit: str, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """The inverse of :meth:`rows`: unit rows [K, U * N, ...] as each agent's member-major rows [K * N, ...]."""
         agents = self.unit_agents[unit]

@@ -12,7 +12,6 @@ import numpy as np
 import torch
 
 from agilerl_core.algorithms.acting import Acting
-from agilerl_core.algorithms.ippo import IPPOGroup
 from agilerl_core.algorithms.saved import load_member
 from agilerl_core.errors import CheckpointError
 from agilerl_core.hpo.population import Member
@@ -30,8 +29,7 @@ class Policy:
     def __init__(self, member: Member, env: dict[str, Any]) -> None:
         self.member = member
         self.env = dict(env)  # what the member acts in, as a label: never imported or called
-        self._explore: _Exploration | None = None  # predict(deterministic=False)'s group of one
-        self._acting: Acting | None = None  # predict()'s: the member's group of one, acting greedily
+        self._acting: dict[bool, Acting] = {}  # predict's groups of one: greedy (True) and exploring (False)
 
     @property
     def agent(self) -> Any:
@@ -128,14 +126,10 @@ class Policy:
                             f"draw from the member's exploration policy)")
         with torch.no_grad():
             tensors = spec.to_tensors(obs, self.agent.device)
-            if deterministic:
-                if self._acting is None:
-                    self._acting = Acting(self.agent)
-                actions = self._acting.env_action(tensors, mask)
-            else:
-                if self._explore is None:
-                    self._explore = _Exploration(self.agent)
-                actions = self._explore.sample(tensors, mask)
+            key = bool(deterministic)
+            if key not in self._acting:
+                self._acting[key] = Acting(self.agent, explore=not key)
+            actions = self._acting[key].env_action(tensors, mask)
         if isinstance(actions, dict):
             return actions if batched else {k: v[0] for k, v in actions.items()}
         actions = np.asarray(actions)
@@ -146,10 +140,8 @@ class Policy:
         and ``predict(deterministic=False)``'s noise processes start them at 0; otherwise a no-op."""
         if self.kind == "rl":
             ended = None if done is None else np.atleast_1d(np.asarray(done, dtype=bool))
-            if self._acting is not None:
-                self._acting.reset(ended)
-            if self._explore is not None:
-                self._explore.reset(ended)
+            for acting in self._acting.values():
+                acting.reset(ended)
 
     def generate(self, prompts: str | Sequence[str], max_new_tokens: int | None = None, temperature: float = 0.0,
                  seed: int = 0) -> str | list[str]:
@@ -165,75 +157,6 @@ class Policy:
     def save(self, path: str | Path) -> Path:
         """Write this member as a checkpoint directory (what :func:`load` reads)."""
         return save_member(path, self.member, self.env)
-
-
-class _Exploration:
-    """``predict(deterministic=False)``: the member's training exploration itself, a group of one's
-    ``explore_group`` (a team's: each policy unit's), drawn from a key that a copy of the member's generator gives
-    at the first call. The draws are reproducible (the same member, or its checkpoint loaded, draws the same
-    sequence) and the member's own stream, what its training draws next, is left as it was. Noise processes and a
-    recurrent member's state carry from call to call (one env per row) until the batch size changes or
-    :meth:`reset` starts every episode again."""
-
-    def __init__(self, agent: Any) -> None:
-        self.agent = agent
-        members = list(agent.learners.values()) if hasattr(agent, "learners") else [agent]  # ippo: per unit
-        own = [m.torch_gen for m in members]
-        try:
-            for m, gen in zip(members, own, strict=True):
-                m.torch_gen = torch.Generator(device=gen.device)
-                m.torch_gen.set_state(gen.get_state())
-            self.group = type(agent).group([agent])
-            for g in self.stacks():
-                g.begin_phase()  # the phase key, from the copy
-        finally:
-            for m, gen in zip(members, own, strict=True):
-                m.torch_gen = gen
-        self.n: int | None = None
-        self.starts: torch.Tensor | None = None  # [1, N]: envs whose episode begins at the next call
-
-    def stacks(self) -> list[Any]:
-        """The stacked groups that draw: the group, or an ippo/mappo team's policy units."""
-        return list(self.group.units.values()) if isinstance(self.group, IPPOGroup) else [self.group]
-
-    def reset(self, done: np.ndarray | None) -> None:
-        """Every episode begins again (`done` None) or those of the envs where `done` is set."""
-        if done is None or self.n is None:
-            self.n = None
-            return
-        ended = torch.as_tensor(done, dtype=torch.bool, device=self.group.device).view(1, -1)
-        self.starts = self.starts | ended
-        if hasattr(self.group, "episodes_done"):
-            self.group.episodes_done(ended)
-
-    def sample(self, obs: Any, mask: Any) -> Any:
-        """Exploration actions as the env takes them."""
-        group, agent = self.group, self.agent
-        n = next(iter(obs.values())).shape[0]
-        if n != self.n:
-            for g in self.stacks():
-                g.begin_acting(n)
-            self.n, self.starts = n, torch.ones(1, n, dtype=torch.bool, device=group.device)
-        if isinstance(group, IPPOGroup):  # an ippo/mappo team: each policy unit samples its agents' rows
-            out = {}
-            for u, unit in group.units.items():
-                first = group.unit_agents[u][0]
-                m = None if not isinstance(mask, dict) or mask.get(first) is None else \
-                    torch.as_tensor(group.rows(u, mask), dtype=torch.bool, device=group.device).flatten(0, 1)
-                out.update(group.per_agent(u, unit.explore_group({"obs": group.rows(u, obs).flatten(0, 1)}, m)))
-            return agent.env_actions({a: v.cpu().numpy() for a, v in out.items()})
-        if hasattr(agent, "env_actions"):  # a maddpg/matd3 team: one call for every agent
-            masks = {} if not isinstance(mask, dict) else \
-                {a: torch.as_tensor(np.asarray(m), dtype=torch.bool, device=group.device) for a, m in mask.items()
-                 if m is not None}
-            return agent.env_actions({a: v.cpu().numpy() for a, v in group.explore_group(obs, masks).items()})
-        m = None if mask is None else torch.as_tensor(mask, dtype=torch.bool, device=group.device)
-        if getattr(group, "rnn", None) is not None:
-            actions = group.explore_group(obs, m, self.starts)
-            self.starts = torch.zeros_like(self.starts)
-        else:
-            actions = group.explore_group(obs, m)
-        return agent.action_spec.to_env(actions[0].cpu().numpy())
 
 
 def _as_batch(obs: Any, spec: Any, wrapped: str = "") -> tuple[bool, Any]:
