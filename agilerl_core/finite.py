@@ -95,6 +95,12 @@ class FirstBad:
 def _weights(agent: Any) -> Iterator[tuple[str, torch.Tensor]]:
     """A member's live floating-point tensors by name: its networks' parameters and buffers (an RL agent, or
     each learner of a team), else the tensors of its state (adapters, heads, optimiser moments)."""
+    buffers, layouts = getattr(agent, "weight_buffers", None), getattr(agent, "layouts", None)
+    if callable(buffers) and isinstance(layouts, dict):  # an RL agent: its networks' weights in its flat buffers
+        for name, flat in buffers().items():
+            for k, p in layouts[name].views(flat).items():
+                yield f"{name}.{k}", p
+        return
     nets = getattr(agent, "networks", None)
     if isinstance(nets, dict) and nets and all(isinstance(n, torch.nn.Module) for n in nets.values()):
         for name, net in nets.items():

@@ -292,9 +292,8 @@ def test_a_stacked_network_computes_what_each_member_computes(case):
     shapes = [param_shapes(n) for n in nets]
     padded = padded_shapes(shapes)
     flats = [torch.cat([p.detach().reshape(-1) for p in n.parameters()]) for n in nets]
-    if opts.get("norm"):  # a group stacks its members' normalisers before it builds its networks
-        StackedObsNorm([n.obs_norm for n in nets], "cpu")
-    stacked = StackedNetwork(nets, stack_flats(flats, shapes, padded), padded)
+    norm = StackedObsNorm([n.obs_norm for n in nets], "cpu") if opts.get("norm") else None  # the group's statistics
+    stacked = StackedNetwork([n.layout() for n in nets], stack_flats(flats, shapes, padded), padded, norm=norm)
     keys = list(space.spaces) if isinstance(space, spaces.Dict) else ["obs"]
     sub = (lambda k: space[k]) if isinstance(space, spaces.Dict) else (lambda k: space)
     obs = [{k: torch.as_tensor(np.stack([sub(k).sample() for _ in range(5)])) for k in keys} for _ in nets]

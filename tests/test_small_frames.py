@@ -222,7 +222,7 @@ def test_stacked_members_scale_a_code_grid_as_each_member_does():
     shapes = [param_shapes(n) for n in nets]
     padded = padded_shapes(shapes)
     flats = [torch.cat([p.detach().reshape(-1) for p in n.parameters()]) for n in nets]
-    stacked = StackedNetwork(nets, stack_flats(flats, shapes, padded), padded)
+    stacked = StackedNetwork([n.layout() for n in nets], stack_flats(flats, shapes, padded), padded)
     obs = [spec.to_tensors(_obs(CODES, 4, seed=i)) for i in range(2)]
     out = stacked({"obs": torch.cat([o["obs"] for o in obs])})
     for i, n in enumerate(nets):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from abc import ABC
 from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -18,7 +19,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel
 
-from agilerl_core.algorithms.group_state import ADAM_STATE, gather_rows, param_shapes, plain_mlp_shape_key, repoint
+from agilerl_core.algorithms.group_state import ADAM_STATE, gather_rows, plain_mlp_shape_key, repoint
 from agilerl_core.algorithms.hyperparameters.base import Hyperparameters
 from agilerl_core.algorithms.optim import FlatAdam, flatten_parameters
 from agilerl_core.envs.spaces import ActionSpec, Obs, ObsSpec
@@ -28,12 +29,16 @@ from agilerl_core.networks.evolvable import (
     NODE_MUTATIONS,
     ArchSpec,
     EvolvableNetwork,
+    Layout,
     applicable_mutations,
     propose_mutation,
     with_activation,
 )
 from agilerl_core.networks.obs_norm import RunningObsNorm
 from agilerl_core.networks.transfer import copy_overlap
+
+# the member a clone's shell is made from (RLAlgorithm._copy_shell), read by the constructor it runs
+_SHELL_OF: ContextVar[RLAlgorithm | None] = ContextVar("shell_of", default=None)
 
 
 class RLAlgorithm(ABC):
@@ -62,6 +67,11 @@ class RLAlgorithm(ABC):
         self.env_steps = 0  # env steps this member (and its ancestors) collected
         self.learn_steps = 0  # gradient steps taken
         self.obs_norm = RunningObsNorm(obs_spec.vector_dim, self.hp.obs_norm_clip) if self.hp.normalize_obs else None
+        parent = _SHELL_OF.get()
+        if parent is not None and type(parent) is type(self):
+            _SHELL_OF.set(None)  # (a member its constructor builds is no shell)
+            self._install_shell(parent)
+            return
         std = getattr(self.hp, "noisy_std", 0.5)
         online = {n: EvolvableNetwork(self.network_obs_spec(n), self.network_arch(arch, n), self.torch_gen, std)
                   for n in self.online_networks}
@@ -131,15 +141,67 @@ class RLAlgorithm(ABC):
     def _install(self, arch: ArchSpec, online: dict[str, EvolvableNetwork],
                  targets: dict[str, EvolvableNetwork]) -> None:
         self.arch = arch
-        self.networks: dict[str, EvolvableNetwork] = {}
+        self._networks: dict[str, EvolvableNetwork] | None = {}
         self.optimizers: dict[str, FlatAdam] = {}
         self.target_flat: dict[str, torch.Tensor] = {}
         for net in (*online.values(), *targets.values()):
             net.obs_norm = self.obs_norm
         for n, net in (*online.items(), *targets.items()):
             net.to(self.device)
-            self.networks[n] = net
+            self._networks[n] = net
+        self.layouts: dict[str, Layout] = {n: net.layout() for n, net in self._networks.items()}
         self.install_optimizers(online, targets)
+
+    def _install_shell(self, parent: RLAlgorithm) -> None:
+        """A clone's start (:meth:`_copy_shell`): `parent`'s architecture and layouts, its optimisers' scalars and
+        zero buffers of their sizes, no module built (:attr:`networks` builds them on first use over whatever
+        buffers the member holds then; :meth:`set_flat_buffer` sets the parent's rows next)."""
+        self.arch, self.layouts, self._networks = parent.arch, parent.layouts, None
+        self.optimizers, adams = {}, {}
+        for n, opt in parent.optimizers.items():
+            adam = getattr(opt, "adam", opt)
+            if id(adam) not in adams:
+                shell = adams[id(adam)] = adam.shell()
+                for name in ADAM_STATE:
+                    setattr(shell, name, torch.zeros_like(getattr(adam, name)))
+            self.optimizers[n] = adams[id(adam)] if opt is adam else adams[id(adam)].view(opt.index)
+        self.target_flat = {t: torch.zeros_like(f) for t, f in parent.target_flat.items()}
+        for name, buffer in parent.target_buffers().items():
+            if name not in self.target_flat:
+                self.set_target_buffer(name, torch.zeros_like(buffer))
+
+    @property
+    def networks(self) -> dict[str, EvolvableNetwork]:
+        """Every network by name (online, then targets), its parameters views of this member's flat buffers:
+        built on first use when the member was made without modules (a clone), as the edges need them
+        (architecture and parameter mutations, a caller reading a network); training, evaluation, checkpoints and
+        selection read the buffers and :attr:`layouts`."""
+        if self._networks is None:
+            self._networks = self._built_networks()
+        return self._networks
+
+    def _built_networks(self) -> dict[str, EvolvableNetwork]:
+        std = getattr(self.hp, "noisy_std", 0.5)
+        nets = {}
+        for n, buffer in self.weight_buffers().items():
+            net = nets[n] = EvolvableNetwork.over(self.layouts[n], buffer, std).to(self.device)
+            net.obs_norm = self.obs_norm
+            if n in self.target_networks:
+                net.requires_grad_(False)
+        for n, opt in self.optimizers.items():  # re-pointed with the Adam's buffer from now on
+            getattr(opt, "adam", opt).modules.append(nets[n])
+        return nets
+
+    def weight_buffers(self) -> dict[str, torch.Tensor]:
+        """Each network's weights (its optimiser's flat buffer, or the target's), by network name, online
+        networks then targets as :attr:`networks` orders them."""
+        out = {n: self.optimizers[n].flat for n in self.online_networks}
+        out.update({t: self.target_flat[t] for t in self.target_networks})
+        return out
+
+    def param_shapes(self, name: str) -> list[tuple[int, ...]]:
+        """Network `name`'s parameter shapes in its flat buffer's order."""
+        return self.layouts[name].shapes
 
     def install_optimizers(self, online: dict[str, EvolvableNetwork], targets: dict[str, EvolvableNetwork]) -> None:
         """Fill `optimizers` (one per online network) and `target_flat` (a flat buffer per target network).
@@ -204,8 +266,9 @@ class RLAlgorithm(ABC):
     @torch.no_grad()
     def _perturb_parameters(self, rng: np.random.Generator, strength: float) -> str:
         gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
+        buffers = self.weight_buffers()
         for name in self.noise_networks or self.online_networks:
-            for p in self.networks[name].parameters():
+            for p in self.layouts[name].views(buffers[name]).values():
                 if p.ndim >= 2 and p.numel() > 1:
                     noise = torch.randn(p.shape, generator=gen).to(p.device)
                     p.add_(noise * (strength * p.std()))
@@ -265,14 +328,14 @@ class RLAlgorithm(ABC):
         return None
 
     def param_count(self) -> int:
-        return sum(self.networks[n].param_count() for n in self.online_networks)
+        return sum(self.layouts[n].size for n in self.online_networks)
 
     # ---- state ----------------------------------------------------------------------------------------
     def state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """(tensors, JSON-able metadata) that fully determine this agent, RNG included."""
         tensors: dict[str, torch.Tensor] = {}
-        for n, net in self.networks.items():
-            for k, v in net.state_dict().items():
+        for n, buffer in self.weight_buffers().items():  # (a network's state is its parameters: no buffers)
+            for k, v in self.layouts[n].views(buffer).items():
                 tensors[f"net/{n}/{k}"] = v.detach().cpu().clone()
         for n, opt in self.optimizers.items():
             for k, v in opt.state_tensors().items():
@@ -349,7 +412,7 @@ class RLAlgorithm(ABC):
             if type(p).clone is not RLAlgorithm.clone:
                 out[i] = p.clone()
                 continue
-            shapes = tuple(tuple(param_shapes(net)) for net in p.networks.values())
+            shapes = tuple(tuple(layout.shapes) for layout in p.layouts.values())
             kinds.setdefault((type(p), repr(p.arch), shapes), []).append(i)
         for slots in kinds.values():
             children = [parents[i]._copy_shell() for i in slots]
@@ -367,8 +430,12 @@ class RLAlgorithm(ABC):
         generators, counters, optimiser scalars, extra tensors, observation statistics (the networks hold no
         persistent buffers: every tensor of their state is a parameter, in a flat buffer)."""
         cls = type(self)
-        child = cls(self.obs_spec, cls.action_from_meta({"action": self.action_meta()}), self.arch, self.hp, 0,
-                    self.device, **self.init_kwargs())
+        token = _SHELL_OF.set(self)  # no networks of its own: the parent's layouts, its buffers set next
+        try:
+            child = cls(self.obs_spec, cls.action_from_meta({"action": self.action_meta()}), self.arch, self.hp, 0,
+                        self.device, **self.init_kwargs())
+        finally:
+            _SHELL_OF.reset(token)
         child.torch_gen.set_state(self.torch_gen.get_state().clone())
         child.np_rng.bit_generator.state = self.np_rng.bit_generator.state
         child.env_steps, child.learn_steps = self.env_steps, self.learn_steps
@@ -409,8 +476,7 @@ class RLAlgorithm(ABC):
         :meth:`flat_buffers`; the networks' parameters in a weights buffer become views of it."""
         kind, _, rest = name.partition("/")
         if kind == "target":
-            repoint([p for net in self.networks.values() for p in net.parameters()], self.target_buffers()[rest],
-                    buffer)
+            repoint(self.built_parameters(), self.target_buffers()[rest], buffer)
             self.set_target_buffer(rest, buffer)
             return
         opt, _, field = rest.rpartition("/")
@@ -418,6 +484,10 @@ class RLAlgorithm(ABC):
         if field == "flat":
             repoint([p for m in adam.modules for p in m.parameters()], adam.flat, buffer)
         setattr(adam, field, buffer)
+
+    def built_parameters(self) -> list[torch.Tensor]:
+        """The parameters of every network built so far (none for a clone whose networks nobody asked for)."""
+        return [p for net in (self._networks or {}).values() for p in net.parameters()]
 
     def init_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of the constructor beyond the common ones (a copy is built with them). Default: none."""

@@ -18,7 +18,6 @@ from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.group import ReplayGroup, StackedRows, clipped_step, gradients
 from agilerl_core.algorithms.hyperparameters.bc import BCHyperparameters
 from agilerl_core.buffers.replay import Transition
-from agilerl_core.networks.stacked import StackedNetwork
 
 
 def imitation_loss(out: torch.Tensor, action: torch.Tensor, discrete: bool) -> torch.Tensor:
@@ -35,7 +34,7 @@ class BCGroup(ReplayGroup):
     def __init__(self, agents: Sequence) -> None:
         super().__init__(agents)
         self.adam = self.adams["policy"]
-        self.policy = StackedNetwork([a.networks["policy"] for a in self.agents], self.adam.flat, self.adam.padded,
+        self.policy = self.stacked([a.layouts["policy"] for a in self.agents], self.adam.flat, self.adam.padded,
                                      trainable=True)
         self.discrete = self.agents[0].action_spec.discrete
         self.max_grad_norm = self.agents[0].hp.max_grad_norm

@@ -29,9 +29,11 @@ from typing import ClassVar
 
 import torch
 
-from agilerl_core.algorithms.group_state import StackedAdam, group_state, param_shapes, repoint, unstack_into
+from agilerl_core.algorithms.group_state import StackedAdam, group_state, repoint, unstack_into
 from agilerl_core.buffers.replay import n_step_return
+from agilerl_core.networks.evolvable import Layout
 from agilerl_core.networks.obs_norm import StackedObsNorm
+from agilerl_core.networks.stacked import StackedNetwork
 from agilerl_core.rng import SALT_NOISE, SALT_SAMPLE, KeyedStream, MemberDraws, member_keys
 from agilerl_core.train_metrics import MetricSums
 
@@ -68,14 +70,20 @@ class MemberGroup(ABC):
             if adopt:
                 for a, buffer, row in zip(self.agents, flats, self.targets[t], strict=True):
                     if buffer is not row:
-                        repoint([p for net in a.networks.values() for p in net.parameters()], buffer, row)
+                        repoint(a.built_parameters(), buffer, row)
                         a.set_target_buffer(t, row)
 
     def stacked_optimizers(self) -> dict[str, tuple]:
         """What to stack: name -> :class:`StackedAdam`'s arguments (each member's Adam, each member's
         parameter shapes[, networks per member]). Default: every online network, one stacked Adam each."""
-        return {n: ([a.optimizers[n] for a in self.agents], [param_shapes(a.networks[n]) for a in self.agents])
+        return {n: ([a.optimizers[n] for a in self.agents], [a.param_shapes(n) for a in self.agents])
                 for n in self.agents[0].online_networks}
+
+    def stacked(self, layouts: Sequence[Layout], flat: torch.Tensor, padded: Sequence[tuple[int, ...]],
+                trainable: bool = False) -> StackedNetwork:
+        """The members' networks of `layouts` over the stacked state `flat` (:class:`StackedNetwork`), normalising
+        observations through the group's statistics when its members do."""
+        return StackedNetwork(layouts, flat, padded, trainable, self.obs_norm)
 
     def stacked_targets(self) -> dict[str, tuple[str, list[torch.Tensor]]]:
         """Target name -> (the stacked Adam it follows, each member's flat target buffer, laid out as that

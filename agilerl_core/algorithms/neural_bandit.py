@@ -37,7 +37,7 @@ from agilerl_core.buffers.replay import Transition
 from agilerl_core.data.tables import STD_FLOOR
 from agilerl_core.envs.spaces import ObsSpec
 from agilerl_core.hpo.evolvable import RL_MUTATION_KINDS
-from agilerl_core.networks.stacked import _DERIVATIVES, StackedNetwork, parameter_blocks
+from agilerl_core.networks.stacked import _DERIVATIVES, parameter_blocks
 from agilerl_core.networks.transfer import copy_overlap
 
 
@@ -72,7 +72,7 @@ class NeuralBanditGroup(ReplayGroup):
         super().__init__(agents)
         first = self.agents[0]
         self.adam = self.adams["value"]
-        self.value = StackedNetwork([a.networks["value"] for a in self.agents], self.adam.flat, self.adam.padded)
+        self.value = self.stacked([a.layouts["value"] for a in self.agents], self.adam.flat, self.adam.padded)
         if not self.value.hand_backward:
             raise ValueError(f"{first.name}: the bonus walks a plain ReLU or tanh MLP (this one is "
                              f"{first.arch.activation}); use network.activation relu or tanh")
@@ -242,11 +242,7 @@ class NeuralBandit(RLAlgorithm):
     # ---- S: the gradient second moments -----------------------------------------------------------------
     def _blocks(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """`flat` (laid out as the value network's parameters) as views by parameter name."""
-        out, i = {}, 0
-        for name, p in self.networks["value"].named_parameters():
-            out[name] = flat[i: i + p.numel()].view(p.shape)
-            i += p.numel()
-        return out
+        return self.layouts["value"].views(flat)
 
     def apply_architecture(self, arch: Any) -> list[str]:
         old = {n: t.clone() for n, t in self._blocks(self.sq_grads).items()}

@@ -8,6 +8,7 @@ mutation behaves exactly like a fresh Adam while every other tensor keeps its mo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -57,18 +58,22 @@ def _into_flat(params: list[torch.Tensor], with_grad: bool) -> tuple[torch.Tenso
     return flat, grad
 
 
-def _state_view(buffer: torch.Tensor, flat: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """The part of `buffer` (laid out as `flat`) that belongs to parameter `p` (a view of `flat`)."""
-    return buffer.as_strided(p.shape, p.stride(), buffer.storage_offset() + p.storage_offset() - flat.storage_offset())
+Params = tuple[tuple[str, tuple[int, ...]], ...]  # one module's parameters (name, shape) in its buffer's order
+
+
+def _params(module: nn.Module) -> Params:
+    return tuple((name, tuple(p.shape)) for name, p in module.named_parameters())
 
 
 class FlatAdam:
     """A member's Adam (Kingma & Ba, 2015) state for parameters that live in one flat buffer: those of one
-    module, or of several identically shaped modules stacked (``stack=True``, see :func:`stack_parameters`).
-    It holds the weights, moments, step powers and scalars that checkpoints save and mutations keep; the steps
-    themselves are taken by :class:`~agilerl_core.algorithms.group_state.StackedAdam` for a group of members (a
-    member alone: a group of one). :meth:`view` gives each stacked module its own handle (its state and
-    scalars) for checkpoints and mutations."""
+    module, or of M identically shaped modules stacked (``stack=True``, see :func:`stack_parameters`; module m's
+    parameters the m-th equal segment). It holds the weights, moments, step powers and scalars that checkpoints
+    save and mutations keep; the steps themselves are taken by
+    :class:`~agilerl_core.algorithms.group_state.StackedAdam` for a group of members (a member alone: a group of
+    one). :meth:`view` gives each stacked module its own handle (its state and scalars) for checkpoints and
+    mutations. It reads its state by the modules' parameter names and shapes, not through the modules: a
+    :meth:`shell` has none built (`modules` lists the modules built over its buffer, for re-pointing)."""
 
     def __init__(self, module: nn.Module | Sequence[nn.Module], lr: float, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, stack: bool = False) -> None:
@@ -81,71 +86,100 @@ class FlatAdam:
         else:
             self.modules = [module]
             self.flat, self.grad = flatten_parameters(module, with_grad=True)
+        self.params: Params = _params(self.modules[0])
+        self.count = len(self.modules)
         self.m = torch.zeros_like(self.flat)
         self.v = torch.zeros_like(self.flat)
         self.beta1_pow = torch.ones_like(self.flat)  # beta1^t per element
         self.beta2_pow = torch.ones_like(self.flat)
 
-    def state_tensors(self, module: nn.Module | None = None) -> dict[str, torch.Tensor]:
-        """Per-parameter state of `module` (default: the only one): `m/<name>`, `v/<name>`,
-        `beta1_pow/<name>`, `beta2_pow/<name>`."""
-        out = {}
-        for name, p in (module or self._only()).named_parameters():
-            for key in ("m", "v", "beta1_pow", "beta2_pow"):
-                out[f"{key}/{name}"] = _state_view(getattr(self, key), self.flat, p).clone()
+    def shell(self) -> FlatAdam:
+        """A copy of the scalars and layout with no module and no buffers of its own yet (a clone's: every buffer
+        is set next, see :meth:`~agilerl_core.algorithms.base.RLAlgorithm.set_flat_buffer`)."""
+        out = FlatAdam.__new__(FlatAdam)
+        out.lr, out.betas, out.eps = self.lr, self.betas, self.eps
+        out.params, out.count, out.modules, out.grad = self.params, self.count, [], None
+        for name in ("flat", "m", "v", "beta1_pow", "beta2_pow"):
+            setattr(out, name, None)
         return out
 
+    def segment(self, buffer: torch.Tensor, index: int = 0) -> torch.Tensor:
+        """Module `index`'s part of `buffer` (one of this Adam's buffers)."""
+        size = buffer.numel() // self.count
+        return buffer[index * size: (index + 1) * size]
+
+    def _views(self, key: str, index: int) -> dict[str, torch.Tensor]:
+        seg, out, i = self.segment(getattr(self, key), index), {}, 0
+        for name, shape in self.params:
+            n = math.prod(shape)
+            out[name] = seg[i: i + n].view(shape)
+            i += n
+        return out
+
+    def state_tensors(self, index: int | None = None) -> dict[str, torch.Tensor]:
+        """Per-parameter state of module `index` (default: the only one): `m/<name>`, `v/<name>`,
+        `beta1_pow/<name>`, `beta2_pow/<name>`."""
+        views = {key: self._views(key, self._only(index)) for key in ("m", "v", "beta1_pow", "beta2_pow")}
+        return {f"{key}/{name}": views[key][name].clone() for name, _ in self.params for key in views}
+
     def load_state_tensors(self, state: dict[str, torch.Tensor], strict: bool = True,
-                           module: nn.Module | None = None) -> list[str]:
-        """Load per-parameter state of `module` (default: the only one). With strict=False a parameter whose
-        width changed (a mutation) keeps the state of the entries it shares with the old one, as its weights
-        do (start-aligned; conv kernels centred), and its new entries start fresh (zero moments, their own
-        bias correction); a new parameter starts fresh. Returns the names whose state was kept, wholly or
+                           index: int | None = None) -> list[str]:
+        """Load per-parameter state of module `index` (default: the only one). With strict=False a parameter
+        whose width changed (a mutation) keeps the state of the entries it shares with the old one, as its
+        weights do (start-aligned; conv kernels centred), and its new entries start fresh (zero moments, their
+        own bias correction); a new parameter starts fresh. Returns the names whose state was kept, wholly or
         over the overlap."""
+        index = self._only(index)
+        views = {key: self._views(key, index) for key in ("m", "v", "beta1_pow", "beta2_pow")}
         kept = []
-        for name, p in (module or self._only()).named_parameters():
-            src = {k: state.get(f"{k}/{name}") for k in ("m", "v", "beta1_pow", "beta2_pow")}
-            if all(t is not None and tuple(t.shape) == tuple(p.shape) for t in src.values()):
+        for name, shape in self.params:
+            src = {k: state.get(f"{k}/{name}") for k in views}
+            if all(t is not None and tuple(t.shape) == shape for t in src.values()):
                 for k, t in src.items():
-                    _state_view(getattr(self, k), self.flat, p).copy_(t)
+                    views[k][name].copy_(t)
                 kept.append(name)
-            elif not strict and all(t is not None and t.ndim == p.ndim for t in src.values()):
-                centered = (2, 3) if p.ndim == 4 else ()
+            elif not strict and all(t is not None and t.ndim == len(shape) for t in src.values()):
+                centered = (2, 3) if len(shape) == 4 else ()
                 for k, t in src.items():
-                    s_new, s_old = overlap_slices(p.shape, t.shape, centered)
-                    _state_view(getattr(self, k), self.flat, p)[s_new] = t[s_old].to(p.device)
+                    s_new, s_old = overlap_slices(shape, t.shape, centered)
+                    views[k][name][s_new] = t[s_old].to(self.flat.device)
                 kept.append(name)
             elif strict:
                 raise ValueError(f"optimiser state for {name!r} is missing or has the wrong shape")
         return kept
 
-    def _only(self) -> nn.Module:
-        if len(self.modules) != 1:
-            raise ValueError("this optimiser steps several modules: name one (or use view(module))")
-        return self.modules[0]
+    def _only(self, index: int | None) -> int:
+        if index is None and self.count != 1:
+            raise ValueError("this optimiser steps several modules: name one (or use view(index))")
+        return 0 if index is None else index
 
     def scalars(self) -> dict:
         return {"lr": self.lr, "betas": list(self.betas), "eps": self.eps}
 
-    def view(self, module: nn.Module) -> AdamView:
-        return AdamView(self, module)
+    def view(self, index: int) -> AdamView:
+        return AdamView(self, index)
 
 
 class AdamView:
     """One module's handle on a :class:`FlatAdam` that steps several: its state and the shared scalars."""
 
-    def __init__(self, adam: FlatAdam, module: nn.Module) -> None:
-        self.adam, self.module = adam, module
+    def __init__(self, adam: FlatAdam, index: int) -> None:
+        self.adam, self.index = adam, index
 
     lr = property(lambda self: self.adam.lr, lambda self, v: setattr(self.adam, "lr", float(v)))
     betas = property(lambda self: self.adam.betas, lambda self, v: setattr(self.adam, "betas", tuple(v)))
     eps = property(lambda self: self.adam.eps, lambda self, v: setattr(self.adam, "eps", float(v)))
 
+    @property
+    def flat(self) -> torch.Tensor:
+        """Its module's weights in the shared buffer."""
+        return self.adam.segment(self.adam.flat, self.index)
+
     def state_tensors(self) -> dict[str, torch.Tensor]:
-        return self.adam.state_tensors(self.module)
+        return self.adam.state_tensors(self.index)
 
     def load_state_tensors(self, state: dict[str, torch.Tensor], strict: bool = True) -> list[str]:
-        return self.adam.load_state_tensors(state, strict, self.module)
+        return self.adam.load_state_tensors(state, strict, self.index)
 
     def scalars(self) -> dict:
         return self.adam.scalars()

@@ -10,6 +10,7 @@ turns a new spec into a network that keeps every weight that still exists.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -340,6 +341,29 @@ class EvolvableNetwork(nn.Module):
     def param_count(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    def layout(self) -> Layout:
+        """What this network's flat buffer holds, as data (:class:`Layout`)."""
+        return Layout(self.obs_spec, self.arch,
+                      tuple((name, tuple(p.shape)) for name, p in self.named_parameters()),
+                      tuple((name, m.in_dim, m.out_dim) for name, m in self.named_modules() if hasattr(m, "eps_in")))
+
+    @classmethod
+    def over(cls, layout: Layout, flat: torch.Tensor, noisy_std: float = 0.5) -> EvolvableNetwork:
+        """A network of `layout` whose parameters are views of `flat` (laid out as :meth:`layout` reads them):
+        a member's modules built from its state when an edge needs them (its weights stay in `flat`). Its own
+        initialisation draws from a generator of its own and is overwritten, so no member's draws move."""
+        net = cls(layout.obs_spec, layout.arch, torch.Generator().manual_seed(0), noisy_std)
+        net.obs_spec = layout.obs_spec
+        i = 0
+        with torch.no_grad():
+            for p in net.parameters():
+                n = p.numel()
+                p.data = flat[i: i + n].view(p.shape)
+                i += n
+        if i != flat.numel():
+            raise ValueError(f"a flat buffer of {flat.numel()} values for a network of {i} parameters")
+        return net
+
     def resample_noise(self, generator: torch.Generator | None) -> None:
         """Draw fresh noise for every noisy layer (and switch it on)."""
         for layer in self.mlp.noisy_layers():
@@ -357,6 +381,36 @@ LAYER_MUTATIONS = ("mlp.add_layer", "mlp.remove_layer", "cnn.add_layer", "cnn.re
                    "rnn.remove_layer")
 NODE_MUTATIONS = ("mlp.add_nodes", "mlp.remove_nodes", "cnn.add_channels", "cnn.remove_channels",
                   "cnn.change_kernel", "enc.add_nodes", "enc.remove_nodes", "rnn.add_nodes", "rnn.remove_nodes")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A network as data: the observations it reads (as trained), its architecture, its parameters' names and
+    shapes in its flat buffer's order and its noisy layers' (name, in, out). Read once from a built network
+    (:meth:`EvolvableNetwork.layout`), it is all a group, a checkpoint or a clone needs of a member's network
+    without building its modules."""
+
+    obs_spec: ObsSpec
+    arch: ArchSpec
+    params: tuple[tuple[str, tuple[int, ...]], ...]
+    noisy: tuple[tuple[str, int, int], ...] = ()
+
+    @property
+    def shapes(self) -> list[tuple[int, ...]]:
+        return [shape for _, shape in self.params]
+
+    @property
+    def size(self) -> int:
+        return sum(math.prod(shape) for _, shape in self.params)
+
+    def views(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Each parameter's view of `flat` (a buffer laid out as this network's), by name."""
+        out, i = {}, 0
+        for name, shape in self.params:
+            n = math.prod(shape)
+            out[name] = flat[i: i + n].view(shape)
+            i += n
+        return out
 
 
 def applicable_mutations(arch: ArchSpec, names: tuple[str, ...]) -> list[str]:

@@ -15,7 +15,6 @@ as (weight, bias) blocks (MADDPG's critics: C x N networks per member, stacked o
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Sequence
 
@@ -23,6 +22,8 @@ import torch
 from torch import nn
 
 from agilerl_core.envs.spaces import Obs
+from agilerl_core.networks.evolvable import Layout
+from agilerl_core.networks.obs_norm import StackedObsNorm
 from agilerl_core.networks.recurrent import run_sequence
 from agilerl_core.networks.transfer import ACTIVATION_FNS
 from agilerl_core.rng import MemberDraws
@@ -106,15 +107,17 @@ class StackedNetwork:
     A padded hidden unit has zero weights in and out, so it outputs act(0) = 0 and every gradient reaching
     it is 0: each member computes what its own network computes."""
 
-    def __init__(self, nets: Sequence[nn.Module], flat: torch.Tensor, padded: Sequence[tuple[int, ...]],
-                 trainable: bool = False) -> None:
-        first = nets[0]
-        self.k = len(nets)
+    def __init__(self, layouts: Sequence[Layout], flat: torch.Tensor, padded: Sequence[tuple[int, ...]],
+                 trainable: bool = False, norm: StackedObsNorm | None = None) -> None:
+        """`layouts`: each member's network as data (:meth:`~agilerl_core.networks.evolvable.EvolvableNetwork.
+        layout`; one structure, widths may differ); `norm`: the group's stacked observation statistics, when its
+        members normalise observations."""
+        first = layouts[0]
+        self.k = len(layouts)
         self.obs_spec = first.obs_spec
         self.arch = first.arch
-        # the members' normalisers as their group stacked them (MemberGroup builds it before its networks)
-        self.norm = None if first.obs_norm is None else first.obs_norm.stack
-        names = [name for name, _ in first.named_parameters()]
+        self.norm = norm
+        names = [name for name, _ in first.params]
         self.padded = list(padded)
         blocks = trainable_blocks(flat, self.k, padded) if trainable else parameter_blocks(flat, self.k, padded)
         self.leaves = blocks if trainable else []
@@ -123,8 +126,7 @@ class StackedNetwork:
         self.enc_act = ACTIVATION_FNS[self.arch.encoders[0][1].activation] if self.arch.encoders else None
         self.widths = [p.features for p in self.obs_spec.vector_parts] if self.arch.encoders else []
         # each member's noisy layers (name, in, out) in the order NoisyLinear.resample draws them
-        self.noisy_layers = [[(name, m.in_dim, m.out_dim) for name, m in n.named_modules() if hasattr(m, "eps_in")]
-                             for n in nets]
+        self.noisy_layers = [list(layout.noisy) for layout in layouts]
         self.eps: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
         self.grouped_convs: bool | None = None  # one grouped convolution per layer; None: on GPUs only
         spec = self.arch.mlp
@@ -132,17 +134,6 @@ class StackedNetwork:
                       and not spec.dueling
                       and spec.activation in _DERIVATIVES and not any(n.endswith("_mu") for n in self.p))
         self._grad_blocks: tuple[torch.Tensor, dict[str, torch.Tensor]] | None = None  # views of backward's out
-
-    def member(self, i: int) -> StackedNetwork:
-        """Member i alone: a stack of one viewing its rows of the parameters (current as they are stepped)."""
-        one = copy.copy(self)
-        one.k = 1
-        one.p = {n: t[i: i + 1] for n, t in self.p.items()}
-        one._grad_blocks = None
-        one.norms = None if self.norms is None else [self.norms[i]]
-        one.noisy_layers = [self.noisy_layers[i]]
-        one.eps = None if self.eps is None else {n: (a[i: i + 1], b[i: i + 1]) for n, (a, b) in self.eps.items()}
-        return one
 
     # ---- noise ----------------------------------------------------------------------------------------
     @torch.no_grad()

@@ -38,10 +38,10 @@ class ActorCriticGroup(ReplayGroup):
         self.nets: dict[str, StackedNetwork] = {}
         for name in first.online_networks:
             adam = self.adams[name]
-            self.nets[name] = StackedNetwork([a.networks[name] for a in self.agents], adam.flat, adam.padded,
+            self.nets[name] = self.stacked([a.layouts[name] for a in self.agents], adam.flat, adam.padded,
                                              trainable=True)
         for tname, online in first.target_networks.items():
-            self.nets[tname] = StackedNetwork([a.networks[tname] for a in self.agents], self.targets[tname],
+            self.nets[tname] = self.stacked([a.layouts[tname] for a in self.agents], self.targets[tname],
                                               self.adams[online].padded)
         self.critics = first.critics
         self.gamma, self.tau = self.hp_tensor("gamma"), self.hp_tensor("tau")

@@ -18,7 +18,6 @@ from agilerl_core.algorithms.dqn.maths import categorical_projection, mask_inval
 from agilerl_core.algorithms.group import ReplayGroup, StackedRows, clipped_step, gradients
 from agilerl_core.buffers.prioritized import GroupPriorities
 from agilerl_core.buffers.replay import Transition
-from agilerl_core.networks.stacked import StackedNetwork
 from agilerl_core.rng import SALT_NOISY, SALT_SAMPLE
 
 
@@ -30,8 +29,8 @@ class DQNGroup(ReplayGroup):
         first = self.agents[0]
         hp = first.hp
         self.q = self.adams["q"]
-        self.online = StackedNetwork([a.networks["q"] for a in self.agents], self.q.flat, self.q.padded, trainable=True)
-        self.target = StackedNetwork([a.networks["q_target"] for a in self.agents], self.targets["q_target"],
+        self.online = self.stacked([a.layouts["q"] for a in self.agents], self.q.flat, self.q.padded, trainable=True)
+        self.target = self.stacked([a.layouts["q_target"] for a in self.agents], self.targets["q_target"],
                                      self.q.padded)
         self.gamma, self.tau = self.hp_tensor("gamma"), self.hp_tensor("tau")
         self.hard_every, self.double, self.huber = hp.hard_update_every, hp.double, hp.loss == "huber"
@@ -61,7 +60,7 @@ class DQNGroup(ReplayGroup):
         views (no autograd leaves): the compiled graph steps the buffer they view in place."""
         if not self.plain_td:
             return False
-        self.online = StackedNetwork([a.networks["q"] for a in self.agents], self.q.flat, self.q.padded)
+        self.online = self.stacked([a.layouts["q"] for a in self.agents], self.q.flat, self.q.padded)
         self.compiled = backend
         return True
 

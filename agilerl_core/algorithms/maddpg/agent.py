@@ -138,13 +138,28 @@ class MADDPG(RLAlgorithm):
             raise ValueError(f"{self.name}'s networks must be plain MLPs (flat observations, no noisy layers)")
         super().install_optimizers({n: net for n, net in online.items() if n.startswith("actor.")},
                                    {n: net for n, net in targets.items() if n.startswith("actor.")})
-        self.critic_adam = FlatAdam(nets, self.lr_for(critics[0]), stack=True)
-        for n in critics:
-            self.optimizers[n] = self.critic_adam.view(online[n])
+        critic_adam = FlatAdam(nets, self.lr_for(critics[0]), stack=True)
+        for i, n in enumerate(critics):
+            self.optimizers[n] = critic_adam.view(i)
         self.critic_target_flat, _ = stack_parameters([targets[f"{n}.target"] for n in critics], with_grad=False)
+
+    @property
+    def critic_adam(self) -> FlatAdam:
+        """The one Adam of every critic (their weights stacked, critic after critic)."""
+        return next(o.adam for n, o in self.optimizers.items() if not n.startswith("actor."))
 
     def target_buffers(self) -> dict[str, torch.Tensor]:
         return {**self.target_flat, "critics.target": self.critic_target_flat}
+
+    def weight_buffers(self) -> dict[str, torch.Tensor]:
+        """The actors' and critics' weights, then the targets': each target critic its segment of the stacked
+        target buffer (critic after critic, as the online critics lie in theirs)."""
+        critics = [n for n in self.online_networks if not n.startswith("actor.")]
+        size = self.critic_target_flat.numel() // len(critics)
+        stacked = {f"{n}.target": self.critic_target_flat[i * size: (i + 1) * size] for i, n in enumerate(critics)}
+        out = {n: self.optimizers[n].flat for n in self.online_networks}
+        out.update({t: self.target_flat[t] if t in self.target_flat else stacked[t] for t in self.target_networks})
+        return out
 
     def set_target_buffer(self, name: str, flat: torch.Tensor) -> None:
         if name == "critics.target":

@@ -29,7 +29,7 @@ from agilerl_core.algorithms.group import (
     clipped_step,
     gradients,
 )
-from agilerl_core.algorithms.group_state import param_shapes, stacked_blocks
+from agilerl_core.algorithms.group_state import stacked_blocks
 from agilerl_core.algorithms.maddpg.maths import gumbel_of, gumbel_softmax, masked_logits
 from agilerl_core.buffers.replay import AgentTensors, MultiAgentBatch
 from agilerl_core.envs.spaces import Obs
@@ -70,7 +70,7 @@ class MADDPGGroup(ReplayGroup):
         km, padded = self.k * self.c * self.n, self.critics.padded
         self.critic_leaves = trainable_blocks(self.critics.flat.view(km, -1), km, padded)
         # its layers as plain views (what the target and the actors' critic term read) and its hand-written backward
-        self.critic_net = StackedNetwork([a.networks[f"{c}.{x}"] for a in self.agents for c in first.critic_names
+        self.critic_net = self.stacked([a.layouts[f"{c}.{x}"] for a in self.agents for c in first.critic_names
                                           for x in self.names], self.critics.flat.view(km, -1), padded)
         self.critic_plain = stacked_blocks(self.critics.flat.view(km, -1), km, padded)
         self.critic_target_layers = stacked_blocks(self.targets["critics.target"].view(km, -1), km, padded)
@@ -78,9 +78,9 @@ class MADDPGGroup(ReplayGroup):
         self.actor_targets: dict[str, StackedNetwork] = {}
         for u in self.units:
             adam = self.adams[f"actor.{u}"]
-            self.actors[u] = StackedNetwork([a.networks[f"actor.{u}"] for a in self.agents], adam.flat, adam.padded,
+            self.actors[u] = self.stacked([a.layouts[f"actor.{u}"] for a in self.agents], adam.flat, adam.padded,
                                             trainable=True)
-            self.actor_targets[u] = StackedNetwork([a.networks[f"actor.{u}.target"] for a in self.agents],
+            self.actor_targets[u] = self.stacked([a.layouts[f"actor.{u}.target"] for a in self.agents],
                                                    self.targets[f"actor.{u}.target"], adam.padded)
         self.columns: dict[str, slice] = {}  # each agent's action columns in the critics' input
         start = self.ma.joint.vector_dim
@@ -97,10 +97,10 @@ class MADDPGGroup(ReplayGroup):
     # ---- what stacks --------------------------------------------------------------------------------------
     def stacked_optimizers(self) -> dict[str, tuple]:
         out = {f"actor.{u}": ([a.optimizers[f"actor.{u}"] for a in self.agents],
-                              [param_shapes(a.networks[f"actor.{u}"]) for a in self.agents]) for u in self.units}
+                              [a.param_shapes(f"actor.{u}") for a in self.agents]) for u in self.units}
         # a member's C * N critics one after another in its buffer (critic-major, then agent)
         out["critics"] = ([a.critic_adam for a in self.agents],
-                          [param_shapes(a.networks[f"critic_1.{self.names[0]}"]) for a in self.agents], self.c * self.n)
+                          [a.param_shapes(f"critic_1.{self.names[0]}") for a in self.agents], self.c * self.n)
         return out
 
     def stacked_targets(self) -> dict[str, tuple[str, list[torch.Tensor]]]:

@@ -39,7 +39,7 @@ class PPOGroup(MemberGroup):
         self.nets: dict[str, StackedNetwork] = {}
         for name in ("actor", "critic"):
             adam = self.adams[name]
-            self.nets[name] = StackedNetwork([a.networks[name] for a in self.agents], adam.flat, adam.padded,
+            self.nets[name] = self.stacked([a.layouts[name] for a in self.agents], adam.flat, adam.padded,
                                              trainable=True)
         self.continuous = first.continuous
         self.clip, self.ent_coef, self.vf_coef = (self.hp_tensor(n) for n in ("clip_coef", "ent_coef", "vf_coef"))
