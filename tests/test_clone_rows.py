@@ -72,6 +72,8 @@ def test_clones_gathered_as_rows_equal_clones_one_by_one(family):
     children = type(parents[0]).clone_many(picks)
     for child, want in zip(children, expected, strict=True):
         _same(child, want)
+    # a child is its buffers: no module built for it (its checkpoint state read through its layouts)
+    assert all(c._networks is None for c in children)
     names = list(children[0].flat_buffers())
     for name in names:
         state = rows_of([c.flat_buffers()[name] for c in children])
@@ -128,5 +130,15 @@ def test_children_learn_as_their_parents_clones_do():
             group.learn_step(buf, [0, 1], [True, True])
         group.update_targets([0.5, 0.5])
         group.write_back()
+    assert all(c._networks is None for c in children)  # trained, checked and saved without a module built
     for a, b in zip(children, twins, strict=True):
         _same(a, b)
+    obs = {"obs": torch.randn(5, 3)}
+    nets = children[0].networks  # built on first use over its rows: the twin's function
+    assert torch.equal(nets["q"](obs), twins[0].networks["q"](obs))
+    group = type(children[0]).group(children)  # a built network follows its member into the next group's rows
+    group.learn_step(buf, [0, 1], [True, True])
+    group.write_back()
+    assert children[0].networks is nets and not torch.equal(nets["q"](obs), twins[0].networks["q"](obs))
+    want = {k: v for k, v in children[0].state()[0].items() if k.startswith("net/q/")}
+    assert all(torch.equal(p.detach(), want[f"net/q/{k}"]) for k, p in nets["q"].named_parameters())

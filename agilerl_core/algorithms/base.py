@@ -5,6 +5,11 @@ no frame inspection). The base owns what every algorithm shares: building networ
 architecture spec, flat-buffer Adam state, hyperparameter changes, architecture mutation (keeping optimiser
 state for every parameter whose shape did not change), cloning and state I/O. A member acts and learns only
 through its group (:mod:`agilerl_core.algorithms.group`; alone, a group of one: :mod:`.acting`).
+
+A member's state is its flat buffers (each optimiser's weights, moments and step powers, each target's weights)
+read through its networks' :class:`~agilerl_core.networks.evolvable.Layout`: groups, checkpoints, finiteness
+checks, selection and parameter noise never need its modules, so a selection's clone has none built;
+:attr:`RLAlgorithm.networks` builds them over the buffers when an edge asks (an architecture mutation, a caller).
 """
 
 from __future__ import annotations
@@ -428,7 +433,9 @@ class RLAlgorithm(ABC):
     def _copy_shell(self) -> RLAlgorithm:
         """A copy of everything but the flat buffers (:meth:`clone_many` gathers those): hyperparameters,
         generators, counters, optimiser scalars, extra tensors, observation statistics (the networks hold no
-        persistent buffers: every tensor of their state is a parameter, in a flat buffer)."""
+        persistent buffers: every tensor of their state is a parameter, in a flat buffer). The constructor runs
+        (what a subclass sets up, it sets up) but builds no network: the shell takes this member's layouts
+        (:meth:`_install_shell`)."""
         cls = type(self)
         token = _SHELL_OF.set(self)  # no networks of its own: the parent's layouts, its buffers set next
         try:
