@@ -13,7 +13,7 @@ from agilerl_core.hpo.population import Population
 from agilerl_core.hpo.space import HyperparameterSpec, merge_space
 from agilerl_core.hpo.tournament import TournamentSelection
 from agilerl_core.networks import ArchBounds
-from agilerl_core.networks.evolvable import propose_mutation
+from agilerl_core.networks.arch_mutation import propose_mutation
 from tests.conftest import greedy, learn_alone
 from tests.test_dqn import make_dqn
 

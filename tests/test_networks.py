@@ -236,7 +236,7 @@ def test_encoder_mutations_keep_the_function_and_respect_bounds():
     relu_free = with_activation(shrunk, "tanh")
     assert {s.activation for _, s in relu_free.encoders} == {"tanh"}
     # flat observations never offer encoder mutations; Dict ones do
-    from agilerl_core.networks.evolvable import applicable_mutations
+    from agilerl_core.networks.arch_mutation import applicable_mutations
 
     flat = initial_arch(ObsSpec(spaces.Box(-1, 1, (6,))), 2, NetworkConfig())
     assert applicable_mutations(flat, NODE_MUTATIONS) == ["mlp.add_nodes", "mlp.remove_nodes"]

@@ -16,7 +16,8 @@ from agilerl_core.config import NetworkConfig, RNNConfig, load_config
 from agilerl_core.envs.spaces import ObsSpec
 from agilerl_core.errors import ConfigError
 from agilerl_core.networks import initial_arch
-from agilerl_core.networks.evolvable import ArchBounds, EvolvableNetwork, propose_mutation
+from agilerl_core.networks.arch_mutation import propose_mutation
+from agilerl_core.networks.evolvable import ArchBounds, EvolvableNetwork
 from agilerl_core.networks.recurrent import EvolvableRNN, RNNSpec
 from tests.conftest import ppo_learn_alone, ppo_rows
 from tests.test_group import assert_same_members

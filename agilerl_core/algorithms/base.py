@@ -29,16 +29,14 @@ from agilerl_core.algorithms.hyperparameters.base import Hyperparameters
 from agilerl_core.algorithms.optim import FlatAdam, flatten_parameters
 from agilerl_core.envs.spaces import ActionSpec, Obs, ObsSpec
 from agilerl_core.hpo.evolvable import RL_MUTATION_KINDS, MutationSettings
-from agilerl_core.networks.evolvable import (
+from agilerl_core.networks.arch_mutation import (
     LAYER_MUTATIONS,
     NODE_MUTATIONS,
-    ArchSpec,
-    EvolvableNetwork,
-    Layout,
     applicable_mutations,
     propose_mutation,
     with_activation,
 )
+from agilerl_core.networks.evolvable import ArchSpec, EvolvableNetwork, Layout
 from agilerl_core.networks.obs_norm import RunningObsNorm
 from agilerl_core.networks.transfer import copy_overlap
 
