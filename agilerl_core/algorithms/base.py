@@ -218,11 +218,14 @@ class RLAlgorithm(ABC):
         """Rebuild every network with `arch`, keeping each weight that still exists in every network
         and the Adam state of every parameter whose shape did not change. Returns the kept names."""
         old_state = {n: self.optimizers[n].state_tensors() for n in self.online_networks}
-        online = {n: self.networks[n].rebuilt(self.network_arch(arch, n), self.torch_gen) for n in self.online_networks}
+        buffers, std = self.weight_buffers(), getattr(self.hp, "noisy_std", 0.5)
+        old_params = {n: self.layouts[n].views(buffers[n]) for n in buffers}  # read through layouts: no old module
+        online = {n: EvolvableNetwork.rebuilt_from(self.layouts[n], old_params[n], self.network_arch(arch, n),
+                                                   self.torch_gen, std) for n in self.online_networks}
         targets = self._targets_from(online)
         with torch.no_grad():
             for tname in self.target_networks:
-                old = dict(self.networks[tname].named_parameters())
+                old = old_params[tname]
                 for pname, p in targets[tname].named_parameters():
                     if pname in old:
                         copy_overlap(p, old[pname], centered_dims=(2, 3) if p.ndim == 4 else ())

@@ -148,10 +148,15 @@ class EvolvableCNN(nn.Module):
         Kernels are aligned on their centres; the projection is matched per (channel, row, column) of
         the conv output, so a channel keeps its projection weights when others are added or removed.
         """
-        new = EvolvableCNN(spec, generator)
-        old_params = dict(self.named_parameters())
+        return EvolvableCNN.rebuilt_from(dict(self.named_parameters()), self.spec, spec, generator)
+
+    @classmethod
+    def rebuilt_from(cls, old_params: dict[str, torch.Tensor], old_spec: CNNSpec, spec: CNNSpec,
+                     generator: torch.Generator | None) -> EvolvableCNN:
+        """:meth:`rebuilt` from the old encoder's spec and parameters by name (no old module)."""
+        new = cls(spec, generator)
         c_new, h_new, w_new = spec.conv_output()
-        c_old, h_old, w_old = self.spec.conv_output()
+        c_old, h_old, w_old = old_spec.conv_output()
         with torch.no_grad():
             for name, p in new.named_parameters():
                 if name not in old_params:

@@ -4,7 +4,7 @@ A plain (non-Dict) vector observation goes straight into the head. A Dict observ
 its own encoder (a conv encoder for an image, a small MLP for a vector or a one-hot Discrete), and the
 head reads their latents concatenated. A non-Dict image gets its conv encoder as well.
 
-Architecture mutations act on the :class:`ArchSpec` (pure data); :meth:`EvolvableNetwork.rebuilt`
+Architecture mutations act on the :class:`ArchSpec` (pure data); :meth:`EvolvableNetwork.rebuilt_from`
 turns a new spec into a network that keeps every weight that still exists.
 """
 
@@ -324,17 +324,36 @@ class EvolvableNetwork(nn.Module):
 
     def rebuilt(self, arch: ArchSpec, generator: torch.Generator | None = None) -> EvolvableNetwork:
         """A new network with `arch` that keeps every weight that still exists."""
-        new = EvolvableNetwork.__new__(EvolvableNetwork)
-        nn.Module.__init__(new)
-        new.obs_spec = _as_trained(self.obs_spec, arch)
-        new.arch = arch
-        new.cnns = nn.ModuleDict({key: self.cnns[key].rebuilt(spec, generator) for key, spec in arch.cnns})
-        new.encoders = nn.ModuleDict({key: self.encoders[key].rebuilt(spec, generator) for key, spec in arch.encoders})
-        new.rnn = None if arch.rnn is None else (EvolvableRNN(arch.rnn, generator) if self.rnn is None
-                                                 else self.rnn.rebuilt(arch.rnn, generator))
-        new.mlp = self.mlp.rebuilt(arch.mlp, generator)
-        new._set_layout()
+        new = EvolvableNetwork.rebuilt_from(self.layout(), dict(self.named_parameters()), arch, generator,
+                                            self.mlp.noisy_std)
         new.obs_norm = self.obs_norm
+        return new
+
+    @classmethod
+    def rebuilt_from(cls, layout: Layout, old: dict[str, torch.Tensor], arch: ArchSpec,
+                     generator: torch.Generator | None = None, noisy_std: float = 0.5) -> EvolvableNetwork:
+        """:meth:`rebuilt` from the network `layout` describes, its parameters by name (``layout.views`` of a
+        member's buffer): no module of the old network is built. The new one draws what a fresh network of
+        `arch` draws, in the same order."""
+
+        def part(prefix: str) -> dict[str, torch.Tensor]:
+            return {k[len(prefix):]: v for k, v in old.items() if k.startswith(prefix)}
+
+        before = layout.arch
+        new = cls.__new__(cls)
+        nn.Module.__init__(new)
+        new.obs_spec = _as_trained(layout.obs_spec, arch)
+        new.arch = arch
+        old_cnns = dict(before.cnns)
+        new.cnns = nn.ModuleDict({key: EvolvableCNN.rebuilt_from(part(f"cnns.{key}."), old_cnns[key], spec, generator)
+                                  for key, spec in arch.cnns})
+        new.encoders = nn.ModuleDict({key: EvolvableMLP.rebuilt_from(part(f"encoders.{key}."), spec, generator)
+                                      for key, spec in arch.encoders})
+        new.rnn = None if arch.rnn is None else (EvolvableRNN(arch.rnn, generator) if before.rnn is None
+                                                 else EvolvableRNN.rebuilt_from(part("rnn."), arch.rnn, generator))
+        new.mlp = EvolvableMLP.rebuilt_from(part("mlp."), arch.mlp, generator, noisy_std)
+        new._set_layout()
+        new.obs_norm = None
         return new
 
     def param_count(self) -> int:

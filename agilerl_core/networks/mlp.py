@@ -129,8 +129,13 @@ class EvolvableMLP(nn.Module):
         A new hidden layer appended after the last one starts as the identity (noise scales zero), so
         with ReLU the network computes exactly the same function; new units get zero outgoing weights.
         """
-        new = EvolvableMLP(spec, generator, self.noisy_std)
-        old_params = dict(self.named_parameters())
+        return EvolvableMLP.rebuilt_from(dict(self.named_parameters()), spec, generator, self.noisy_std)
+
+    @classmethod
+    def rebuilt_from(cls, old_params: dict[str, torch.Tensor], spec: MLPSpec, generator: torch.Generator | None,
+                     noisy_std: float = 0.5) -> EvolvableMLP:
+        """:meth:`rebuilt` from the old MLP's parameters by name (views of a member's buffer: no old module)."""
+        new = cls(spec, generator, noisy_std)
         new_params = dict(new.named_parameters())
         with torch.no_grad():
             for name, p in new_params.items():

@@ -86,8 +86,13 @@ class EvolvableRNN(nn.Module):
         """A new core with `spec` keeping every weight that still exists. Units a mutation adds get fresh
         weights in and zero weights out (into the other units and the next layer), so adding units leaves
         the function unchanged; a new layer starts fresh."""
-        new = EvolvableRNN(spec, generator)
-        old = dict(self.named_parameters())
+        return EvolvableRNN.rebuilt_from(dict(self.named_parameters()), spec, generator)
+
+    @classmethod
+    def rebuilt_from(cls, old: dict[str, torch.Tensor], spec: RNNSpec, generator: torch.Generator | None
+                     ) -> EvolvableRNN:
+        """:meth:`rebuilt` from the old core's parameters by name (no old module)."""
+        new = cls(spec, generator)
         with torch.no_grad():
             for name, p in new.named_parameters():
                 if name not in old:
