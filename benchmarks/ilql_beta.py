@@ -74,7 +74,7 @@ def member_run(config: str, seed: int, args: argparse.Namespace, betas: list[flo
 @torch.no_grad()
 def probe(member, arena) -> dict:
     """What the member's Q and V heads say about the players' choices on held-out secrets (see the module doc)."""
-    from agilerl_core.algorithms.language_agent import target_call
+    from agilerl_core.language.agent import target_call
     from agilerl_core.language.players import make_player, play_games
     from agilerl_core.language.tensors import game_tensors, sequence_length
 

@@ -131,9 +131,9 @@ def grpo_step(k: int):
     import tempfile
     from pathlib import Path
 
-    from agilerl_core.algorithms.grpo import GRPO
     from agilerl_core.arenas import build_arena
     from agilerl_core.data.prompts import write_jsonl
+    from agilerl_core.llm.grpo import GRPO
     from tasks.config import validate_config
 
     with tempfile.TemporaryDirectory() as tmp:

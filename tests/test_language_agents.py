@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from agilerl_core.algorithms.bc_lm import BCLM, bc_loss
 from agilerl_core.algorithms.hyperparameters.language import BCLMHyperparameters, ILQLHyperparameters
-from agilerl_core.algorithms.ilql import ILQL, expectile_loss, ilql_terms
-from agilerl_core.algorithms.language_agent import train_group
 from agilerl_core.config import validate_config
 from agilerl_core.errors import CheckpointError, ConfigError, DatasetError
 from agilerl_core.experiment import build_evolution
 from agilerl_core.hpo.evolvable import MutationSettings
+from agilerl_core.language.agent import train_group
+from agilerl_core.language.bc_lm import BCLM, bc_loss
 from agilerl_core.language.games import describe_games, write_games
+from agilerl_core.language.ilql import ILQL, expectile_loss, ilql_terms
 from agilerl_core.language.players import GameRecord, parse_mix, play_games
 from agilerl_core.language.tensors import GameTensors, game_tensors, sequence_length
 from agilerl_core.language.wordle import CHARS, word_list

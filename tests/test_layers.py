@@ -17,9 +17,9 @@ LAYERS = [
     {"hpo"},
     {"io"},
     {"data"},
-    {"language"},
-    {"llm"},
-    {"algorithms"},
+    {"algorithms"},  # the RL families and every family's hyperparameter model (the config reads them)
+    {"language"},  # the language games and their small GPT members
+    {"llm"},  # the shared base, its adapters and the LLM algorithms
     {"config"},
     {"arenas"},
     {"evolution"},

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from agilerl_core.algorithms.llm_games import compacted_gae, env_text, parse_guess
-from agilerl_core.algorithms.llm_ppo import token_gae
 from agilerl_core.errors import ConfigError
 from agilerl_core.experiment import build_evolution
+from agilerl_core.llm.games import compacted_gae, env_text, parse_guess
+from agilerl_core.llm.ppo import token_gae
 from tasks.config import validate_config
 
 TINY = {"config": {"model_type": "gpt2", "n_embd": 32, "n_layer": 1, "n_head": 2, "n_positions": 512,
@@ -85,9 +85,9 @@ def test_a_shaped_reward_adds_each_guess_marks_in_training_and_fitness_stays_the
     """With dataset.options.shaping w, each guess's training reward is its plain reward plus w times (greens +
     yellows / 2) / 5 of its marks (0 for an invalid guess): games that all lose (the plain rewards all equal, every
     GRPO advantage 0) rank by how close their guesses came. The same games' fitness is the plain return."""
-    from agilerl_core.algorithms.grpo import group_advantages
-    from agilerl_core.algorithms.llm_games import play
     from agilerl_core.language.wordle import marks_score
+    from agilerl_core.llm.games import play
+    from agilerl_core.llm.grpo import group_advantages
 
     assert marks_score("GGY--") == pytest.approx(0.5) and marks_score("!!!!!") == 0.0 and marks_score("GGGGG") == 1
     wordle = {"source": "wordle", "options": {"vocabulary": 60, "max_guesses": 3}, "held_out": 0.2}

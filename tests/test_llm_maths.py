@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from agilerl_core.algorithms.dpo import dpo_loss
-from agilerl_core.algorithms.grpo import group_advantages, grpo_token_loss, k3_kl
+from agilerl_core.llm.dpo import dpo_loss
+from agilerl_core.llm.grpo import group_advantages, grpo_token_loss, k3_kl
 
 
 # ---- the maths on hand-built numbers ---------------------------------------------------------------------------
@@ -21,7 +21,7 @@ def test_group_advantages_are_normalised_within_each_group():
 
 
 def test_rloo_advantages_leave_each_completion_out_of_its_own_baseline():
-    from agilerl_core.algorithms.reinforce import rloo_advantages
+    from agilerl_core.llm.reinforce import rloo_advantages
 
     r = torch.tensor([1.0, 0.0, 0.0, 1.0, 3.0, 3.0])  # two groups of 3
     adv = rloo_advantages(r, 3)
@@ -36,7 +36,7 @@ def test_rloo_advantages_leave_each_completion_out_of_its_own_baseline():
 
 
 def test_token_gae_and_the_clipped_value_loss_on_hand_computed_numbers():
-    from agilerl_core.algorithms.llm_ppo import clipped_value_loss, token_gae
+    from agilerl_core.llm.ppo import clipped_value_loss, token_gae
 
     # two completions: 3 tokens (reward 1 on the last, -0.1 KL penalty on the first) and 1 token (reward 2)
     r = torch.tensor([[-0.1, 0.0, 1.0], [2.0, 0.0, 0.0]])
@@ -91,8 +91,8 @@ def test_gspo_clips_whole_completions_by_their_geometric_mean_ratio():
     """Known answer: each completion's ratio is exp of the mean of its tokens' log-ratios (padding ignored); a
     completion whose clipped term is the smaller loses its whole gradient, an unclipped one spreads -A s / len over
     its tokens; completions weigh alike (the mean over them)."""
-    from agilerl_core.algorithms.gspo import GSPO, gspo_sequence_loss
     from agilerl_core.algorithms.hyperparameters.llm import GSPOHyperparameters
+    from agilerl_core.llm.gspo import GSPO, gspo_sequence_loss
 
     d = torch.tensor([[0.1, 0.2, 0.3], [-0.2, 0.0, 5.0]])  # logp - old_logp; row 1's third token is padding
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
@@ -113,9 +113,9 @@ def test_gspo_clips_whole_completions_by_their_geometric_mean_ratio():
 def test_cispo_truncates_and_detaches_the_weight_and_keeps_every_tokens_gradient():
     """Known answer: the loss is -min(r, 1 + c) A log pi per token with the weight detached, so a token whose ratio
     is far above the range (which GRPO's clip would silence) still gets gradient -(1 + c) A / ntok."""
-    from agilerl_core.algorithms.cispo import CISPO, cispo_token_loss
-    from agilerl_core.algorithms.grpo import grpo_token_loss
     from agilerl_core.algorithms.hyperparameters.llm import CISPOHyperparameters
+    from agilerl_core.llm.cispo import CISPO, cispo_token_loss
+    from agilerl_core.llm.grpo import grpo_token_loss
 
     old = torch.log(torch.tensor([[0.5, 0.1, 0.4]]))
     new = torch.log(torch.tensor([[0.5, 0.3, 0.2]]))  # ratios 1, 3 (truncated to 1.28), 0.5 (no lower bound)

@@ -11,12 +11,12 @@ import string
 import pytest
 import torch
 
-from agilerl_core.algorithms.llm_ilql import GameTranscripts, ilql_token_terms, own_first
 from agilerl_core.errors import ConfigError, DatasetError
 from agilerl_core.experiment import build_evolution
 from agilerl_core.language.games import describe_games, write_games
 from agilerl_core.language.players import parse_mix, play_games
 from agilerl_core.language.wordle import word_list
+from agilerl_core.llm.ilql import GameTranscripts, ilql_token_terms, own_first
 from agilerl_core.llm.sampling import RowBlock, pad_prompts, sample
 from tasks.config import validate_config
 

@@ -44,7 +44,7 @@ def test_sft_learns_the_responses_its_loss_masked_to_them(tmp_path):
     kernel path tried (MKL_ENABLE_INSTRUCTIONS=AVX512, AVX2, SSE4_2; ATEN_CPU_CAPABILITY=default), all sampled
     answers right. The earlier lr 0.01 for 16 phases ended anywhere in [-0.8, -0.18] as float rounding steered it
     (seed 0: -0.598 on MKL's AVX512 kernels, -0.309 on its AVX2 ones), so the CPU it ran on decided the test."""
-    from agilerl_core.algorithms.sft import SFT
+    from agilerl_core.llm.sft import SFT
 
     d = _demos(tmp_path)
     evo = build_evolution(_sft_config(d, lr=0.003, population_size=1))

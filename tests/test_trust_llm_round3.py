@@ -339,7 +339,7 @@ def test_adam_moments_are_checked_when_the_member_has_stepped(saved_elite, tmp_p
 def test_from_state_checks_tensors_itself_and_heads_too(saved_elite):
     """from_state (what a run resuming its own members calls too) checks every tensor itself, finiteness included,
     and an LLM-PPO value head of the wrong shape is refused naming it."""
-    from agilerl_core.algorithms.llm_ppo import LLMPPO
+    from agilerl_core.llm.ppo import LLMPPO
 
     elite, _ = saved_elite
     policy = agilerl_core.load(elite)

@@ -76,7 +76,7 @@ def test_ippo_team_clones_reseed_every_policy_unit():
 def test_grpo_scores_completions_at_the_sampling_temperature(tmp_path, monkeypatch):
     """completion_logprobs at temperature T is log_softmax(logits / T); a GRPO step scores its ratio, old and
     reference log-probabilities at the temperature it sampled at."""
-    import agilerl_core.algorithms.grpo as grpo_module
+    import agilerl_core.llm.grpo as grpo_module
     from agilerl_core.llm.sampling import completion_logprobs
     from tests.test_llm import llm_config
 

@@ -15,12 +15,12 @@ from typing import Any
 import torch
 
 from agilerl_core import progress
-from agilerl_core.algorithms.language_agent import LanguageAgent, act_greedy, train_group
 from agilerl_core.arenas.base import checked_space, torch_device
 from agilerl_core.arenas.experience import OwnExperience
 from agilerl_core.data.fetch import check_pin
 from agilerl_core.errors import ConfigError, DatasetError
 from agilerl_core.io.storage import s3_options
+from agilerl_core.language.agent import LanguageAgent, act_greedy, train_group
 from agilerl_core.language.games import games_for
 from agilerl_core.language.players import GameRecord
 from agilerl_core.language.tensors import LETTER_IDS, TURN_CHARS, game_tensors, sequence_length
@@ -30,7 +30,7 @@ from agilerl_core.results import TrainResult
 
 
 class LanguageArena(OwnExperience):
-    """Members are language agents (:class:`~agilerl_core.algorithms.language_agent.LanguageAgent`); training is
+    """Members are language agents (:class:`~agilerl_core.language.agent.LanguageAgent`); training is
     the algorithm's phase on minibatches of games, fitness the mean return of greedy games on held-out secrets."""
 
     kind = "language"

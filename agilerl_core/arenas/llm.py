@@ -16,7 +16,6 @@ from typing import Any
 
 import torch
 
-from agilerl_core.algorithms.llm_base import LLMAlgorithm, RankBounds
 from agilerl_core.arenas.base import checked_space, torch_device
 from agilerl_core.arenas.experience import OwnExperience
 from agilerl_core.arenas.llm_data_parallel import train_data_parallel
@@ -26,6 +25,7 @@ from agilerl_core.data.reasoning import generate
 from agilerl_core.errors import CheckpointError, ConfigError, DatasetError
 from agilerl_core.io.storage import s3_options
 from agilerl_core.llm.adapter import LoraAdapter
+from agilerl_core.llm.algorithm import LLMAlgorithm, RankBounds
 from agilerl_core.llm.base_model import SharedBase
 from agilerl_core.llm.rewards import Rewards
 from agilerl_core.results import TrainResult
@@ -113,8 +113,8 @@ class LLMArena(OwnExperience):
     def _init_games(self, cfg) -> None:
         """Games of Wordle as the data: the training secrets to play (``group_size`` games each per learn step), the
         held-out ones (the first ``eval_prompts``) to judge greedy play on; the words and prompt pinned by hash."""
-        from agilerl_core.algorithms.llm_games import INSTRUCTION, GameData
         from agilerl_core.language.wordle import word_list
+        from agilerl_core.llm.games import INSTRUCTION, GameData
 
         ds, opts = cfg.dataset, cfg.dataset.options
         max_guesses = opts.get("max_guesses", 6)
@@ -169,9 +169,9 @@ class LLMArena(OwnExperience):
         """Offline algorithms: the recorded games (read or played by the seeded players, checked against this
         game; only those with at least ``dataset.games.min_return`` kept) as token sequences, which replace the
         training secrets as :attr:`train_data`; returns their description."""
-        from agilerl_core.algorithms.llm_ilql import GameTranscripts
         from agilerl_core.config import GameDatasetConfig
         from agilerl_core.language.games import games_for
+        from agilerl_core.llm.ilql import GameTranscripts
 
         ds = cfg.dataset
         games_cfg = ds.games or GameDatasetConfig()

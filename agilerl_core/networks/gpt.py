@@ -5,7 +5,7 @@ network that keeps every weight that still exists, and growth (a layer, a head, 
 exactly: what is added writes into the residual stream through zero output weights. The attention width is
 ``n_head * head_dim``, independent of ``n_embd``, so a head can be added without touching the stream's width.
 
-A population's members each run their own forward (see ``agilerl_core.algorithms.language_agent.group_outputs``
+A population's members each run their own forward (see ``agilerl_core.language.agent.group_outputs``
 for why: a batched pass over stacked parameters measured no faster on CPU at these sizes).
 """
 

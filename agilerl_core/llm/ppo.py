@@ -19,10 +19,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from agilerl_core.algorithms.grpo import GRPO, PromptData, grpo_token_loss, k3_kl
 from agilerl_core.algorithms.hyperparameters.llm import LLMPPOHyperparameters
-from agilerl_core.algorithms.llm_learning import token_gae  # noqa: F401 (LLM-PPO's GAE, written beside the rollouts)
 from agilerl_core.llm.base_model import SharedBase
+from agilerl_core.llm.grpo import GRPO, PromptData, grpo_token_loss, k3_kl
+from agilerl_core.llm.learning import token_gae  # noqa: F401 (LLM-PPO's GAE, written beside the rollouts)
 from agilerl_core.llm.rewards import Rewards
 
 

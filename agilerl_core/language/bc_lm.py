@@ -11,7 +11,7 @@ from typing import ClassVar
 import torch
 
 from agilerl_core.algorithms.hyperparameters.language import BCLMHyperparameters, LanguageHyperparameters
-from agilerl_core.algorithms.language_agent import LanguageAgent, letter_cross_entropy, masked_mean
+from agilerl_core.language.agent import LanguageAgent, letter_cross_entropy, masked_mean
 from agilerl_core.language.tensors import GameTensors
 
 

@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from agilerl_core.algorithms.hyperparameters.llm import GRPOHyperparameters
-from agilerl_core.algorithms.llm_base import LLMAlgorithm
-from agilerl_core.algorithms.llm_learning import PhaseMetrics, chunks, row_pieces, token_gae
+from agilerl_core.llm.algorithm import LLMAlgorithm
 from agilerl_core.llm.base_model import SharedBase
+from agilerl_core.llm.learning import PhaseMetrics, chunks, row_pieces, token_gae
 from agilerl_core.llm.rewards import Rewards
 from agilerl_core.llm.sampling import RowBlock, completion_logprobs, pad_prompts, sample
 

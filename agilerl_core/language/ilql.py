@@ -19,9 +19,9 @@ from typing import ClassVar
 
 import torch
 
-from agilerl_core.algorithms.bc_lm import bc_loss
 from agilerl_core.algorithms.hyperparameters.language import ILQLHyperparameters, LanguageHyperparameters
-from agilerl_core.algorithms.language_agent import LanguageAgent, masked_mean
+from agilerl_core.language.agent import LanguageAgent, masked_mean
+from agilerl_core.language.bc_lm import bc_loss
 from agilerl_core.language.tensors import LETTER_IDS, GameTensors
 
 

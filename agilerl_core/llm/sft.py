@@ -1,6 +1,6 @@
 """Supervised fine-tuning (``sft``) of LoRA members on (prompt, response) demonstrations.
 
-The recorded-games machinery of :mod:`llm_ilql` on general records: each demonstration becomes a prompt (through
+The recorded-games machinery of :mod:`~agilerl_core.llm.ilql` on general records: each demonstration becomes a prompt (through
 the chat template when the run uses one) and a continuation, the response's tokens and EOS, all of them the
 member's; the loss is their cross-entropy (the prompt is context, never a target), normalised by the step's
 response tokens, a group's rows through shared forwards of the base as every LLM algorithm does.
@@ -18,9 +18,9 @@ from typing import Any
 import torch
 
 from agilerl_core.algorithms.hyperparameters.llm import SFTHyperparameters
-from agilerl_core.algorithms.llm_ilql import LLMBC, GameTranscripts
-from agilerl_core.algorithms.llm_learning import row_pieces
 from agilerl_core.llm.base_model import SharedBase
+from agilerl_core.llm.ilql import LLMBC, GameTranscripts
+from agilerl_core.llm.learning import row_pieces
 from agilerl_core.llm.sampling import completion_logprobs
 
 

@@ -1,7 +1,7 @@
 """A member's checkpoint state, checked: its adapter and Adam moments (``weights.safetensors``) and the JSON
 naming its base by SHA-256, hyperparameters and counters (``member.json``). :func:`checked_state` and
 :func:`checked_moments` refuse, with a CheckpointError naming the field or tensor, anything
-:meth:`~agilerl_core.algorithms.llm_base.LLMAlgorithm.from_state` should not build a member from (another base,
+:meth:`~agilerl_core.llm.algorithm.LLMAlgorithm.from_state` should not build a member from (another base,
 a damaged or forged file).
 """
 
@@ -19,7 +19,7 @@ from agilerl_core.io.files import quote
 from agilerl_core.llm.base_model import SharedBase
 
 if TYPE_CHECKING:
-    from agilerl_core.algorithms.llm_base import LLMAlgorithm
+    from agilerl_core.llm.algorithm import LLMAlgorithm
 
 MEMBER = "member.json"
 WEIGHTS = "weights.safetensors"

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from agilerl_core.algorithms.grpo import GRPO, k3_kl
 from agilerl_core.algorithms.hyperparameters.llm import GSPOHyperparameters
+from agilerl_core.llm.grpo import GRPO, k3_kl
 
 
 def gspo_sequence_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,

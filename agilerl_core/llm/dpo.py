@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 
 from agilerl_core.algorithms.hyperparameters.llm import DPOHyperparameters
-from agilerl_core.algorithms.llm_base import LLMAlgorithm
-from agilerl_core.algorithms.llm_learning import PhaseMetrics, batch_ids, row_pieces
+from agilerl_core.llm.algorithm import LLMAlgorithm
 from agilerl_core.llm.base_model import SharedBase
+from agilerl_core.llm.learning import PhaseMetrics, batch_ids, row_pieces
 from agilerl_core.llm.sampling import completion_logprobs, pad_prompts
 
 REFERENCE_BLOCK = 32  # pairs whose reference log-probabilities are computed together

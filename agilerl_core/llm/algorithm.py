@@ -4,8 +4,8 @@ its hyperparameters, and the Evolvable protocol (clone, state, hyperparameter an
 A member holds no copy of the base: it borrows the arena's :class:`~agilerl_core.llm.base_model.SharedBase`
 while it works. Its checkpoint is the adapter and Adam moments (safetensors) and JSON naming the base by its
 SHA-256; :meth:`LLMAlgorithm.from_state` refuses a checkpoint made on another base (the checks are in
-:mod:`agilerl_core.algorithms.llm_checkpoint`). What learn steps are built from (micro-batch cuts, padded ids,
-per-token GAE, phase metrics) is in :mod:`agilerl_core.algorithms.llm_learning`.
+:mod:`agilerl_core.llm.checkpoint`). What learn steps are built from (micro-batch cuts, padded ids,
+per-token GAE, phase metrics) is in :mod:`agilerl_core.llm.learning`.
 
 Randomness comes from the seed each training phase is given (prompt order and sampling), so a member's state
 is only its tensors and counters, and a resumed run repeats an uninterrupted one exactly.
@@ -22,12 +22,12 @@ import numpy as np
 import torch
 
 from agilerl_core.algorithms.hyperparameters.llm import LLMHyperparameters
-from agilerl_core.algorithms.llm_checkpoint import MAX_SCALE, checked_moments, checked_state
-from agilerl_core.algorithms.llm_learning import PhaseMetrics
 from agilerl_core.errors import ConfigError
 from agilerl_core.hpo.evolvable import MutationSettings
 from agilerl_core.llm.adapter import LoraAdapter
 from agilerl_core.llm.base_model import SharedBase
+from agilerl_core.llm.checkpoint import MAX_SCALE, checked_moments, checked_state
+from agilerl_core.llm.learning import PhaseMetrics
 from agilerl_core.llm.sampling import RowBlock, pad_prompts, sample
 
 LLM_MUTATIONS = frozenset({"none", "rl_hp", "adapter_rank", "adapter_crossover"})

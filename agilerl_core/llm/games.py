@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from agilerl_core.algorithms.grpo import GroupRollout
-from agilerl_core.algorithms.llm_base import LLMAlgorithm
-from agilerl_core.algorithms.llm_learning import chunks, row_pieces, token_gae
 from agilerl_core.language.wordle import WordleGame, WordList, marks_score
+from agilerl_core.llm.algorithm import LLMAlgorithm
+from agilerl_core.llm.grpo import GroupRollout
+from agilerl_core.llm.learning import chunks, row_pieces, token_gae
 from agilerl_core.llm.sampling import RowBlock, pad_prompts, sample
 
 INSTRUCTION = ("Let us play Wordle. Guess the secret five-letter English word in at most {n} guesses. Answer each "
@@ -140,7 +140,7 @@ def play(model, base, prompts: list[list[int]], secrets: list[str], data: GameDa
 
 class GameRollout(GroupRollout):
     """One learn step's games for a group of members, each on its own batch of secrets (``group_size`` games per
-    secret): what :class:`~agilerl_core.algorithms.grpo.GroupRollout` holds for single completions, with the
+    secret): what :class:`~agilerl_core.llm.grpo.GroupRollout` holds for single completions, with the
     continuations (member's and env's tokens, attended) as completions, the member's tokens as the loss mask
     (:attr:`fmask`) and the games' returns (shaped, when :attr:`GameData.shaping` says so) as rewards."""
 
@@ -197,7 +197,7 @@ class GameRollout(GroupRollout):
 
 def compacted_gae(token_rewards: torch.Tensor, values: torch.Tensor, own: torch.Tensor, gamma: float, lam: float
                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`~agilerl_core.algorithms.llm_learning.token_gae` over the tokens `own` marks [n, T] (the member's), in
+    """:func:`~agilerl_core.llm.learning.token_gae` over the tokens `own` marks [n, T] (the member's), in
     order, as if the others were not there; zeros elsewhere."""
     order = torch.sort((~own.bool()).long(), dim=1, stable=True).indices  # own tokens first, in order
     mask = own.gather(1, order)

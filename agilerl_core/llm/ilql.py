@@ -2,7 +2,7 @@
 Implicit Language Q-Learning (``llm_ilql``, Snell et al. 2022, "Offline RL for Natural Language Generation with
 Implicit Language Q Learning").
 
-A recorded game becomes the token sequence the member would have produced playing it (:mod:`llm_games`): the
+A recorded game becomes the token sequence the member would have produced playing it (:mod:`~agilerl_core.llm.games`): the
 instruction prompt, then per turn the guess's tokens and EOS (the member's tokens) and the env's answer
 `` -> FEEDBACK\\n`` (context). The losses weigh only the member's tokens:
 
@@ -31,12 +31,12 @@ from typing import ClassVar
 import torch
 
 from agilerl_core.algorithms.hyperparameters.llm import LLMBCHyperparameters, LLMILQLHyperparameters
-from agilerl_core.algorithms.ilql import expectile_loss
-from agilerl_core.algorithms.llm_base import LLMAlgorithm
-from agilerl_core.algorithms.llm_games import GameData, evaluate_games
-from agilerl_core.algorithms.llm_learning import PhaseMetrics, row_pieces
+from agilerl_core.language.ilql import expectile_loss
 from agilerl_core.language.players import GameRecord
+from agilerl_core.llm.algorithm import LLMAlgorithm
 from agilerl_core.llm.base_model import SharedBase
+from agilerl_core.llm.games import GameData, evaluate_games
+from agilerl_core.llm.learning import PhaseMetrics, row_pieces
 from agilerl_core.llm.sampling import completion_logprobs, pad_prompts
 
 

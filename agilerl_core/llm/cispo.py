@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from agilerl_core.algorithms.grpo import GRPO, k3_kl
 from agilerl_core.algorithms.hyperparameters.llm import CISPOHyperparameters
+from agilerl_core.llm.grpo import GRPO, k3_kl
 
 
 def cispo_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, clip: float

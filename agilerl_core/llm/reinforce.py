@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from agilerl_core.algorithms.grpo import GRPO
 from agilerl_core.algorithms.hyperparameters.llm import REINFORCEHyperparameters
+from agilerl_core.llm.grpo import GRPO
 
 
 def rloo_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
