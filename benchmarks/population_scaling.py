@@ -54,7 +54,8 @@ def phase_shares(stats) -> dict[str, float]:
     totals = dict.fromkeys(PHASES, 0.0)
     train = 0.0
     for func, (_, _, _, ct, callers) in stats.stats.items():
-        if func[2] in ("train_group", "train_group_on_policy"):  # the arena's method wraps the loop: the outer one
+        # the arena's method wraps the loop: the outer one
+        if func[2] in ("train_group", "train_group_on_policy", "train_group_off_policy"):
             train = max(train, ct)
         for phase, (where, names) in PHASES.items():
             if func[2] in names and where in func[0].replace("\\", "/"):

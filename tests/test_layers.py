@@ -20,6 +20,7 @@ LAYERS = [
     {"algorithms"},  # the RL families and every family's hyperparameter model (the config reads them)
     {"language"},  # the language games and their small GPT members
     {"llm"},  # the shared base, its adapters and the LLM algorithms
+    {"loops"},  # the RL training loops over a group: on-policy, off-policy, offline
     {"config"},
     {"arenas"},
     {"evolution"},

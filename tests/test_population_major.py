@@ -123,7 +123,7 @@ def _host_reads(k: int, evo_steps: int, backend: str = "torch") -> int:
     members = arena.build_members(list(range(k)))
     group = arena.algo_cls.group(members)
     env = arena.group_env(list(range(k)), group.device)
-    from agilerl_core.arenas.gym_on_policy import train_group_on_policy
+    from agilerl_core.loops.on_policy import train_group_on_policy
 
     with HostReads() as mode:
         train_group_on_policy(group, list(range(k)), env, evo_steps, list(range(k)))

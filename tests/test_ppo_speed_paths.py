@@ -11,8 +11,8 @@ import torch
 from agilerl_core.algorithms.group_state import stack_flats, unstack_into
 from agilerl_core.algorithms.ppo import PPO
 from agilerl_core.arenas import build_arena
-from agilerl_core.arenas.gym_on_policy import _members_sequences, train_group_on_policy
 from agilerl_core.envs.group import TorchGroupEnv
+from agilerl_core.loops.on_policy import _members_sequences, train_group_on_policy
 from agilerl_core.networks.recurrent import STATE_PARTS, run_sequence
 from agilerl_core.networks.stacked import sequences
 from tests.conftest import ppo_learn_alone, tiny_config

@@ -195,7 +195,7 @@ class _NaNLossGroup:
 
 
 def test_an_offline_nan_loss_names_the_member_and_learn_step():
-    from agilerl_core.arenas.offline import train_group_offline
+    from agilerl_core.loops.offline import train_group_offline
 
     err = _raises_naming(lambda: train_group_offline(_NaNLossGroup(), [4, 7], None, 6),
                          "slot 7", "the loss is not finite", "learn step 3")

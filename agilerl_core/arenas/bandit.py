@@ -22,7 +22,6 @@ import torch
 from agilerl_core.algorithms.base import RLAlgorithm
 from agilerl_core.algorithms.neural_bandit import input_width
 from agilerl_core.arenas.gym_off_policy import OffPolicyArena
-from agilerl_core.arenas.gym_off_policy import train_group as train_off_policy
 from agilerl_core.data.fetch import check_pin
 from agilerl_core.data.tables import BanditSplit, load_table
 from agilerl_core.envs.bandit import BEST_REWARD
@@ -31,6 +30,7 @@ from agilerl_core.envs.make import EnvRecipe
 from agilerl_core.errors import ConfigError
 from agilerl_core.io.storage import s3_options
 from agilerl_core.limits import check
+from agilerl_core.loops.off_policy import train_group_off_policy as train_off_policy
 from agilerl_core.results import TrainResult
 
 SPLIT_SEED = 0  # the held-out rows of a table: one split for every run seed

@@ -10,71 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from agilerl_core.buffers.replay import ReplayBuffer, Shard, shard_rows
-from agilerl_core.finite import FirstBad
-
-
-class ReplayLearning:
-    """The gradient steps a member's collection earns in an off-policy training phase: once it has taken
-    `learning_delay` env steps and its view of the buffer holds a batch, one per `learn_step` env steps."""
-
-    def __init__(self, agent: Any, buffer: ReplayBuffer, slot: int) -> None:
-        self.agent, self.buffer, self.slot = agent, buffer, slot
-        self.credit = 0
-        self.steps = 0
-        self.loss_sum = torch.zeros(())
-
-    def earned(self, env_steps: int) -> int:
-        """How many gradient steps `env_steps` more collected steps earn (the caller takes them)."""
-        agent, hp = self.agent, self.agent.hp
-        if agent.env_steps < hp.learning_delay or self.buffer.available(self.slot) < hp.batch_size:
-            return 0
-        self.credit += env_steps
-        steps, self.credit = divmod(self.credit, hp.learn_step)
-        return steps
-
-    def record(self, loss_sum: torch.Tensor, steps: int) -> None:
-        """`steps` more gradient steps taken, their losses summing to `loss_sum`."""
-        self.loss_sum += loss_sum
-        self.steps += steps
-
-    @property
-    def mean_loss(self) -> float:
-        return float(self.loss_sum) / self.steps if self.steps else float("nan")
-
-
-class LearnRounds:
-    """The gradient steps a group's collection earns during an off-policy phase: after each vector step every
-    member's :class:`ReplayLearning` says how many it earned; each round of them is one batched step (a member
-    that earned fewer sits the extra rounds out). Losses stay on the device until :meth:`finish`."""
-
-    def __init__(self, group: Any, learnings: list[ReplayLearning], buffer: ReplayBuffer, slots: list[int]) -> None:
-        self.group, self.learnings, self.buffer, self.slots = group, learnings, buffer, slots
-        self.loss_sums = torch.zeros(len(learnings), device=group.device)  # each member's (0 when it sat out)
-        self.bad_loss = FirstBad(len(learnings), group.device)  # the env step whose learning first gave a non-finite loss
-        self.steps = [0] * len(learnings)
-
-    def after_step(self, env_steps: int, t: int) -> None:
-        """Take the steps `env_steps` more collected steps per member earned (at vector step `t`, 1-based)."""
-        earned = [lr.earned(env_steps) for lr in self.learnings]
-        for r in range(max(earned, default=0)):
-            loss = self.group.learn_step(self.buffer, self.slots, [e > r for e in earned])
-            self.bad_loss.see(loss, t)
-            self.loss_sums += loss
-        self.steps = [s + e for s, e in zip(self.steps, earned, strict=True)]
-
-    def finish(self) -> None:
-        """Raise for a non-finite loss; record each member's losses and steps (one host read)."""
-        self.bad_loss.check(self.slots, "the loss of the learn steps taken", "env step")
-        for lr, loss, n in zip(self.learnings, self.loss_sums.cpu(), self.steps, strict=True):
-            lr.record(loss, n)
-
-
-def rollout_lengths(vector_steps: int, rollout_steps: int) -> list[int]:
-    """An on-policy phase's rollouts: `rollout_steps` vector steps each, the last one shorter if need be."""
-    return [min(rollout_steps, vector_steps - done) for done in range(0, vector_steps, rollout_steps)]
 
 
 class SharedReplay:

@@ -32,7 +32,7 @@ from agilerl_core.algorithms.ippo import IPPOGroup
 from agilerl_core.algorithms.maddpg import MADDPGGroup
 from agilerl_core.algorithms.ppo.maths import explained_variance
 from agilerl_core.arenas.base import checked_space, keep_freed_memory, torch_device
-from agilerl_core.arenas.experience import LearnRounds, OwnExperience, ReplayLearning, SharedReplay, rollout_lengths
+from agilerl_core.arenas.experience import OwnExperience, SharedReplay
 from agilerl_core.buffers.replay import ReplayBuffer, multi_agent_fields
 from agilerl_core.buffers.rollout import compute_gae, members_rows
 from agilerl_core.envs.multi_agent import (
@@ -46,6 +46,8 @@ from agilerl_core.envs.spaces import MultiAgentSpec, Obs
 from agilerl_core.envs.team_group import AgentMasks, TeamGroupEnv, TeamStep
 from agilerl_core.errors import ConfigError
 from agilerl_core.finite import FirstBad
+from agilerl_core.loops.off_policy import LearnRounds, ReplayLearning
+from agilerl_core.loops.on_policy import rollout_lengths
 from agilerl_core.networks.evolvable import ArchBounds, ArchSpec
 from agilerl_core.networks.mlp import MLPSpec
 from agilerl_core.results import TrainResult
@@ -137,7 +139,7 @@ def train_team_group(group: MADDPGGroup, slots: list[int], envs: TeamGroupEnv, b
                      evo_steps: int, seeds: list[int], fitness: TeamFitness) -> list[TrainResult]:
     """Collect `evo_steps` env steps per team (whole vector steps) into its staging slot, learning every
     `learn_step` steps once `learning_delay` steps have passed (see
-    :func:`agilerl_core.arenas.gym_off_policy.train_group`). The group's envs step as one (`envs`, K teams x N
+    :func:`agilerl_core.loops.off_policy.train_group_off_policy`). The group's envs step as one (`envs`, K teams x N
     sub-envs), one forward per policy unit chooses every team's actions (exploration drawn from keyed streams,
     :meth:`~agilerl_core.algorithms.maddpg.MADDPGGroup.explore_group`), each step's transitions go to every
     team's staging slot in one indexed copy, and each round of gradient steps is one batched step. Each team's
