@@ -218,17 +218,15 @@ class RLAlgorithm(ABC):
         """Rebuild every network with `arch`, keeping each weight that still exists in every network
         and the Adam state of every parameter whose shape did not change. Returns the kept names."""
         old_state = {n: self.optimizers[n].state_tensors() for n in self.online_networks}
-        buffers, std = self.weight_buffers(), getattr(self.hp, "noisy_std", 0.5)
-        old_params = {n: self.layouts[n].views(buffers[n]) for n in buffers}  # read through layouts: no old module
-        online = {n: EvolvableNetwork.rebuilt_from(self.layouts[n], old_params[n], self.network_arch(arch, n),
-                                                   self.torch_gen, std) for n in self.online_networks}
+        old = {n: self.layouts[n].views(b) for n, b in self.weight_buffers().items()}  # no old module is built
+        online = {n: EvolvableNetwork.rebuilt_from(self.layouts[n], old[n], self.network_arch(arch, n), self.torch_gen,
+                                                   getattr(self.hp, "noisy_std", 0.5)) for n in self.online_networks}
         targets = self._targets_from(online)
         with torch.no_grad():
             for tname in self.target_networks:
-                old = old_params[tname]
                 for pname, p in targets[tname].named_parameters():
-                    if pname in old:
-                        copy_overlap(p, old[pname], centered_dims=(2, 3) if p.ndim == 4 else ())
+                    if pname in old[tname]:
+                        copy_overlap(p, old[tname][pname], centered_dims=(2, 3) if p.ndim == 4 else ())
         self._install(arch, online, targets)
         kept: list[str] = []
         for n in self.online_networks:
