@@ -142,6 +142,7 @@ class EvolutionSettings:
     group_cap: int | None = None  # at most this many members per group (None: no limit)
     limits: Limits | None = None  # the config's limit table: what the run reads and rebuilds is checked against it
     hp_init: tuple[str, float] = ("config", 2.0)  # the first generation's hyperparameters: (method, spread)
+    target_generations: int = 1  # the run stops once this many generations in a row reached target_fitness
 
     @classmethod
     def from_config(cls, cfg, space: HyperparameterSpace, arch_bounds: Any, batch_members: bool = True,
@@ -150,7 +151,7 @@ class EvolutionSettings:
         return cls(cfg.population_size, cfg.seed, cfg.evo_steps, cfg.max_env_steps, cfg.target_fitness,
                    selection_of(cfg),
                    Mutations.from_config(cfg.mutation, space, arch_bounds), batch_members, group_cap,
-                   getattr(cfg, "limits", None), _hp_init(cfg))
+                   getattr(cfg, "limits", None), _hp_init(cfg), cfg.target_generations)
 
 
 def _hp_init(cfg) -> tuple[str, float]:
@@ -380,10 +381,15 @@ class Evolution:
         scores = [self.arena.evaluate(agent, derive_seed(self.settings.seed, CHAMPION_SEED, r)) for r in range(rounds)]
         return float(np.mean(scores))
 
+    def target_held(self) -> bool:
+        """Whether the last ``target_generations`` generations (settings) each had a member at the target fitness:
+        the run's stop at its target."""
+        target, hold = self.settings.target_fitness, self.settings.target_generations
+        return (target is not None and len(self.history) >= hold
+                and all(h.best_fitness >= target for h in self.history[-hold:]))
+
     def finished(self) -> bool:
-        target = self.settings.target_fitness
-        reached = bool(self.history) and target is not None and self.best_fitness() >= target
-        return reached or self.global_steps >= self.settings.max_steps
+        return self.target_held() or self.global_steps >= self.settings.max_steps
 
     def result(self, wall_s: float, steps_run: int, elite_uri: str) -> RunResult:
         """The run's outcome after its last generation (`steps_run`: budget units spent in `wall_s`)."""
@@ -394,7 +400,8 @@ class Evolution:
                          global_steps=self.global_steps, max_env_steps=self.settings.max_steps, wall_s=wall_s,
                          env_steps_per_s=steps_run / max(wall_s, 1e-9), generations=len(self.history),
                          elite_uri=elite_uri, reached_target=target is not None and best >= target,
-                         history=self.history, batching=self.batching_note())
+                         history=self.history, batching=self.batching_note(), target_held=self.target_held(),
+                         target_generations=self.settings.target_generations)
 
     # ---- members as data -------------------------------------------------------------------------------
     @_under_limits

@@ -97,12 +97,15 @@ def point_latest(cfg: ExperimentConfig, run_dir: Path) -> Path | None:
 
 def train_local(cfg: ExperimentConfig, progress: bool = True, run_dir: str | Path | None = None,
                 evolution: Evolution | None = None, batch_members: bool = True, hooks: Any = None) -> RunResult:
-    """Evolve a population until the target fitness or the budget, in this process; save the final elite, the
-    run's best member and the population under `run_dir` (default: a new directory OUTPUT_DIR/RUN_ID, see
+    """Evolve a population until the target fitness (held ``target_generations`` in a row) or the budget, in
+    this process, with a progress bar on a terminal's stderr (else, or with `progress` False, a line per
+    generation); save the final elite, the run's best member and the population under `run_dir` (default: a
+    new directory OUTPUT_DIR/RUN_ID, see
     :func:`default_run_dir`; OUTPUT_DIR/NAME-latest then points at it). The best member is the flow's champion:
     the final elite or the best generation's elite, whichever scores higher on fresh seeds
     (:func:`~agilerl_core.champion.choose_champion`). `batch_members`: see :func:`build_evolution`.
     `hooks`: the run's callbacks (:class:`agilerl_core.api.callbacks.CallbackHooks`); one may stop the run early."""
+    progress = progress and sys.stderr.isatty()  # a bar's \r updates only where a terminal draws them
     default_dir = run_dir is None
     run_dir = Path(run_dir or default_run_dir(cfg))  # checked before anything trains or is written
     evo = evolution or build_evolution(cfg, batch_members)

@@ -100,6 +100,10 @@ class RunResult:
     hyperparameters, their moves along its line, the final population's spread."""
     found_config_uri: str = ""
     """Where the config that re-runs from them was written (``found_config.yaml``)."""
+    target_held: bool = False
+    """Whether the run stopped at its target: ``target_generations`` generations in a row reached it."""
+    target_generations: int = 1
+    """The config's ``target_generations``."""
 
     def summary(self) -> dict[str, Any]:
         groups = [len(g) for g in self.history[-1].groups] if self.history else []
@@ -108,5 +112,6 @@ class RunResult:
                 "global_steps": self.global_steps, "max_env_steps": self.max_env_steps,
                 "wall_s": round(self.wall_s, 3), "env_steps_per_s": round(self.env_steps_per_s, 1),
                 "generations": self.generations, "elite_uri": self.elite_uri, "reached_target": self.reached_target,
+                "target_held": self.target_held, "target_generations": self.target_generations,
                 **({"best_uri": self.best_uri, "champion": self.champion} if self.best_uri else {}),
                 **({"found": self.found, "found_config_uri": self.found_config_uri} if self.found else {})}

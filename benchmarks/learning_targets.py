@@ -53,8 +53,9 @@ TARGETS: dict[str, tuple[str, float, int, float | None]] = {
 
 def run_one(name: str, seed: int, out_dir: str, overrides: dict | None = None) -> dict:
     config, target, budget, _ = TARGETS[name]
+    # the first generation at the target ends the run (a config's target_generations would run it on)
     cfg = load_config(CONFIGS / config, {"seed": seed, "max_env_steps": budget, "target_fitness": target,
-                                         "output_dir": out_dir, **(overrides or {})})
+                                         "target_generations": 1, "output_dir": out_dir, **(overrides or {})})
     t0 = time.perf_counter()
     res = train_local(cfg, progress=False)
     wall = time.perf_counter() - t0

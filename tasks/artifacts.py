@@ -71,14 +71,18 @@ def start_line(cfg: PipelineConfig, run_id: str, storage_uri: str, mlflow_where:
             f"budget {cfg.max_env_steps:,} steps, seed {cfg.seed}; storage {storage_uri}; MLflow run {where}{resumed}")
 
 
-def champion_words(summary: dict[str, Any]) -> str:
-    """Where the run's champion went, in words: registered or not, promoted or not, and why."""
+def champion_words(summary: dict[str, Any], checkpoint: str | None = None) -> str:
+    """Where the run's champion went, in words: which member it is, its `checkpoint` (when given), registered or
+    not, promoted or not, and why."""
     chosen = summary.get("champion") or {}
-    which = (f"the {chosen['chosen'].replace('_', ' ')} (member {chosen['member_id']}, fresh-seed fitness "
+    gen = f" of generation {chosen['generation']}" if chosen.get("generation") is not None else ""
+    which = (f"the {chosen['chosen'].replace('_', ' ')} (member {chosen['member_id']}{gen}, fresh-seed fitness "
              f"{chosen['fitness']:.2f})" if chosen.get("fitness") is not None else "the elite")
+    if checkpoint is not None:
+        which += f", saved at {checkpoint},"
     if summary.get("version") is None:
         where = summary.get("model_uri") or "not logged (tracking off or pending)"
-        return f"{which}: {where}"
+        return f"{which.rstrip(',')}; its model: {where}"
     name, version = summary["registered_model"], summary["version"]
     if summary.get("promoted"):
         return f"{which} registered as {name} version {version}, now {summary['champion_uri']} ({summary['promotion']})"
@@ -88,13 +92,18 @@ def champion_words(summary: dict[str, Any]) -> str:
 
 
 def end_line(summary: dict[str, Any], target: float | None = None) -> str:
-    why = (f"reached its target fitness {target:g} after {summary['global_steps']:,} of {summary['max_env_steps']:,} "
-           f"budgeted steps" if summary.get("reached_target") and target is not None else
-           f"stopped by callback {summary['stopped_by']}" if summary.get("stopped_by") else "spent its step budget")
+    hold = int(summary.get("target_generations", 1))
+    held = f" and held it {hold} generations in a row" if hold > 1 else ""
+    missed = (f" (it reached its target fitness {target:g} but did not hold it {hold} generations in a row)"
+              if summary.get("reached_target") and hold > 1 and target is not None else "")
+    why = (f"reached its target fitness {target:g}{held} after {summary['global_steps']:,} of "
+           f"{summary['max_env_steps']:,} budgeted steps" if summary.get("target_held") and target is not None else
+           f"stopped by callback {summary['stopped_by']}" if summary.get("stopped_by") else
+           f"spent its step budget{missed}")
     found = summary.get("found")
     return (f"run {summary['run_id']} finished ({why}): best fitness {summary['best_fitness']:.2f} over "
             f"{summary['generations']} generations, {summary['global_steps']:,} steps in {summary['wall_s']:.1f} s; "
-            f"champion checkpoint {summary['elite_uri']}; {champion_words(summary)}"
+            f"champion: {champion_words(summary, summary['elite_uri'])}"
             + (f"\nfound: {found_words(found)}; its config with them: {summary['found_config_uri']}" if found else ""))
 
 
@@ -222,7 +231,7 @@ class RunView:
     def end(self, summary: dict[str, Any], champion_url: str | None, lineage_md: str | None) -> None:
         from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
-        if summary.get("reached_target"):  # done: the target ends the run early
+        if summary.get("target_held"):  # done: the target ends the run early
             self._publish("progress", self._update_progress, 100.0)
 
         if champion_url is not None:

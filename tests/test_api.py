@@ -25,6 +25,12 @@ def corridor_config(**extra) -> dict:
             "network": {"hidden_sizes": [16, 16], "min_nodes": 8}, **extra}
 
 
+def test_the_progress_bar_turns_into_lines_where_stderr_is_not_a_terminal(tmp_path, capsys):
+    """progress=True (the default) on a log file or CI: one line per generation, no carriage-return updates."""
+    ac.evolve(corridor_config(output_dir=str(tmp_path)), env=Corridor)
+    err = capsys.readouterr().err
+    assert "\r" not in err and re.search(r"^generation 1: best", err, re.M), err
+
 def test_the_quickstart_runs_as_written(tmp_path, monkeypatch):
     """The Python block of docs/index.md (under ten lines: an own env object to an evolved policy acting)."""
     text = (ROOT / "docs" / "index.md").read_text()

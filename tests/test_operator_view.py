@@ -123,13 +123,19 @@ def test_log_lines_say_what_ran_each_generation_and_the_end():
             "champion": {"chosen": "best_ever", "member_id": 7, "generation": 1, "fitness": 20.0}}
     end = end_line({**done, "promoted": True, "champion_version": "4", "champion_uri": "models:/ui-view@champion",
                     "promotion": "promoted: no champion with a recorded fitness yet"})
-    assert "spent its step budget" in end and "s3://x/elite" in end
-    assert "best ever (member 7, fresh-seed fitness 20.00) registered as ui-view version 4, now " \
-           "models:/ui-view@champion" in end
-    kept = end_line({**done, "promoted": False, "champion_version": "2", "reached_target": True,
+    assert "spent its step budget" in end
+    # one name for what is on disk and what is registered: the champion, the member named once
+    assert "champion: the best ever (member 7 of generation 1, fresh-seed fitness 20.00), saved at s3://x/elite, " \
+           "registered as ui-view version 4, now models:/ui-view@champion" in end
+    kept = end_line({**done, "promoted": False, "champion_version": "2", "reached_target": True, "target_held": True,
                      "promotion": "not promoted: fitness 20.00 does not beat the champion's (version 2) 30.00"},
                     target=20.0)
     assert "reached its target fitness 20 after 1,800 of 1,800 budgeted steps" in kept
+    held = end_line({**done, "reached_target": True, "target_held": True, "target_generations": 3}, target=20.0)
+    assert "reached its target fitness 20 and held it 3 generations in a row after 1,800 of 1,800" in held
+    missed = end_line({**done, "reached_target": True, "target_held": False, "target_generations": 3}, target=20.0)
+    assert "spent its step budget (it reached its target fitness 20 but did not hold it 3 generations in a row)" \
+        in missed
     assert "not promoted: fitness 20.00 does not beat the champion's (version 2) 30.00; ui-view@champion stays " \
            "version 2" in kept
 

@@ -38,7 +38,20 @@ def test_budget_and_steps_are_counted(tmp_path):
 
 def test_target_fitness_stops_early(tmp_path):
     res = train_local(tiny_config(target_fitness=1.0), progress=False, run_dir=tmp_path)
-    assert res.generations == 1 and res.reached_target
+    assert res.generations == 1 and res.reached_target and res.target_held
+
+
+def test_target_generations_holds_the_target_over_generations_in_a_row(tmp_path):
+    held = train_local(tiny_config(target_fitness=1.0, target_generations=3, max_env_steps=3000), progress=False,
+                       run_dir=tmp_path / "a")
+    assert held.generations == 3 and held.target_held and held.summary()["target_generations"] == 3
+    assert all(h.best_fitness >= 1.0 for h in held.history)
+    # a target no generation can hold three times in a row within the budget: the budget ends the run
+    cfg = tiny_config(target_fitness=1.0, target_generations=3, max_env_steps=1000, evo_steps=198)
+    missed = train_local(cfg, progress=False, run_dir=tmp_path / "b")
+    assert missed.generations == 2 and missed.reached_target and not missed.target_held
+    # without a target the budget decides (the main job with --set target_fitness=null)
+    assert not train_local(tiny_config(target_generations=3), progress=False, run_dir=tmp_path / "c").target_held
 
 
 def test_image_env_trains_with_the_cnn(tmp_path):

@@ -116,7 +116,8 @@ def evolve(config: str | Path | dict[str, Any] | ExperimentConfig, *, env: Calla
         overrides: dotted config fields, e.g. ``{"hyperparameters.lr": 3e-4, "max_env_steps": 20_000}``.
         callbacks: :class:`Callback` objects, or functions ``(stats, population) -> bool | None`` called after
             each generation (True stops the run).
-        progress: show a progress bar (stderr).
+        progress: show a progress bar on stderr when it is a terminal, else one line per generation (a log
+            file, CI); False: the lines, never a bar.
         run_dir: where the elite, the best member and the population are saved (default: a new directory
             ``OUTPUT_DIR/NAME-sSEED-TIMESTAMP`` per run, with ``OUTPUT_DIR/NAME-latest`` pointing at the newest;
             NAME is the config's ``name``, else the env's, e.g. ``corridor`` for a ``Corridor`` class).

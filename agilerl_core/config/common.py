@@ -202,6 +202,12 @@ class _ExperimentBase(_Strict):
                                                             "offline: gradient steps). The last generation "
                                                             "shrinks to fit it.")
     target_fitness: float | None = Field(None, description="Stop once the best fitness reaches this.")
+    target_generations: int = Field(1, ge=1, le=1000, description="Stop at target_fitness only once the best "
+                                                                  "fitness has reached it in this many "
+                                                                  "generations in a row (each evaluated on "
+                                                                  "fresh episode seeds): 1 stops at the first; "
+                                                                  "more asks the population to hold it "
+                                                                  "(unused without a target_fitness).")
     seed: int = Field(0, ge=0, description="Master seed: same config + seed gives the same result on CPU.")
     output_dir: Annotated[str, Location("the run's files are written there on the worker's disk")] = Field(
         "runs", min_length=1, description="Where checkpoints are written.")
