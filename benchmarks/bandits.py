@@ -6,8 +6,9 @@ uniformly random policy (0.1 expected).
     python benchmarks/bandits.py [--seeds 0 1 2] [--pulls 40000] [--config digits_neural_ts.yaml] [--peer]
 
 With ``--peer``, AgileRL 2.58's NeuralTS and NeuralUCB run the same budget on the same split right after ours
-(``../shared/bench/peer_agilerl_bandit.py`` in the peer's own venv, see ../shared/bench/README.md; its own
-``train_bandits``, its BanditEnv layout and network), so the wall-time ratios come from one run.
+(``benchmarks/peers/agilerl_bandit.py`` in the peer's own venv, see ../shared/bench/README.md; its own
+``train_bandits``, its BanditEnv layout and network, on our split's rows standardised as our members see them), so
+the wall-time ratios come from one run.
 
 Each run: population 4, evo_steps 1,000 pulls per member per generation, `--pulls` over the population (the
 shipped config's budget by default). Prints one JSON object: per algorithm and seed the elite's held-out reward,
@@ -60,11 +61,26 @@ def run(config: str, algorithm: str, seed: int, pulls: int | None) -> dict:
             "pulls_per_s": round(res.global_steps / wall)}
 
 
-def peer(python: str, algo: str, seed: int, pulls: int) -> dict:
+def write_split(config: str, path: Path) -> Path:
+    """Our run's split of the config's table, standardised by its training rows (as our members see contexts),
+    as the .npz the peer runner reads."""
+    cfg = load_config(CONFIGS / config)
+    split = BanditSplit.of(load_table(cfg.data.source), cfg.data.held_out, SPLIT_SEED)
+    np.savez(path, train_x=(split.train_x - split.mean) / split.std, train_y=split.train_y,
+             held_x=(split.held_x - split.mean) / split.std, held_y=split.held_y)
+    return path
+
+
+def peer(python: str, algo: str, seed: int, pulls: int, config: str) -> dict:
     """AgileRL 2.58's population (its NeuralTS or NeuralUCB) on the same split and budget: its elite's held-out
     reward, the population's training regret and its wall time."""
-    r = peer_result(python, "peer_agilerl_bandit.py", "--algo", algo, "--seed", str(seed), "--threads", "1",
-                    "--pulls-per-member", str(pulls // 4))
+    cfg = load_config(CONFIGS / config)
+    with tempfile.TemporaryDirectory() as tmp:
+        split = write_split(config, Path(tmp) / "split.npz")
+        r = peer_result(python, "agilerl_bandit.py", "--split", str(split), "--algo", algo, "--seed", str(seed),
+                        "--threads", "1", "--pulls-per-member", str(pulls // cfg.population_size),
+                        "--population", str(cfg.population_size), "--evo-steps", str(cfg.evo_steps),
+                        "--lr", str(cfg.hyperparameters.lr), "--batch-size", str(cfg.hyperparameters.batch_size))
     return {"seed": seed, "elite": round(r["holdout_reward_elite"], 4), "best": round(r["holdout_reward_best"], 4),
             "population_regret": r["population_regret_total"], "wall_s": round(r["wall_s"], 1),
             "pulls_per_s": round(r["total_pulls"] / r["wall_s"])}
@@ -105,7 +121,7 @@ def main() -> None:
         runs = []
         for seed in args.seeds:
             print(f"peer {algo} seed {seed}...", file=sys.stderr)
-            runs.append(peer(args.peer_python, algo, seed, args.pulls or cfg.max_env_steps))
+            runs.append(peer(args.peer_python, algo, seed, args.pulls or cfg.max_env_steps, args.config))
         row = {"runs": runs, "elite_median": statistics.median(r["elite"] for r in runs)}
         ours = out.get("neural_ts" if algo == "NeuralTS" else "neural_ucb")
         if ours:  # the peer's median wall time over ours, same algorithm, same run

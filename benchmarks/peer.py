@@ -1,5 +1,5 @@
-"""Running a peer script of ../shared/bench (AgileRL 2.58 in its own venv) and reading its RESULT line; running
-one of our measurements in a fresh process."""
+"""Running a peer script (AgileRL 2.58 in its own venv: this project's runners in benchmarks/peers, else the shared
+ones in ../shared/bench) and reading its RESULT line; running one of our measurements in a fresh process."""
 
 from __future__ import annotations
 
@@ -9,11 +9,23 @@ import subprocess
 from pathlib import Path
 
 PEER_DIR = Path(__file__).resolve().parents[2] / "shared" / "bench"
+OWN_PEERS = Path(__file__).resolve().parent / "peers"  # peer runners this project ships (own code, peer's API)
+
+
+def peer_script(script: str) -> Path:
+    """Where peer runner `script` lives: benchmarks/peers, else ../shared/bench; a FileNotFoundError naming both
+    when neither has it."""
+    for folder in (OWN_PEERS, PEER_DIR):
+        if (folder / script).is_file():
+            return folder / script
+    raise FileNotFoundError(f"peer runner {script} is in neither {OWN_PEERS} nor {PEER_DIR}")
 
 
 def peer_result(python: str, script: str, *args: str) -> dict:
-    """Run `script` with `args` under the peer's `python`: its RESULT line's JSON, whole."""
-    proc = subprocess.run([python, script, *args], cwd=PEER_DIR, capture_output=True, text=True, check=False)
+    """Run `script` (see :func:`peer_script`) with `args` under the peer's `python`, from its folder (a shared
+    runner imports its neighbours): its RESULT line's JSON, whole."""
+    path = peer_script(script)
+    proc = subprocess.run([python, path.name, *args], cwd=path.parent, capture_output=True, text=True, check=False)
     m = re.search(r"^RESULT (.*)$", proc.stdout, re.M)
     if proc.returncode != 0 or not m:
         raise RuntimeError(f"peer run failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")

@@ -31,12 +31,15 @@ def artifact_key(run_id: str, what: str) -> str:
 
 
 def subject(cfg: PipelineConfig) -> str:
-    """What the members act on, in words: the env id, or an LLM experiment's base model."""
+    """What the members act on, in words: the env id, a bandit's table (its source and label column), or an LLM
+    experiment's base model."""
     if cfg.kind == "llm":
         m = cfg.model
         return m.gguf_file or m.path or f"a {m.config.get('model_type')} built from a config"
     if cfg.kind == "language":
         return f"{cfg.env.game} ({cfg.env.vocabulary or 'all'} words)"
+    if cfg.kind == "bandit" and cfg.data is not None:
+        return f"the table {cfg.data.source} (label {cfg.data.label}: one arm per class)"
     return cfg.env_id
 
 

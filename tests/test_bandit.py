@@ -226,6 +226,33 @@ def test_a_bandit_checkpoint_is_data_and_carries_s_and_the_regret(tmp_path):
     assert float((policy.predict(split.held_x) == split.held_y).mean()) == pytest.approx(policy.fitness)
 
 
+def test_a_table_bandits_policy_names_its_arms_by_the_tables_labels(tmp_path):
+    """Text labels become arms in sorted order; the checkpoint and the Policy say which arm is which label, and
+    the run's start line names the table."""
+    import agilerl_core
+    from agilerl_core.api.policy import _check_classes
+    from agilerl_core.errors import CheckpointError
+    from tasks.artifacts import start_line
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 2)).astype(np.float32)
+    names = np.array(["dog", "ant", "cat"])[np.where(x[:, 0] > 0.5, 0, np.where(x[:, 0] < -0.5, 1, 2))]
+    path = tmp_path / "pets.csv"
+    path.write_text("a,b,kind\n" + "".join(f"{a},{b},{n}\n" for (a, b), n in zip(x, names, strict=True)))
+    cfg = bandit_config(data={"source": str(path), "label": "kind"}, population_size=2, evo_steps=200,
+                        max_env_steps=400)
+    assert f"on the table {path} (label kind: one arm per class)" in start_line(cfg, "r", "/tmp/r", None, None)
+    train_local(cfg, progress=False, run_dir=tmp_path / "run")
+    policy = agilerl_core.load(tmp_path / "run" / "elite")
+    assert policy.classes == ["ant", "cat", "dog"]
+    table = load_table(str(path), "kind")  # arm i is the class the run's rows of label classes[i] were scored as
+    assert tuple(policy.classes) == table.classes and [table.classes[i] for i in table.labels[:4]] == list(names[:4])
+    assert all(policy.classes[int(a)] in names for a in policy.predict(x[:5]))
+    assert agilerl_core.load(tmp_path / "run" / "elite").classes == policy.classes  # read back alike
+    for bad in (["ant", "cat"], ["ant", "cat", 3], "ant,cat,dog"):  # a tampered record: named, never used
+        with pytest.raises(CheckpointError, match="env.bandit.classes"):
+            _check_classes({"bandit": {"classes": bad}}, policy.agent, tmp_path / "member.json")
+
 def test_an_architecture_mutation_keeps_s_where_the_weights_stay():
     arena = build_arena(bandit_config())
     m, = _members(arena, [(8, 6)], [1.0])

@@ -63,6 +63,14 @@ class Policy:
         return self.agent.hp.model_dump()
 
     @property
+    def classes(self) -> list[str] | None:
+        """A bandit trained on a table: each arm's label, arm i's at i (the label column's distinct values,
+        sorted; numbers as text), so ``policy.classes[policy.predict(x)]`` is the predicted label. None for any
+        other member."""
+        bandit = self.env.get("bandit")
+        return None if not isinstance(bandit, dict) or bandit.get("classes") is None else list(bandit["classes"])
+
+    @property
     def observation_space(self) -> Any:
         """The observation space :meth:`predict` takes (a Dict keyed by agent id for a team); None for LLM and
         language members."""
@@ -252,4 +260,18 @@ def _load_dir(path: Path, where: str, device: str) -> Policy:
         record = _member_record(meta, str(path / "member.json"))
         return Policy(Member(record["member_id"], agent, *record["rest"]), env)
     member, env = load_member(path, device=device)
+    _check_classes(env, member.agent, path / "member.json")
     return Policy(member, env)
+
+
+def _check_classes(env: dict[str, Any], agent: Any, where: Path) -> None:
+    """A table bandit's ``env.bandit.classes`` (read from the checkpoint: data, checked like any other field):
+    a list of strings, one per arm of the member."""
+    bandit = env.get("bandit")
+    classes = bandit.get("classes") if isinstance(bandit, dict) else None
+    if classes is None:
+        return
+    arms = getattr(getattr(agent, "action_spec", None), "dim", None)
+    if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes) or len(classes) != arms:
+        raise CheckpointError(f"{where}: env.bandit.classes must list one label (a string) per arm of the member "
+                              f"({arms} arms); re-save the member from its run")
