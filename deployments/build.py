@@ -1,5 +1,7 @@
 """Write deployments/prefect.yaml from the example configs: one deployment per config (the flow of
-the config's kind), with the config file's contents as the flow's `config` parameter. Only a config with a
+the config's kind), with the config file's contents as the flow's `config` parameter, and one per stages file
+(``deployments/stages/*.yaml``: ``flows/stages.py:stages_deployment``, the chain with every stage's config
+inline as its `stages` parameter, checked by the flow as ``agilerl-flow stages`` checks the file). Only a config with a
 ``schedule:`` section (cron, timezone, active) gets a schedule; the others run when triggered. Work pools and
 schedules are written once under ``definitions:`` and referenced by YAML aliases. A config
 that asks for a GPU (`device` other than cpu) goes to the ``agilerl-gpu`` pool (one worker per GPU:
@@ -115,6 +117,20 @@ def render(file: str = "prefect.yaml") -> str:
             "schedules": chosen,  # empty: no schedule (and a redeploy removes one a config no longer asks for)
             "parameters": {"config": config},
             "tags": ["agilerl", cfg.algorithm, config.get("env_id", cfg.kind)],
+        })
+    for path in sorted((HERE / "stages").glob("*.yaml")):  # a chain of LLM runs: the file's data, configs inline
+        from tasks.stages import inline_stages, stages_from_data
+
+        chain = inline_stages(path)
+        stages_from_data(chain, f"stages file {path}")  # a broken chain never reaches a deployment
+        deployments.append({
+            "name": "stages-" + path.stem.replace("_", "-"),
+            "description": f"A chain of LLM stages from deployments/stages/{path.name}",
+            "entrypoint": "flows/stages.py:stages_deployment",
+            "work_pool": pools["agilerl_process"],
+            "schedules": [],
+            "parameters": {"stages": chain},
+            "tags": ["agilerl", "stages", chain["name"]],
         })
     deployments.append({  # the per-group train runs of runner.kind: deployments (started by a flow, no schedule)
         "name": "train-group",

@@ -40,7 +40,7 @@ class RunStopped(AgileRLError):
 def run(config: str | Path | dict[str, Any] | Any, *, env: Callable[..., Any] | None = None,
         overrides: dict[str, Any] | None = None, callbacks: Sequence[Callback | Callable] | None = None,
         run_id: str | None = None, storage: str | None = None, progress: bool = True,
-        debug: bool = False) -> dict[str, Any]:
+        debug: bool = False, on_interrupt: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run an evolution as a Prefect flow in this process and return its summary (what ``agilerl-flow run``
     prints last: best and elite fitness, steps, ``run_id``, ``elite_uri``, ``mlflow_run_url``, the champion...).
 
@@ -62,6 +62,8 @@ def run(config: str | Path | dict[str, Any] | Any, *, env: Callable[..., Any] | 
         storage: the storage URI (``storage.uri``), e.g. ``s3://agilerl/runs``.
         progress: a progress bar on stderr (else the run's log lines).
         debug: raise the original exception (with its traceback) when the run fails.
+        on_interrupt: called with the interrupt's message (the run id, what is committed, the command that continues
+            it) the moment Ctrl-C arrives, before the run unwinds: the CLI prints it and leaves within seconds.
 
     Raises:
         ConfigError: a bad config, override, env, callback or storage, naming the field, before any work.
@@ -98,17 +100,20 @@ def run(config: str | Path | dict[str, Any] | Any, *, env: Callable[..., Any] | 
             warm_tracking_store(tracking_uri(prepared.cfg))  # while the server starts
         if not debug:
             _console_without_tracebacks()
-        with server.serving() if server is not None else contextlib.nullcontext(), _noting_interrupts():
+        def stopped() -> str:
+            return (f"run {prepared.run_id} stopped: {_where_it_stands(prepared)}; continue it with: "
+                    f"{_resume_command(prepared)}")
+
+        told = None if on_interrupt is None else (lambda: on_interrupt(stopped()))
+        with server.serving() if server is not None else contextlib.nullcontext(), _noting_interrupts(told):
             try:
                 summary = flow_for(prepared.cfg.kind)(config=prepared.cfg, run_id=prepared.run_id, progress=progress,
                                                       handover=Handover(prepared, hooks or None))
             except KeyboardInterrupt:  # Ctrl-C: the run id and the exact command that continues it
-                raise KeyboardInterrupt(f"run {prepared.run_id} stopped: {_where_it_stands(prepared)}; continue it "
-                                        f"with: {_resume_command(prepared)}") from None
+                raise KeyboardInterrupt(stopped()) from None
             except Exception as err:  # one paragraph: what failed, what is safe, the exact command that continues
                 if _INTERRUPTED.is_set():  # Ctrl-C inside a task, which Prefect reports as another error
-                    raise KeyboardInterrupt(f"run {prepared.run_id} stopped: {_where_it_stands(prepared)}; continue "
-                                            f"it with: {_resume_command(prepared)}") from None
+                    raise KeyboardInterrupt(stopped()) from None
                 if debug:
                     raise
                 raise RunStopped(error_kind(err), f"{str(err).rstrip('.')}. Run {prepared.run_id} stopped: "
@@ -167,15 +172,18 @@ _INTERRUPTED = threading.Event()
 
 
 @contextlib.contextmanager
-def _noting_interrupts() -> Iterator[None]:
+def _noting_interrupts(told: Callable[[], None] | None = None) -> Iterator[None]:
     """Ctrl-C raises KeyboardInterrupt as usual and is also noted, so an interrupt that reaches the flow wrapped in
-    another error (Prefect's task engine turns one into its own) is still told as an interrupt."""
+    another error (Prefect's task engine turns one into its own) is still told as an interrupt; `told` is called
+    first, from the signal handler (the CLI's word to the user, before anything unwinds)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def interrupted(signum, frame) -> None:
         _INTERRUPTED.set()
+        if told is not None:
+            told()
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGINT, interrupted)

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import traceback
 from pathlib import Path
 
@@ -131,7 +132,36 @@ def _flow(cfg, run_id: str | None, args: argparse.Namespace) -> dict:
     """The run as a Prefect flow (:func:`flows.api.run`: prepared and checked here, then its kind's flow)."""
     from flows.api import run
 
-    return run(cfg, run_id=run_id, progress=_progress(args), debug=args.debug)
+    return run(cfg, run_id=run_id, progress=_progress(args), debug=args.debug, on_interrupt=_leave_soon)
+
+
+_TOLD = threading.Event()  # the interrupt's line is printed: the process is on its way out
+LEAVE_WITHIN_S = 3.0  # after Ctrl-C, what the run's unwinding may take before the process simply exits
+
+
+def _leave_soon(line: str) -> None:
+    """Ctrl-C on a flow run (from the signal handler): the line that says what is committed and how to continue,
+    at once; then nothing more on the console (a run unwinding mid-generation makes Prefect and MLflow report
+    crashed tasks and lost connections: not news to someone who pressed Ctrl-C); and the process gone within
+    :data:`LEAVE_WITHIN_S` whatever is still running, as a crash would leave it: every committed generation is
+    whole (commits are atomic) and `resume` continues from the last. A second Ctrl-C leaves at once."""
+    if _TOLD.is_set():
+        _exit_now()
+    _TOLD.set()
+    print(f"agilerl-flow: interrupted: {line}", file=sys.__stderr__, flush=True)
+    logging.disable(logging.CRITICAL)
+    quiet = open(os.devnull, "w")  # noqa: SIM115 (open until the process ends)
+    sys.stdout = sys.stderr = quiet
+    timer = threading.Timer(LEAVE_WITHIN_S, _exit_now)
+    timer.daemon = True
+    timer.start()
+
+
+def _exit_now() -> None:
+    from flows.local_prefect import terminate_all
+
+    terminate_all()
+    os._exit(130)
 
 
 def _progress(args: argparse.Namespace) -> bool:
@@ -246,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.redirect_stdout(sys.stderr):
             summary = COMMANDS[args.command](args)
     except KeyboardInterrupt as err:  # a run interrupted says where it stands and how to continue it
-        print(f"agilerl-flow: interrupted{': ' + str(err) if str(err) else ''}", file=sys.stderr)
+        if not _TOLD.is_set():  # (a flow run's line is out already: _leave_soon)
+            print(f"agilerl-flow: interrupted{': ' + str(err) if str(err) else ''}", file=sys.stderr)
         return 130
     except Exception as err:
         if args.debug:

@@ -43,9 +43,11 @@ class LocalPrefect:
         process = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent), "--factory",
              "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port), "--log-level",
-             "error", "--lifespan", "on"], env=env, preexec_fn=_die_with_parent)
+             "error", "--lifespan", "on"], env=env, preexec_fn=_die_with_parent, start_new_session=True)
+        # a session of its own: a terminal's Ctrl-C reaches the run, not the server the run still reports to
         server = cls(port, process)
         atexit.register(server.stop)
+        RUNNING.add(server)
         return server
 
     def wait(self, timeout: float) -> None:
@@ -95,6 +97,7 @@ class LocalPrefect:
             flow_logger.removeFilter(_NO_DEAD_LINK)
 
     def stop(self) -> None:
+        RUNNING.discard(self)
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -102,6 +105,16 @@ class LocalPrefect:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+RUNNING: set[LocalPrefect] = set()  # the servers this process started and has not stopped
+
+
+def terminate_all() -> None:
+    """Send every running server of this process SIGTERM, without waiting (a process about to exit at once)."""
+    for server in list(RUNNING):
+        with contextlib.suppress(OSError):
+            server.process.terminate()
 
 
 class _DropViewAt(logging.Filter):

@@ -69,6 +69,23 @@ def llm_stages(names: list[str], configs: list[LLMPipelineConfig], run_id: str, 
             "champion_version": holder.get("version"), "champion_path": out[-1]["handed_on"].get("path")}
 
 
+@flow(name="llm-stages-deployment", flow_run_name=_flow_run_name, validate_parameters=True)
+def stages_deployment(stages: dict[str, Any], run_id: str | None = None, progress: bool = False) -> dict[str, Any]:
+    """A stages file as a deployment runs it (``deployments/build.py`` writes one per ``deployments/stages/*.yaml``,
+    the file's data with every stage's config inline): the chain checked here as ``agilerl-flow stages`` checks the
+    file (every stage a valid LLM config, the same base throughout, distinct names, tracking on; a stage naming a
+    config file is refused: a flow run's parameters name no file on the worker), then :func:`llm_stages` in this
+    flow run. `run_id`: the chain's (a new one by default; the same one resumes it)."""
+    from agilerl_core.io.run_store import check_run_id
+    from tasks.stages import stages_from_data
+
+    chain = stages_from_data(stages, "the flow run's stages parameter")
+    run_id = check_run_id(run_id or chain.new_run_id())
+    for name in chain.names:
+        check_run_id(f"{run_id}-{name}")
+    return llm_stages.fn(names=chain.names, configs=chain.configs, run_id=run_id, progress=progress)
+
+
 def _tag_stage_run(cfg: LLMPipelineConfig, summary: dict[str, Any], run_id: str, name: str, index: int,
                    received: dict[str, Any]) -> None:
     """The lineage across stages on the stage's MLflow run: the chain, the stage, and the registered version it

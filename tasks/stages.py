@@ -81,24 +81,49 @@ def load_stages(path: str | Path, overrides: dict[str, Any] | None = None) -> St
     base model throughout, distinct names and registered models, tracking on (the champion is handed on
     through the model registry). `overrides`: ``STAGE.dotted.field`` -> value."""
     path = Path(path)
+    return stages_from_data(read_config_file(path), f"stages file {str(path)!r}", overrides, path.parent)
+
+
+def inline_stages(path: str | Path) -> dict[str, Any]:
+    """The stages file's data with every stage's config file read in its place (a deployment's parameter: the
+    chain whole, naming no file the worker would read)."""
+    path = Path(path)
     data = read_config_file(path)
+    spec = _spec(data, f"stages file {str(path)!r}")
+    out = spec.model_dump(mode="json")
+    for stage in out["stages"]:
+        if isinstance(stage["config"], str):
+            file = Path(stage["config"]) if Path(stage["config"]).is_absolute() else path.parent / stage["config"]
+            stage["config"] = read_config_file(file)
+    return out
+
+
+def _spec(data: Any, label: str) -> StagesFile:
     try:
-        spec = StagesFile.model_validate(data)
+        return StagesFile.model_validate(data)
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(f"stages file {str(path)!r}: {where}: {first['msg']}") from None
+        raise ConfigError(f"{label}: {where}: {first['msg']}") from None
+
+
+def stages_from_data(data: Any, label: str, overrides: dict[str, Any] | None = None, base: Path | None = None
+                     ) -> Stages:
+    """A chain from a stages file's data (`label` names it in errors), checked as :func:`load_stages` checks a
+    file. A stage's config given as a file name is read relative to `base`; with no `base` (a flow run's
+    parameter, which may name no file on the worker) it is refused: the config must be inline."""
+    spec = _spec(data, label)
     try:
         check_run_name(spec.name)
     except ValueError as err:
-        raise ConfigError(f"stages file {str(path)!r}: name: {err}") from None
+        raise ConfigError(f"{label}: name: {err}") from None
     names = [s.name for s in spec.stages]
     for i, name in enumerate(names):
         if not STAGE_NAME.fullmatch(name):
-            raise ConfigError(f"stages file {str(path)!r}: stages[{i}].name {name!r}: use 1-32 letters, digits, "
+            raise ConfigError(f"{label}: stages[{i}].name {name!r}: use 1-32 letters, digits, "
                               f"'_' or '-', starting with a letter or digit")
         if names.index(name) != i:
-            raise ConfigError(f"stages file {str(path)!r}: stages[{i}].name {name!r} is used twice; name every "
+            raise ConfigError(f"{label}: stages[{i}].name {name!r} is used twice; name every "
                               f"stage differently")
     per_stage: dict[str, dict[str, Any]] = {n: {} for n in names}
     for key, value in (overrides or {}).items():
@@ -111,10 +136,14 @@ def load_stages(path: str | Path, overrides: dict[str, Any] | None = None) -> St
     for i, stage in enumerate(spec.stages):
         where = f"stages[{i}] ({stage.name})"
         if isinstance(stage.config, str):
-            file = (path.parent / stage.config) if not Path(stage.config).is_absolute() else Path(stage.config)
+            if base is None:
+                raise ConfigError(f"{label}: {where}: config {stage.config!r} names a file; a flow run's stages "
+                                  f"name none (the worker would read it): give the config itself, as "
+                                  f"deployments/build.py writes it")
+            file = (base / stage.config) if not Path(stage.config).is_absolute() else Path(stage.config)
             raw, source = read_config_file(file), str(file)
         else:
-            raw, source = dict(stage.config), f"{path}: {where}"
+            raw, source = dict(stage.config), f"{label}: {where}"
         cfg, _ = PIPELINE_KINDS.resolve(raw, {**stage.set, **per_stage[stage.name]})
         configs.append(_checked_stage(cfg, i, where, source, configs))
     return Stages(spec.name, names, configs)

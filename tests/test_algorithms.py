@@ -67,7 +67,7 @@ def _tiny_llm(cfg, name: str, **extra):
     if cfg.algorithm in ("llm_bc", "llm_ilql"):  # offline: a few recorded games, a whole guess (5 letters, EOS)
         over.update({"dataset.games": {"games": 40}, "evo_steps": 8, "max_env_steps": 72,
                      "hyperparameters.max_new_tokens": 6})
-    elif cfg.algorithm != "dpo":
+    elif cfg.algorithm not in ("dpo", "sft"):  # (they sample no groups)
         over.update({"hyperparameters.group_size": 4, "hyperparameters.max_new_tokens": 4})
     return load_config(CONFIGS / name, over)
 

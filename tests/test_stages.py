@@ -17,6 +17,8 @@ import torch
 from agilerl_core.errors import ConfigError
 from agilerl_core.experiment import build_evolution
 from tests.conftest import cli_summary, wait_for_commit
+
+ROOT = Path(__file__).resolve().parents[1]
 from tests.test_llm import TINY_MODEL, llm_config
 
 
@@ -276,3 +278,58 @@ def _s3(servers):
 
     c = servers.credentials()
     return S3Storage("s3://agilerl/runs", S3Options(servers.s3_url, None, c["access_key_id"], c["secret_access_key"]))
+
+
+# ---- the stages deployment -------------------------------------------------------------------------------------
+def test_a_stages_deployment_carries_the_chain_inline_and_checks_it_as_the_file():
+    """deployments/build.py writes one deployment per stages file: its parameter is the file's chain with each
+    stage's config inline, which re-checks to the same chain; a flow run's parameter naming a config file, or a
+    chain the file check refuses, is refused before anything runs."""
+    import copy
+
+    import yaml
+
+    from flows.stages import stages_deployment
+    from tasks.stages import load_stages, stages_from_data
+
+    doc = yaml.safe_load((ROOT / "deployments" / "prefect.yaml").read_text())
+    (dep,) = [d for d in doc["deployments"] if d["name"] == "stages-smollm2-wordle"]
+    assert dep["entrypoint"] == "flows/stages.py:stages_deployment" and dep["schedules"] == []
+    chain = dep["parameters"]["stages"]
+    from_file = load_stages(ROOT / "deployments" / "stages" / "smollm2_wordle.yaml")
+    from_param = stages_from_data(chain, "the parameter")
+    assert from_param.names == from_file.names and from_param.configs == from_file.configs
+    named = copy.deepcopy(chain)
+    named["stages"][0]["config"] = "../configs/smollm2_wordle_ilql.yaml"  # a file on the worker: refused
+    with pytest.raises(ConfigError, match=r"stages\[0\] \(sft\): config '../configs/smollm2_wordle_ilql.yaml' names "
+                                          r"a file; a flow run's stages name none"):
+        stages_deployment.fn(stages=named)
+    other_base = copy.deepcopy(chain)
+    other_base["stages"][1]["config"]["model"]["gguf_file"] = "other.gguf"
+    with pytest.raises(ConfigError, match="differs from the first stage's"):
+        stages_deployment.fn(stages=other_base)
+    with pytest.raises(ConfigError, match="run id"):
+        stages_deployment.fn(stages=chain, run_id="../escape")
+
+
+def test_the_stages_deployment_flow_runs_a_chain(tmp_path, cli):
+    """The deployment's flow on an inline chain (as its parameter holds it) runs both stages, as the file does."""
+    d = _demos(tmp_path)
+    path = _stages_file(d, grpo_budget=256)
+    script = d / "deployed.py"
+    script.write_text(
+        "import json\n"
+        "from flows.local_prefect import LocalPrefect, prefect_defaults\n"
+        "from flows.stages import stages_deployment\n"
+        "from tasks.stages import inline_stages\n"
+        "prefect_defaults()\n"
+        "server = LocalPrefect.start_if_needed()\n"
+        "with server.serving():\n"
+        f"    out = stages_deployment(stages=inline_stages({str(path)!r}), run_id='deployed')\n"
+        "server.stop()\n"
+        "print(json.dumps(out))\n")
+    proc = cli.python(script, cwd=d)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["run_id"] == "deployed" and [s["stage"] for s in out["stages"]] == ["sft", "grpo"]
+    assert out["stages"][0]["run_id"] == "deployed-sft" and out["stages"][0]["promoted"]
