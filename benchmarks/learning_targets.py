@@ -66,6 +66,9 @@ STATED: dict[str, tuple[int, str, str]] = {
     "rainbow-cartpole": (40_000, "docs/benchmarks.md, population-major generation ('Learning targets after these "
                                  "changes')", "76ed8bf"),
     "dqn-lunarlander": (520_000, "docs/benchmarks.md, population-major generation (was 440k at 76ed8bf)", "4f03975"),
+    "td3-pendulum": (32_000, "docs/guide/cpu.md", "001e0d1"),
+    "sac-pendulum": (32_000, "docs/guide/cpu.md", "001e0d1"),
+    "ddpg-pendulum": (32_000, "docs/guide/cpu.md", "001e0d1"),
     "ppo-lunarlander": (655_360, "docs/benchmarks.md, population-major generation (was 917,504 at 76ed8bf)",
                         "4f03975"),
 }
