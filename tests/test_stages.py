@@ -17,9 +17,9 @@ import torch
 from agilerl_core.errors import ConfigError
 from agilerl_core.experiment import build_evolution
 from tests.conftest import cli_summary, wait_for_commit
+from tests.test_llm import TINY_MODEL, llm_config
 
 ROOT = Path(__file__).resolve().parents[1]
-from tests.test_llm import TINY_MODEL, llm_config
 
 
 def _demos(d: Path) -> Path:
