@@ -3,6 +3,8 @@ above it, and --no-progress prints one line per generation."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 import agilerl_core as ac
@@ -25,7 +27,7 @@ def test_training_loops_report_their_steps_as_they_go(algorithm):
     assert len(reports) == 32
 
 
-def test_no_progress_prints_a_line_per_generation_and_callbacks_print_as_lines(tmp_path, capsys):
+def test_no_progress_prints_a_line_per_generation_and_callbacks_print_as_lines(tmp_path, capsys, monkeypatch):
     from tests.test_api import Corridor, corridor_config
 
     def shout(stats, population):
@@ -37,6 +39,7 @@ def test_no_progress_prints_a_line_per_generation_and_callbacks_print_as_lines(t
     assert [line.split(":")[0] for line in lines] == ["generation 0", "generation 1"]
     assert "run best" in lines[-1] and "1,800/1,800 steps" in lines[-1]
     assert out.splitlines() == ["callback saw generation 0", "callback saw generation 1"]
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # a terminal: the bar (elsewhere lines, as above)
     ac.evolve(corridor_config(output_dir=str(tmp_path)), env=Corridor, callbacks=[shout], progress=True)
     out, err = capsys.readouterr()
     assert "callback saw generation 0\n" in out and "callback saw generation 1\n" in out  # whole lines, above the bar

@@ -174,7 +174,9 @@ def test_only_configs_that_ask_get_a_schedule_written_once_under_definitions():
     nightly = {"cron": "0 2 * * *", "timezone": "UTC", "active": True}
     assert scheduled == {"cartpole-dqn": [nightly], "cartpole-ppo": [nightly],
                          "carracing-ppo": [{"cron": "0 3 * * 0", "timezone": "UTC", "active": False}]}
-    assert len(doc["deployments"]) == len(list((ROOT / "deployments" / "configs").glob("*.yaml"))) + 1
+    # one per config, one per stages file, and the train-group deployment
+    assert len(doc["deployments"]) == len(list((ROOT / "deployments" / "configs").glob("*.yaml"))) + \
+        len(list((ROOT / "deployments" / "stages").glob("*.yaml"))) + 1
     assert text.count("&daily_0200_utc") == 1 and text.count("- *daily_0200_utc") == 2  # defined once, aliased
     assert text.count("name: agilerl-process") == 1 and "work_pool: *agilerl_process" in text
     assert build.schedule_name({"cron": "30 6 * * 1", "timezone": "Europe/London", "active": True}) == \
