@@ -40,8 +40,7 @@ def one(config: Path, overrides: list[str], timeout: float) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         args = [sys.executable, "-m", "flows.cli", "run", str(config), "--no-progress",
                 "--set", f"output_dir={tmp}/runs", *[x for o in overrides for x in ("--set", o)]]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        env.pop("PREFECT_API_URL", None)
+        env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # the run's own local server
         proc = subprocess.Popen(args, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 start_new_session=True, env=env)
         sel = selectors.DefaultSelector()

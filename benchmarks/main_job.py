@@ -5,8 +5,8 @@
 
 Each seed runs in process (``train_local``: the flow's engine without Prefect or MLflow; the CLI adds about
 10-15 s of start-up and records on top). Per seed: generations, the mutations that made non-elite children
-(``none`` and ``elite`` left out), steps, wall, whether the target was held, and the champion's fresh-seed
-fitness (its re-scoring over unseen episode seeds). Prints one JSON object.
+(``none``, ``elite`` and evolution-off's ``kept`` left out), steps, wall, whether the target was held, and the
+champion's fresh-seed fitness (its re-scoring over unseen episode seeds). Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def run_seed(config: Path, seed: int, overrides: dict) -> dict:
         t0 = time.perf_counter()
         res = train_local(cfg, progress=False)
         wall = time.perf_counter() - t0
-    mutated = [m for h in res.history[1:] for m in h.mutations if m not in ("none", "elite")]
+    mutated = [m for h in res.history[1:] for m in h.mutations if m not in ("none", "elite", "kept")]
     champion = res.champion or {}
     fresh = [c.get("fresh_fitness") for c in champion.get("candidates", []) if c.get("role") == champion.get("chosen")]
     return {"seed": seed, "generations": res.generations, "mutations": len(mutated), "global_steps": res.global_steps,

@@ -194,6 +194,19 @@ def wait_until(check, timeout: float, what: str):
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
+def load_benchmark(name: str):
+    """benchmarks/NAME.py as the module ``benchmarks_NAME``, loaded from its file (sys.path left as it is)."""
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[f"benchmarks_{name}"] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
 def with_overrides(data: dict, overrides: dict) -> dict:
     """`data` with dotted-key `overrides` set in place (``"hyperparameters.lr": 1e-3``)."""
     for k, v in overrides.items():

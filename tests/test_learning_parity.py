@@ -4,23 +4,18 @@ arguments, scoring evaluations, summaries, the parity verdict, our configs per c
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.conftest import load_benchmark
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[f"benchmarks_{name}"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+_load = load_benchmark
 
 
 peer = _load("peer_sb3")

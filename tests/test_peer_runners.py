@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import ast
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from tests.conftest import load_benchmark
 
-from peer import OWN_PEERS, PEER_DIR, peer_script  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+_peer = load_benchmark("peer")
+OWN_PEERS, PEER_DIR, peer_script = _peer.OWN_PEERS, _peer.PEER_DIR, _peer.peer_script
 
 NAMED = re.compile(r"\b((?:peer_)?agilerl_[a-z_]+\.py)\b")
 

@@ -5,15 +5,14 @@ the benchmark knows how to repeat; the verdict a re-run gets is the one its numb
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from tests.conftest import load_benchmark
 
-import learning_targets as lt  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+lt = load_benchmark("learning_targets")
 
 
 @pytest.mark.parametrize("name", sorted(lt.STATED))
